@@ -1,0 +1,23 @@
+# flashsale: `make run` starts everything locally, `make test` runs every test.
+GO ?= go
+export K6_NO_USAGE_REPORT = true
+
+.PHONY: run test test-go vet fmt build bench services
+
+run: services build
+	./scripts/run.sh
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+services:
+	./scripts/services.sh
+
+test: services
+	./scripts/test.sh
+
+vet:
+	gofmt -l . | (! grep .) && $(GO) vet ./...
+
+fmt:
+	gofmt -w .

@@ -1,0 +1,120 @@
+// Command api serves flashsale's HTTP contract: catalogue, purchases, orders, ratings,
+// leaderboards, admin stock loading and the web pages.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/httpapi"
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/web"
+)
+
+func main() {
+	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	cfg, err := config.FromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config.Config) error {
+	slog.Info("starting api", "config", fmt.Sprintf("%+v", cfg.Masked()))
+	if cfg.JWTSecretGenerated {
+		slog.Warn("FLASHSALE_JWT_SECRET is not set: using a random secret; tokens die with this process")
+	}
+	if cfg.AdminTokenGenerated {
+		fmt.Fprintf(os.Stderr, "admin token (FLASHSALE_ADMIN_TOKEN not set): %s\n", cfg.AdminToken)
+	}
+
+	rdb, err := redisconn.Open(ctx, cfg.RedisAddrs, cfg.RedisDB)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := lua.Load(ctx, rdb); err != nil {
+		return err
+	}
+
+	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
+	inv := inventory.NewStore(rdb, keys, inventory.Options{
+		ReservationTTL:   cfg.ReservationTTL,
+		IdempotencyTTL:   cfg.IdempotencyTTL,
+		SnapshotInterval: cfg.SnapshotInterval,
+		PurchaseBatch:    cfg.PurchaseBatch,
+		PurchaseLimit: inventory.PurchaseLimit{
+			Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst,
+		},
+	})
+	ord := orders.NewStore(rdb, keys)
+
+	srv := httpapi.New(httpapi.Deps{
+		Config:    cfg,
+		Auth:      httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
+		Inventory: inv,
+		Orders:    ord,
+		Ready: func(ctx context.Context) error {
+			ok, err := lua.Loaded(ctx, rdb)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				// Reload after a Redis restart or SCRIPT FLUSH; EVAL fallback covers the gap.
+				return lua.Load(ctx, rdb)
+			}
+			return nil
+		},
+		Web: web.Files,
+	})
+
+	bg, cancelBG := context.WithCancel(context.Background())
+	defer cancelBG()
+	go inv.RunSnapshot(bg)
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	slog.Info("api listening", "url", "http://"+ln.Addr().String()+"/")
+	fmt.Fprintf(os.Stderr, "flashsale api: http://%s/  (admin page: http://%s/admin)\n", ln.Addr(), ln.Addr())
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	slog.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := httpSrv.Shutdown(sctx); err != nil {
+		slog.Warn("http shutdown", "err", err)
+	}
+	cancelBG()
+	return nil
+}

@@ -1,0 +1,247 @@
+// Package config reads flashsale's configuration from FLASHSALE_* environment variables.
+// Defaults run locally; an invalid value is an error, never a guess.
+package config
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limit is one rate-limit policy: Rate requests per Period, with bursts up to Burst.
+// Rate 0 turns the policy off.
+type Limit struct {
+	Rate   int
+	Period time.Duration
+	Burst  int
+}
+
+func (l Limit) String() string { return fmt.Sprintf("%d/%s burst %d", l.Rate, l.Period, l.Burst) }
+
+// Config is every setting of the api and the reconciler.
+type Config struct {
+	HTTPAddr            string
+	AdminAddr           string // pprof listener; empty = off
+	RedisAddrs          []string
+	RedisDB             int
+	RedisPrefix         string
+	PostgresDSN         string
+	KafkaBrokers        []string // empty: embedded broker
+	EmbeddedKafkaAddr   string
+	KafkaTopic          string
+	KafkaPartitions     int
+	JWTSecret           string
+	JWTSecretGenerated  bool
+	AdminToken          string
+	AdminTokenGenerated bool
+	DevLogin            bool
+	TokenTTL            time.Duration
+	ReservationTTL      time.Duration
+	IdempotencyTTL      time.Duration
+	LeaderboardSize     int
+	RatingPriorMean     float64
+	RatingPriorWeight   float64
+	ExpiryInterval      time.Duration
+	ExpiryBatch         int
+	SnapshotInterval    time.Duration
+	PurchaseBatch       int
+	TrustedProxies      []string
+	LimitPurchase       Limit
+	LimitPay            Limit
+	LimitCancel         Limit
+	LimitRating         Limit
+	LimitLoginUser      Limit
+	LimitLoginIP        Limit
+	ReconcileInterval   time.Duration // 0 = batch only on demand
+	ShutdownTimeout     time.Duration
+}
+
+// FromEnv reads the configuration from the process environment.
+func FromEnv() (Config, error) { return Parse(os.Getenv) }
+
+// Parse reads the configuration through getenv (tests pass a map lookup).
+func Parse(getenv func(string) string) (Config, error) {
+	p := parser{getenv: getenv}
+	c := Config{
+		HTTPAddr:          p.str("FLASHSALE_HTTP_ADDR", "127.0.0.1:8080"),
+		AdminAddr:         p.str("FLASHSALE_ADMIN_ADDR", ""),
+		RedisAddrs:        p.list("FLASHSALE_REDIS_ADDRS", "127.0.0.1:6379"),
+		RedisDB:           p.integer("FLASHSALE_REDIS_DB", 0, 0, 15),
+		RedisPrefix:       p.str("FLASHSALE_REDIS_PREFIX", "fs:"),
+		PostgresDSN:       p.str("FLASHSALE_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable"),
+		KafkaBrokers:      p.list("KAFKA_BROKERS", ""),
+		EmbeddedKafkaAddr: p.str("FLASHSALE_EMBEDDED_KAFKA_ADDR", "127.0.0.1:9092"),
+		KafkaTopic:        p.str("FLASHSALE_KAFKA_TOPIC", "flashsale.orders"),
+		KafkaPartitions:   p.integer("FLASHSALE_KAFKA_PARTITIONS", 3, 1, 1024),
+		JWTSecret:         p.str("FLASHSALE_JWT_SECRET", ""),
+		AdminToken:        p.str("FLASHSALE_ADMIN_TOKEN", ""),
+		DevLogin:          p.boolean("FLASHSALE_DEV_LOGIN", true),
+		TokenTTL:          p.duration("FLASHSALE_TOKEN_TTL", 24*time.Hour),
+		ReservationTTL:    p.duration("FLASHSALE_RESERVATION_TTL", 10*time.Minute),
+		IdempotencyTTL:    p.duration("FLASHSALE_IDEMPOTENCY_TTL", 24*time.Hour),
+		LeaderboardSize:   p.integer("FLASHSALE_LEADERBOARD_SIZE", 100, 1, 10000),
+		RatingPriorMean:   p.float("FLASHSALE_RATING_PRIOR_MEAN", 3.5, 1, 5),
+		RatingPriorWeight: p.float("FLASHSALE_RATING_PRIOR_WEIGHT", 10, 0, 1e6),
+		ExpiryInterval:    p.duration("FLASHSALE_EXPIRY_INTERVAL", 250*time.Millisecond),
+		ExpiryBatch:       p.integer("FLASHSALE_EXPIRY_BATCH", 200, 1, 1000),
+		SnapshotInterval:  p.duration("FLASHSALE_SNAPSHOT_INTERVAL", 500*time.Millisecond),
+		PurchaseBatch:     p.integer("FLASHSALE_PURCHASE_BATCH", 64, 1, 256),
+		TrustedProxies:    p.list("FLASHSALE_TRUSTED_PROXIES", ""),
+		LimitPurchase:     p.limit("FLASHSALE_LIMIT_PURCHASE", "5/1s:10"),
+		LimitPay:          p.limit("FLASHSALE_LIMIT_PAY", "5/1s:10"),
+		LimitCancel:       p.limit("FLASHSALE_LIMIT_CANCEL", "5/1s:10"),
+		LimitRating:       p.limit("FLASHSALE_LIMIT_RATING", "2/1s:5"),
+		LimitLoginUser:    p.limit("FLASHSALE_LIMIT_LOGIN_USER", "10/1m:10"),
+		LimitLoginIP:      p.limit("FLASHSALE_LIMIT_LOGIN_IP", "10/1m:10"),
+		ReconcileInterval: p.duration("FLASHSALE_RECONCILE_INTERVAL", 0),
+		ShutdownTimeout:   p.duration("FLASHSALE_SHUTDOWN_TIMEOUT", 10*time.Second),
+	}
+	if p.err != nil {
+		return Config{}, p.err
+	}
+	if c.JWTSecret == "" {
+		c.JWTSecret, c.JWTSecretGenerated = randomHex(32), true
+	}
+	if c.AdminToken == "" {
+		c.AdminToken, c.AdminTokenGenerated = randomHex(24), true
+	}
+	if len(c.RedisAddrs) == 0 {
+		return Config{}, fmt.Errorf("config: FLASHSALE_REDIS_ADDRS: at least one address is needed")
+	}
+	if c.ReservationTTL <= 0 || c.IdempotencyTTL <= 0 || c.TokenTTL <= 0 {
+		return Config{}, fmt.Errorf("config: reservation, idempotency and token TTLs must be positive")
+	}
+	if c.ExpiryInterval <= 0 || c.SnapshotInterval <= 0 {
+		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be positive")
+	}
+	return c, nil
+}
+
+// Masked returns a copy safe to log: secrets are replaced.
+func (c Config) Masked() Config {
+	c.JWTSecret = "***"
+	c.AdminToken = "***"
+	return c
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+type parser struct {
+	getenv func(string) string
+	err    error
+}
+
+func (p *parser) fail(name, v, want string) {
+	if p.err == nil {
+		p.err = fmt.Errorf("config: %s=%q: %s", name, v, want)
+	}
+}
+
+func (p *parser) str(name, def string) string {
+	if v := p.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (p *parser) list(name, def string) []string {
+	var out []string
+	for _, s := range strings.Split(p.str(name, def), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (p *parser) integer(name string, def, min, max int) int {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		p.fail(name, v, fmt.Sprintf("want an integer in %d..%d", min, max))
+	}
+	return n
+}
+
+func (p *parser) float(name string, def, min, max float64) float64 {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < min || f > max {
+		p.fail(name, v, fmt.Sprintf("want a number in %g..%g", min, max))
+	}
+	return f
+}
+
+func (p *parser) boolean(name string, def bool) bool {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		p.fail(name, v, "want true or false")
+	}
+	return b
+}
+
+func (p *parser) duration(name string, def time.Duration) time.Duration {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		p.fail(name, v, "want a duration such as 500ms, 10m")
+	}
+	return d
+}
+
+// limit parses "RATE/PERIOD:BURST", e.g. "5/1s:10"; "off" disables the policy.
+func (p *parser) limit(name, def string) Limit {
+	v := p.str(name, def)
+	if v == "off" {
+		return Limit{}
+	}
+	l, err := ParseLimit(v)
+	if err != nil {
+		p.fail(name, v, err.Error())
+	}
+	return l
+}
+
+// ParseLimit parses "RATE/PERIOD:BURST" such as "5/1s:10" (burst defaults to rate).
+func ParseLimit(v string) (Limit, error) {
+	bad := fmt.Errorf("want RATE/PERIOD:BURST such as 5/1s:10, or off")
+	rateS, rest, ok := strings.Cut(v, "/")
+	if !ok {
+		return Limit{}, bad
+	}
+	periodS, burstS, hasBurst := strings.Cut(rest, ":")
+	rate, err1 := strconv.Atoi(rateS)
+	period, err2 := time.ParseDuration(periodS)
+	burst := rate
+	var err3 error
+	if hasBurst {
+		burst, err3 = strconv.Atoi(burstS)
+	}
+	if err1 != nil || err2 != nil || err3 != nil || rate < 1 || period <= 0 || burst < 1 {
+		return Limit{}, bad
+	}
+	return Limit{Rate: rate, Period: period, Burst: burst}, nil
+}

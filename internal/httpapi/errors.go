@@ -1,0 +1,89 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/orders"
+)
+
+// apiError is a contract error: an HTTP status and a code.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func errInvalid(msg string) *apiError {
+	return &apiError{http.StatusBadRequest, "invalid_request", msg}
+}
+
+var (
+	errUnauthorized = &apiError{http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"}
+	errForbidden    = &apiError{http.StatusForbidden, "forbidden", "this route needs the admin token"}
+	errTooLarge     = &apiError{http.StatusRequestEntityTooLarge, "too_large", "request body is too large"}
+	errUnavailable  = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service is unavailable; nothing was changed, try again"}
+	errNoRoute      = &apiError{http.StatusNotFound, "not_found", "no such route"}
+)
+
+// sentinels is the one table from domain errors to the contract's status and code.
+var sentinels = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{inventory.ErrInvalid, http.StatusBadRequest, "invalid_request"},
+	{inventory.ErrNotFound, http.StatusNotFound, "not_found"},
+	{orders.ErrNotFound, http.StatusNotFound, "not_found"},
+	{inventory.ErrSoldOut, http.StatusConflict, "sold_out"},
+	{inventory.ErrLimitExceeded, http.StatusConflict, "limit_exceeded"},
+	{inventory.ErrSaleNotStarted, http.StatusConflict, "sale_not_started"},
+	{inventory.ErrSaleEnded, http.StatusConflict, "sale_ended"},
+	{inventory.ErrInvalidState, http.StatusConflict, "invalid_state"},
+	{orders.ErrInvalidState, http.StatusConflict, "invalid_state"},
+	{orders.ErrExpired, http.StatusConflict, "order_expired"},
+	{limits.ErrRateLimited, http.StatusTooManyRequests, "rate_limited"},
+}
+
+// Extra sentinel mappings registered by other capabilities (ranking, reconciliation).
+func mapError(err error, status int, code string) {
+	sentinels = append(sentinels, struct {
+		err    error
+		status int
+		code   string
+	}{err, status, code})
+}
+
+// fail answers err as a contract error. Unknown errors are logged with context and answered
+// 503 unavailable without internals.
+func fail(c *gin.Context, err error) {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		abort(c, ae.Status, ae.Code, ae.Message)
+		return
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			abort(c, s.status, s.code, err.Error())
+			return
+		}
+	}
+	if errors.Is(err, context.Canceled) && c.Request.Context().Err() != nil {
+		c.Abort() // the client went away
+		return
+	}
+	slog.Error("request failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
+	abort(c, errUnavailable.Status, errUnavailable.Code, errUnavailable.Message)
+}
+
+func abort(c *gin.Context, status int, code, msg string) {
+	c.AbortWithStatusJSON(status, gin.H{"error": gin.H{"code": code, "message": msg}})
+}

@@ -1,0 +1,301 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+)
+
+// itemBody is the admin's item JSON (PUT body, and one element of a JSON import).
+type itemBody struct {
+	ID           *string `json:"id,omitempty"`
+	Name         *string `json:"name"`
+	Category     *string `json:"category"`
+	PriceCents   *int64  `json:"price_cents"`
+	Stock        *int64  `json:"stock"`
+	PerUserLimit *int64  `json:"per_user_limit"`
+	StartsAt     *string `json:"starts_at"`
+	EndsAt       *string `json:"ends_at"`
+}
+
+// input turns the body into an inventory.Input; the error names the bad field.
+func (b itemBody) input(id string) (inventory.Input, error) {
+	in := inventory.Input{ID: id, Stock: b.Stock}
+	if b.Name == nil {
+		return in, fmt.Errorf("name is required")
+	}
+	in.Name = *b.Name
+	if b.Category != nil {
+		in.Category = *b.Category
+	}
+	if b.PriceCents == nil {
+		return in, fmt.Errorf("price_cents is required")
+	}
+	in.PriceCents = *b.PriceCents
+	if b.PerUserLimit == nil {
+		return in, fmt.Errorf("per_user_limit is required")
+	}
+	in.PerUserLimit = *b.PerUserLimit
+	var err error
+	if in.StartsAt, err = parseTime("starts_at", b.StartsAt); err != nil {
+		return in, err
+	}
+	if in.EndsAt, err = parseTime("ends_at", b.EndsAt); err != nil {
+		return in, err
+	}
+	if err := in.Validate(); err != nil {
+		return in, err
+	}
+	return in, nil
+}
+
+func parseTime(field string, s *string) (*time.Time, error) {
+	if s == nil || *s == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339, *s)
+	if err != nil {
+		return nil, fmt.Errorf("%s must be an RFC 3339 time such as 2026-11-22T10:00:00Z", field)
+	}
+	t = t.UTC()
+	return &t, nil
+}
+
+func (s *Server) putItem(c *gin.Context) {
+	id := c.Param("id")
+	var body itemBody
+	if err := decodeJSON(c, maxBody, &body); err != nil {
+		fail(c, err)
+		return
+	}
+	if body.ID != nil && *body.ID != id {
+		fail(c, errInvalid("id in the body differs from the path"))
+		return
+	}
+	in, err := body.input(id)
+	if err != nil {
+		fail(c, asInvalid(err))
+		return
+	}
+	it, created, err := s.Inventory.Upsert(c.Request.Context(), in)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	c.JSON(status, gin.H{"item": it})
+}
+
+// asInvalid makes a plain validation error a 400; sentinel errors keep their mapping.
+func asInvalid(err error) error {
+	if errors.Is(err, inventory.ErrInvalid) {
+		return err
+	}
+	return errInvalid(err.Error())
+}
+
+func (s *Server) adjustStock(c *gin.Context) {
+	var body struct {
+		Delta *int64 `json:"delta"`
+	}
+	if err := decodeJSON(c, maxBody, &body); err != nil {
+		fail(c, err)
+		return
+	}
+	if body.Delta == nil {
+		fail(c, errInvalid("delta is required"))
+		return
+	}
+	it, err := s.Inventory.AdjustStock(c.Request.Context(), c.Param("id"), *body.Delta)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"item": it})
+}
+
+func (s *Server) listItems(c *gin.Context) {
+	items, err := s.Inventory.List(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"items": items})
+}
+
+func (s *Server) getItem(c *gin.Context) {
+	it, err := s.Inventory.Lookup(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"item": it})
+}
+
+type importError struct {
+	Line    int    `json:"line"`
+	Message string `json:"message"`
+}
+
+type importRow struct {
+	line int
+	in   inventory.Input
+	err  error
+}
+
+// importItems loads a CSV file or a JSON array of items: bad rows are reported and skipped,
+// good rows load.
+func (s *Server) importItems(c *gin.Context) {
+	b, err := readBody(c, maxImportBody)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	var rows []importRow
+	ct := strings.ToLower(c.ContentType())
+	switch {
+	case ct == "text/csv":
+		rows, err = parseCSV(b)
+	case ct == "application/json" || ct == "":
+		rows, err = parseJSONItems(b)
+	default:
+		err = fmt.Errorf("Content-Type must be text/csv or application/json")
+	}
+	if err != nil {
+		fail(c, asInvalid(err))
+		return
+	}
+	created, updated, errs := 0, 0, []importError{}
+	for _, r := range rows {
+		if r.err != nil {
+			errs = append(errs, importError{r.line, r.err.Error()})
+			continue
+		}
+		_, isNew, err := s.Inventory.Upsert(c.Request.Context(), r.in)
+		switch {
+		case err == nil && isNew:
+			created++
+		case err == nil:
+			updated++
+		case errors.Is(err, inventory.ErrInvalid) || errors.Is(err, inventory.ErrInvalidState):
+			errs = append(errs, importError{r.line, err.Error()})
+		default:
+			fail(c, err)
+			return
+		}
+	}
+	c.JSON(http.StatusOK, gin.H{"created": created, "updated": updated, "errors": errs})
+}
+
+var csvHeader = []string{"id", "name", "category", "price_cents", "stock", "per_user_limit", "starts_at", "ends_at"}
+
+func parseCSV(b []byte) ([]importRow, error) {
+	r := csv.NewReader(bytes.NewReader(b))
+	r.FieldsPerRecord = -1
+	header, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("CSV must start with the header row %s", strings.Join(csvHeader, ","))
+	}
+	if len(header) > 0 {
+		header[0] = strings.TrimPrefix(header[0], "\ufeff")
+	}
+	if len(header) != len(csvHeader) {
+		return nil, fmt.Errorf("CSV header must be %s", strings.Join(csvHeader, ","))
+	}
+	for i, h := range header {
+		if strings.TrimSpace(h) != csvHeader[i] {
+			return nil, fmt.Errorf("CSV header must be %s", strings.Join(csvHeader, ","))
+		}
+	}
+	var rows []importRow
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		line, _ := r.FieldPos(0)
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				line = pe.StartLine
+			}
+			rows = append(rows, importRow{line: line, err: fmt.Errorf("unreadable CSV row")})
+			if errors.As(err, &pe) && pe.Err != csv.ErrFieldCount {
+				return rows, nil // the rest of the file cannot be trusted
+			}
+			continue
+		}
+		row := importRow{line: line}
+		row.in, row.err = csvInput(rec)
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func csvInput(rec []string) (inventory.Input, error) {
+	if len(rec) != len(csvHeader) {
+		return inventory.Input{}, fmt.Errorf("want %d fields, got %d", len(csvHeader), len(rec))
+	}
+	num := func(name, v string, required bool) (*int64, error) {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			if required {
+				return nil, fmt.Errorf("%s is required", name)
+			}
+			return nil, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s must be an integer", name)
+		}
+		return &n, nil
+	}
+	b := itemBody{Name: &rec[1], Category: &rec[2], StartsAt: &rec[6], EndsAt: &rec[7]}
+	var err error
+	if b.PriceCents, err = num("price_cents", rec[3], true); err != nil {
+		return inventory.Input{}, err
+	}
+	if b.Stock, err = num("stock", rec[4], false); err != nil {
+		return inventory.Input{}, err
+	}
+	if b.PerUserLimit, err = num("per_user_limit", rec[5], true); err != nil {
+		return inventory.Input{}, err
+	}
+	return b.input(strings.TrimSpace(rec[0]))
+}
+
+func parseJSONItems(b []byte) ([]importRow, error) {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("body must be a JSON array of items: %v", err)
+	}
+	rows := make([]importRow, len(raw))
+	for i, m := range raw {
+		rows[i].line = i + 1
+		var body itemBody
+		if err := strictUnmarshal(m, &body); err != nil {
+			rows[i].err = err
+			continue
+		}
+		if body.ID == nil {
+			rows[i].err = fmt.Errorf("id is required")
+			continue
+		}
+		rows[i].in, rows[i].err = body.input(*body.ID)
+	}
+	return rows, nil
+}

@@ -1,0 +1,130 @@
+// Package httpapi is flashsale's HTTP layer: the contract's routes on Gin, mapping domain
+// errors to the contract's statuses and codes. Only this package knows about HTTP.
+package httpapi
+
+import (
+	"context"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/orders"
+)
+
+// Deps are what the handlers need. Optional parts (nil) leave their routes out.
+type Deps struct {
+	Config    config.Config
+	Auth      *Auth
+	Inventory *inventory.Store
+	Orders    *orders.Store
+	// Ready reports whether Redis answers and every script is loaded.
+	Ready func(ctx context.Context) error
+	// Web holds the embedded pages (index.html, admin.html, assets/); nil serves none.
+	Web fs.FS
+}
+
+// Server is the api's HTTP handler.
+type Server struct {
+	Deps
+	engine *gin.Engine
+}
+
+const (
+	maxBody       = 64 << 10
+	maxImportBody = 8 << 20
+)
+
+// New builds the Gin engine with every route of the contract.
+func New(d Deps) *Server {
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{Deps: d, engine: gin.New()}
+	s.engine.Use(gin.Recovery(), accessLog)
+	s.engine.HandleMethodNotAllowed = false
+	s.engine.NoRoute(func(c *gin.Context) { fail(c, errNoRoute) })
+	s.routes()
+	return s
+}
+
+// ServeHTTP makes Server an http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }
+
+// Engine exposes the Gin engine (route listing for the OpenAPI check, extra middleware).
+func (s *Server) Engine() *gin.Engine { return s.engine }
+
+func (s *Server) routes() {
+	r := s.engine
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", s.readyz)
+
+	api := r.Group("/api")
+	api.POST("/login", s.login)
+	api.GET("/items", s.listItems)
+	api.GET("/items/:id", s.getItem)
+
+	shopper := api.Group("", s.Auth.requireUser)
+	shopper.POST("/items/:id/purchase", s.purchase)
+	shopper.GET("/orders", s.listOrders)
+	shopper.GET("/orders/:id", s.getOrder)
+
+	admin := api.Group("/admin", s.Auth.requireAdmin)
+	admin.PUT("/items/:id", s.putItem)
+	admin.POST("/items/:id/stock", s.adjustStock)
+	admin.POST("/items/import", s.importItems)
+
+	if s.Web != nil {
+		s.webRoutes()
+	}
+}
+
+func (s *Server) readyz(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+	defer cancel()
+	if s.Ready != nil {
+		if err := s.Ready(ctx); err != nil {
+			abort(c, http.StatusServiceUnavailable, "unavailable", "not ready: "+err.Error())
+			return
+		}
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ready"})
+}
+
+func (s *Server) login(c *gin.Context) {
+	if !s.Config.DevLogin {
+		fail(c, errNoRoute)
+		return
+	}
+	var body struct {
+		User string `json:"user"`
+	}
+	if err := decodeJSON(c, maxBody, &body); err != nil {
+		fail(c, err)
+		return
+	}
+	if !validUser(body.User) {
+		fail(c, errInvalid("user must match [A-Za-z0-9_-]{1,64}"))
+		return
+	}
+	tok, exp, err := s.Auth.Mint(body.User)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"token": tok, "user": body.User, "expires_at": exp.Format(time.RFC3339)})
+}
+
+func validUser(u string) bool { return keyspace.ValidID(u) }
+
+func accessLog(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	if st := c.Writer.Status(); st >= 500 {
+		slog.Warn("http", "method", c.Request.Method, "route", c.FullPath(), "status", st,
+			"ms", time.Since(start).Milliseconds())
+	}
+}

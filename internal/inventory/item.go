@@ -1,0 +1,134 @@
+// Package inventory owns items, their stock and purchases: the catalogue, admin stock
+// changes, and the purchase script that reserves stock for a shopper.
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+)
+
+// Sentinel errors; the HTTP layer maps them to the contract's codes.
+var (
+	ErrNotFound       = errors.New("item not found")
+	ErrInvalid        = errors.New("invalid request")
+	ErrInvalidState   = errors.New("stock change not allowed")
+	ErrSoldOut        = errors.New("not enough stock left")
+	ErrLimitExceeded  = errors.New("per-user limit exceeded")
+	ErrSaleNotStarted = errors.New("sale has not started")
+	ErrSaleEnded      = errors.New("sale has ended")
+)
+
+// Status of an item as shoppers see it.
+const (
+	StatusUpcoming = "upcoming"
+	StatusLive     = "live"
+	StatusSoldOut  = "sold_out"
+	StatusEnded    = "ended"
+)
+
+// Item is the contract's Item plus the counters the reconciler and boards need.
+type Item struct {
+	ID           string     `json:"id"`
+	Name         string     `json:"name"`
+	Category     string     `json:"category"`
+	PriceCents   int64      `json:"price_cents"`
+	StockTotal   int64      `json:"stock_total"`
+	StockLeft    int64      `json:"stock_left"`
+	PerUserLimit int64      `json:"per_user_limit"`
+	StartsAt     *time.Time `json:"starts_at"`
+	EndsAt       *time.Time `json:"ends_at"`
+	Status       string     `json:"status"`
+
+	Reserved int64 `json:"-"`
+	Paid     int64 `json:"-"`
+	Version  int64 `json:"-"`
+}
+
+// StatusAt computes the item's status at now.
+func (it Item) StatusAt(now time.Time) string {
+	switch {
+	case it.StartsAt != nil && now.Before(*it.StartsAt):
+		return StatusUpcoming
+	case it.EndsAt != nil && !now.Before(*it.EndsAt):
+		return StatusEnded
+	case it.StockLeft <= 0:
+		return StatusSoldOut
+	default:
+		return StatusLive
+	}
+}
+
+// Input is an item as an admin writes it (PUT or one import row).
+type Input struct {
+	ID           string
+	Name         string
+	Category     string
+	PriceCents   int64
+	Stock        *int64 // nil: keep (0 on create)
+	PerUserLimit int64
+	StartsAt     *time.Time
+	EndsAt       *time.Time
+}
+
+// Validate checks an Input against the contract; the error message is for the client.
+func (in Input) Validate() error {
+	switch {
+	case !keyspace.ValidID(in.ID):
+		return fmt.Errorf("%w: id must match [A-Za-z0-9_-]{1,64}", ErrInvalid)
+	case in.Name == "" || len(in.Name) > 200:
+		return fmt.Errorf("%w: name is required (at most 200 bytes)", ErrInvalid)
+	case len(in.Category) > 64:
+		return fmt.Errorf("%w: category is at most 64 bytes", ErrInvalid)
+	case in.PriceCents < 0 || in.PriceCents > 1e12:
+		return fmt.Errorf("%w: price_cents must be 0..1000000000000", ErrInvalid)
+	case in.Stock != nil && (*in.Stock < 0 || *in.Stock > 1e12):
+		return fmt.Errorf("%w: stock must be 0..1000000000000", ErrInvalid)
+	case in.PerUserLimit < 1 || in.PerUserLimit > 1e9:
+		return fmt.Errorf("%w: per_user_limit must be at least 1", ErrInvalid)
+	case in.StartsAt != nil && in.StartsAt.UnixMilli() < 0:
+		return fmt.Errorf("%w: starts_at before 1970", ErrInvalid)
+	case in.EndsAt != nil && in.StartsAt != nil && !in.EndsAt.After(*in.StartsAt):
+		return fmt.Errorf("%w: ends_at must be after starts_at", ErrInvalid)
+	case in.EndsAt != nil && in.EndsAt.UnixMilli() <= 0:
+		return fmt.Errorf("%w: ends_at before 1970", ErrInvalid)
+	}
+	return nil
+}
+
+// itemFromHash builds an Item from its Redis hash fields.
+func itemFromHash(id string, h map[string]string) (Item, error) {
+	num := func(k string) int64 { n, _ := strconv.ParseInt(h[k], 10, 64); return n }
+	if _, ok := h["stock_total"]; !ok {
+		return Item{}, ErrNotFound
+	}
+	it := Item{
+		ID: id, Name: h["name"], Category: h["category"], PriceCents: num("price_cents"),
+		StockTotal: num("stock_total"), StockLeft: num("stock_left"),
+		PerUserLimit: num("per_user_limit"), Reserved: num("reserved"), Paid: num("paid"),
+		Version: num("version"),
+	}
+	if ms := num("starts_at"); ms > 0 {
+		t := time.UnixMilli(ms).UTC()
+		it.StartsAt = &t
+	}
+	if ms := num("ends_at"); ms > 0 {
+		t := time.UnixMilli(ms).UTC()
+		it.EndsAt = &t
+	}
+	return it, nil
+}
+
+// pairs turns a flat HGETALL-style reply into a map.
+func pairs(v any) map[string]string {
+	arr, _ := v.([]any)
+	m := make(map[string]string, len(arr)/2)
+	for i := 0; i+1 < len(arr); i += 2 {
+		k, _ := arr[i].(string)
+		m[k] = fmt.Sprint(arr[i+1])
+	}
+	return m
+}

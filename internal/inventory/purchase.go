@@ -1,0 +1,243 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// PurchaseRequest is one shopper's attempt to buy.
+type PurchaseRequest struct {
+	ItemID         string
+	UserID         string
+	Quantity       int64
+	IdempotencyKey string // optional, 1-64 printable ASCII
+}
+
+// PurchaseResult is the outcome of a successful (or replayed) purchase.
+type PurchaseResult struct {
+	Order    orders.Order
+	Replayed bool             // an earlier order for the same idempotency key
+	Limit    *limits.Decision // the purchase rate limit's verdict (nil when off)
+}
+
+// PurchaseError is a refused purchase: Err is a sentinel (ErrSoldOut, limits.ErrRateLimited, ...)
+// and Limit the rate limit's verdict when it ran.
+type PurchaseError struct {
+	Err       error
+	StockLeft int64
+	Limit     *limits.Decision
+}
+
+func (e *PurchaseError) Error() string { return e.Err.Error() }
+func (e *PurchaseError) Unwrap() error { return e.Err }
+
+// ValidIdempotencyKey reports whether k is 1-64 printable ASCII characters.
+func ValidIdempotencyKey(k string) bool {
+	if len(k) < 1 || len(k) > 64 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// Purchase reserves stock for one shopper. Concurrent purchases of the same item are
+// coalesced into one script call (one Redis round trip for the whole batch); each attempt
+// is still decided on its own inside the script. An item known to be sold out is refused
+// from memory without a Redis call until the snapshot or a write sees stock again.
+func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResult, error) {
+	if !keyspace.ValidID(req.ItemID) {
+		return PurchaseResult{}, ErrNotFound
+	}
+	if !keyspace.ValidID(req.UserID) {
+		return PurchaseResult{}, fmt.Errorf("%w: bad user id", ErrInvalid)
+	}
+	if req.Quantity < 1 || req.Quantity > 1e9 {
+		return PurchaseResult{}, fmt.Errorf("%w: quantity must be 1..1000000000", ErrInvalid)
+	}
+	if req.IdempotencyKey != "" && !ValidIdempotencyKey(req.IdempotencyKey) {
+		return PurchaseResult{}, fmt.Errorf("%w: Idempotency-Key must be 1-64 printable ASCII characters", ErrInvalid)
+	}
+	// A retry with an idempotency key must get its order back, so it always asks Redis.
+	if req.IdempotencyKey == "" && s.KnownSoldOut(req.ItemID) {
+		return PurchaseResult{}, &PurchaseError{Err: ErrSoldOut}
+	}
+	call := &purchaseCall{req: req, done: make(chan purchaseReply, 1)}
+	s.batcher.submit(call)
+	select {
+	case r := <-call.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		// The batch may still run: the outcome is unknown to this caller. A retry with the
+		// same Idempotency-Key returns the order if it was made.
+		return PurchaseResult{}, fmt.Errorf("inventory: purchase %s: %w", req.ItemID, ctx.Err())
+	}
+}
+
+// KnownSoldOut reports whether this instance knows the item has no stock left.
+func (s *Store) KnownSoldOut(item string) bool {
+	_, ok := s.soldOut.Load(item)
+	return ok
+}
+
+type purchaseCall struct {
+	req  PurchaseRequest
+	done chan purchaseReply
+}
+
+type purchaseReply struct {
+	res PurchaseResult
+	err error
+}
+
+// batchTimeout bounds one script call; callers whose context ends earlier stop waiting.
+const batchTimeout = 5 * time.Second
+
+// runBatch runs purchase.lua once for calls that all buy the same item.
+func (s *Store) runBatch(item string, calls []*purchaseCall) {
+	k := s.keys.Item(item)
+	keys := make([]string, 0, 5+3*len(calls))
+	keys = append(keys, k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox())
+	lim := s.opt.PurchaseLimit
+	args := make([]any, 0, 6+3*len(calls))
+	args = append(args, s.opt.ReservationTTL.Milliseconds(), s.opt.IdempotencyTTL.Milliseconds(),
+		lim.Rate, lim.Period.Milliseconds(), lim.Burst, item)
+	for _, c := range calls {
+		keys = append(keys, k.UserOrders(c.req.UserID), k.Idempotency(c.req.UserID, c.req.IdempotencyKey),
+			k.PurchaseLimit(c.req.UserID))
+		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	res, err := lua.Purchase.Run(ctx, s.rdb, keys, args...).Slice()
+	if err == nil && len(res) != len(calls) {
+		err = errNoReply
+	}
+	if err != nil {
+		err = fmt.Errorf("inventory: purchase %s: %w", item, err)
+		for _, c := range calls {
+			c.done <- purchaseReply{err: err}
+		}
+		return
+	}
+	for i, c := range calls {
+		c.done <- s.purchaseReply(item, res[i])
+	}
+}
+
+// purchaseReply decodes one attempt's reply:
+// {outcome, order_id, packed_order, stock_left, rl_allowed, rl_remaining, rl_retry_ms, rl_reset_ms}.
+func (s *Store) purchaseReply(item string, v any) purchaseReply {
+	f, ok := v.([]any)
+	if !ok || len(f) != 8 {
+		return purchaseReply{err: errNoReply}
+	}
+	str := func(i int) string { x, _ := f[i].(string); return x }
+	left, _ := f[3].(int64)
+	var dec *limits.Decision
+	if d, ran := limits.ParseReply(s.opt.PurchaseLimit.Burst, str(4), str(5), str(6), str(7)); ran {
+		dec = &d
+	}
+	outcome := str(0)
+	if outcome == "created" || outcome == "replayed" {
+		o, err := orders.Unpack(str(1), item, str(2))
+		if err != nil {
+			return purchaseReply{err: err}
+		}
+		if outcome == "created" && left == 0 {
+			s.soldOut.Store(item, struct{}{})
+		}
+		return purchaseReply{res: PurchaseResult{Order: o, Replayed: outcome == "replayed", Limit: dec}}
+	}
+	var sentinel error
+	switch outcome {
+	case "not_found":
+		sentinel = ErrNotFound
+	case "invalid_request":
+		sentinel = ErrInvalid
+	case "sale_not_started":
+		sentinel = ErrSaleNotStarted
+	case "sale_ended":
+		sentinel = ErrSaleEnded
+	case "rate_limited":
+		sentinel = limits.ErrRateLimited
+	case "limit_exceeded":
+		sentinel = ErrLimitExceeded
+	case "sold_out":
+		sentinel = ErrSoldOut
+		if left == 0 {
+			s.soldOut.Store(item, struct{}{})
+		}
+	default:
+		return purchaseReply{err: fmt.Errorf("inventory: unknown purchase outcome %q", outcome)}
+	}
+	return purchaseReply{err: &PurchaseError{Err: sentinel, StockLeft: left, Limit: dec}}
+}
+
+// batcher coalesces concurrent purchases per item: while one script call for an item is in
+// flight, newcomers queue; the next call takes up to max of them. A lone purchase goes out
+// at once, so batching adds no latency when the shop is quiet.
+type batcher struct {
+	max int
+	run func(item string, calls []*purchaseCall)
+
+	mu     sync.Mutex
+	queues map[string]*itemQueue
+}
+
+type itemQueue struct {
+	item    string
+	pending []*purchaseCall
+}
+
+func newBatcher(max int, run func(string, []*purchaseCall)) *batcher {
+	return &batcher{max: max, run: run, queues: map[string]*itemQueue{}}
+}
+
+func (b *batcher) submit(c *purchaseCall) {
+	b.mu.Lock()
+	q, running := b.queues[c.req.ItemID]
+	if !running {
+		q = &itemQueue{item: c.req.ItemID}
+		b.queues[q.item] = q
+	}
+	q.pending = append(q.pending, c)
+	b.mu.Unlock()
+	if !running {
+		go b.drain(q)
+	}
+}
+
+// drain runs batches for one item until its queue is empty, then forgets the queue.
+func (b *batcher) drain(q *itemQueue) {
+	for {
+		b.mu.Lock()
+		n := len(q.pending)
+		if n == 0 {
+			delete(b.queues, q.item)
+			b.mu.Unlock()
+			return
+		}
+		if n > b.max {
+			n = b.max
+		}
+		batch := q.pending[:n:n]
+		q.pending = q.pending[n:]
+		b.mu.Unlock()
+		b.run(q.item, batch)
+	}
+}
+
+// strconvItoa keeps strconv imported for callers formatting ids.
+var _ = strconv.Itoa

@@ -1,0 +1,299 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// Options tune a Store; zero values take the defaults.
+type Options struct {
+	ReservationTTL   time.Duration // default 10m
+	IdempotencyTTL   time.Duration // default 24h
+	SnapshotInterval time.Duration // catalogue snapshot refresh, default 500ms
+	PurchaseBatch    int           // most purchases coalesced into one script call, default 64
+	PurchaseLimit    PurchaseLimit // per-user-per-item purchase rate limit, folded into the script
+}
+
+// PurchaseLimit is the GCRA policy the purchase script applies per user and item.
+type PurchaseLimit struct {
+	Rate   int // per Period; 0 = off
+	Period time.Duration
+	Burst  int
+}
+
+// Store is the inventory over Redis: items, stock and purchases.
+type Store struct {
+	rdb  redis.UniversalClient
+	keys keyspace.Space
+	opt  Options
+
+	batcher *batcher
+
+	snapMu   sync.RWMutex
+	snap     map[string]Item
+	snapAt   time.Time
+	snapLoad singleflight.Group
+	soldOut  sync.Map // item id -> struct{}: known sold out, answered from memory
+}
+
+// NewStore returns a Store over rdb with the given key space.
+func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Store {
+	if opt.ReservationTTL <= 0 {
+		opt.ReservationTTL = 10 * time.Minute
+	}
+	if opt.IdempotencyTTL <= 0 {
+		opt.IdempotencyTTL = 24 * time.Hour
+	}
+	if opt.SnapshotInterval <= 0 {
+		opt.SnapshotInterval = 500 * time.Millisecond
+	}
+	if opt.PurchaseBatch <= 0 {
+		opt.PurchaseBatch = 64
+	}
+	s := &Store{rdb: rdb, keys: keys, opt: opt}
+	s.batcher = newBatcher(opt.PurchaseBatch, s.runBatch)
+	return s
+}
+
+// Upsert creates or updates an item. created reports which.
+func (s *Store) Upsert(ctx context.Context, in Input) (Item, bool, error) {
+	if err := in.Validate(); err != nil {
+		return Item{}, false, err
+	}
+	// The catalogue set is another slot: add first, so a crash leaves at worst an id that
+	// readers skip (no item hash), never an item missing from the catalogue.
+	if err := s.rdb.SAdd(ctx, s.keys.Catalog(), in.ID).Err(); err != nil {
+		return Item{}, false, fmt.Errorf("inventory: upsert %s: %w", in.ID, err)
+	}
+	k := s.keys.Item(in.ID)
+	stock := ""
+	if in.Stock != nil {
+		stock = strconv.FormatInt(*in.Stock, 10)
+	}
+	res, err := lua.UpsertItem.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox()},
+		in.ID, in.Name, in.Category, in.PriceCents, stock, in.PerUserLimit,
+		msOrZero(in.StartsAt), msOrZero(in.EndsAt)).Slice()
+	if err != nil {
+		return Item{}, false, fmt.Errorf("inventory: upsert %s: %w", in.ID, err)
+	}
+	it, err := s.remember(in.ID, res[1])
+	if err != nil {
+		return Item{}, false, err
+	}
+	switch res[0] {
+	case "invalid_state":
+		return it, false, fmt.Errorf("%w: stock differs from the current total %d; use the stock route", ErrInvalidState, it.StockTotal)
+	case "created":
+		return it, true, nil
+	}
+	return it, false, nil
+}
+
+// AdjustStock adds (or, negative, withdraws) unsold stock.
+func (s *Store) AdjustStock(ctx context.Context, id string, delta int64) (Item, error) {
+	if !keyspace.ValidID(id) {
+		return Item{}, ErrNotFound
+	}
+	if delta == 0 || delta > 1e12 || delta < -1e12 {
+		return Item{}, fmt.Errorf("%w: delta must be a non-zero integer within ±1000000000000", ErrInvalid)
+	}
+	k := s.keys.Item(id)
+	res, err := lua.AdjustStock.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox()}, id, delta).Slice()
+	if err != nil {
+		return Item{}, fmt.Errorf("inventory: adjust %s: %w", id, err)
+	}
+	if res[0] == "not_found" {
+		return Item{}, ErrNotFound
+	}
+	it, err := s.remember(id, res[1])
+	if err != nil {
+		return Item{}, err
+	}
+	if res[0] == "invalid_state" {
+		return it, fmt.Errorf("%w: only %d unsold units can be withdrawn", ErrInvalidState, it.StockLeft)
+	}
+	return it, nil
+}
+
+// Get reads one item from Redis (not the snapshot).
+func (s *Store) Get(ctx context.Context, id string) (Item, error) {
+	if !keyspace.ValidID(id) {
+		return Item{}, ErrNotFound
+	}
+	h, err := s.rdb.HGetAll(ctx, s.keys.Item(id).Hash()).Result()
+	if err != nil {
+		return Item{}, fmt.Errorf("inventory: get %s: %w", id, err)
+	}
+	it, err := itemFromHash(id, h)
+	if err != nil {
+		return Item{}, err
+	}
+	it.Status = it.StatusAt(time.Now())
+	return it, nil
+}
+
+// IDs returns every item id in the catalogue (sorted), from the snapshot.
+func (s *Store) IDs(ctx context.Context) ([]string, error) {
+	items, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	return ids, nil
+}
+
+// List returns every item, sorted by id, from the in-process snapshot (at most one
+// snapshot interval old; pushed fresher by this instance's own writes).
+func (s *Store) List(ctx context.Context) ([]Item, error) {
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := make([]Item, 0, len(snap))
+	for _, it := range snap {
+		it.Status = it.StatusAt(now)
+		out = append(out, it)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out, nil
+}
+
+// Lookup returns one item from the snapshot.
+func (s *Store) Lookup(ctx context.Context, id string) (Item, error) {
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return Item{}, err
+	}
+	it, ok := snap[id]
+	if !ok {
+		return Item{}, ErrNotFound
+	}
+	it.Status = it.StatusAt(time.Now())
+	return it, nil
+}
+
+// RunSnapshot refreshes the catalogue snapshot every interval until ctx ends, so reads
+// and the sold-out short cut never wait for Redis.
+func (s *Store) RunSnapshot(ctx context.Context) {
+	t := time.NewTicker(s.opt.SnapshotInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = s.refresh(ctx)
+		}
+	}
+}
+
+func (s *Store) snapshot(ctx context.Context) (map[string]Item, error) {
+	s.snapMu.RLock()
+	snap, at := s.snap, s.snapAt
+	s.snapMu.RUnlock()
+	if snap != nil && time.Since(at) < s.opt.SnapshotInterval {
+		return snap, nil
+	}
+	if err := s.refresh(ctx); err != nil {
+		if snap != nil && time.Since(at) < 2*time.Second {
+			return snap, nil // serve slightly stale data through a blip
+		}
+		return nil, err
+	}
+	s.snapMu.RLock()
+	defer s.snapMu.RUnlock()
+	return s.snap, nil
+}
+
+// refresh reloads the whole catalogue: one SMEMBERS and one pipelined HGETALL per item,
+// by one loader at a time.
+func (s *Store) refresh(ctx context.Context) error {
+	_, err, _ := s.snapLoad.Do("snap", func() (any, error) {
+		ids, err := s.rdb.SMembers(ctx, s.keys.Catalog()).Result()
+		if err != nil {
+			return nil, fmt.Errorf("inventory: catalogue: %w", err)
+		}
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.MapStringStringCmd, len(ids))
+		for i, id := range ids {
+			cmds[i] = pipe.HGetAll(ctx, s.keys.Item(id).Hash())
+		}
+		if len(ids) > 0 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				return nil, fmt.Errorf("inventory: catalogue items: %w", err)
+			}
+		}
+		snap := make(map[string]Item, len(ids))
+		for i, id := range ids {
+			it, err := itemFromHash(id, cmds[i].Val())
+			if err != nil {
+				continue // id added to the catalogue by an upsert that did not finish
+			}
+			snap[id] = it
+			if it.StockLeft > 0 {
+				s.soldOut.Delete(id)
+			}
+		}
+		s.snapMu.Lock()
+		s.snap, s.snapAt = snap, time.Now()
+		s.snapMu.Unlock()
+		return nil, nil
+	})
+	return err
+}
+
+// remember parses a script's HGETALL reply and puts the item into the snapshot.
+func (s *Store) remember(id string, reply any) (Item, error) {
+	it, err := itemFromHash(id, pairs(reply))
+	if err != nil {
+		return Item{}, err
+	}
+	s.update(it)
+	it.Status = it.StatusAt(time.Now())
+	return it, nil
+}
+
+// update replaces an item in the snapshot (copy on write) when it is newer.
+func (s *Store) update(it Item) {
+	if it.StockLeft > 0 {
+		s.soldOut.Delete(it.ID)
+	}
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if s.snap == nil {
+		return
+	}
+	if old, ok := s.snap[it.ID]; ok && old.Version > it.Version {
+		return
+	}
+	next := make(map[string]Item, len(s.snap)+1)
+	for k, v := range s.snap {
+		next[k] = v
+	}
+	next[it.ID] = it
+	s.snap = next
+}
+
+func msOrZero(t *time.Time) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+var errNoReply = errors.New("inventory: script reply malformed")

@@ -1,0 +1,67 @@
+// Package keyspace owns flashsale's Redis key layout (see docs/design.md). Every key of one
+// item shares the item's hash tag, so each item script runs in one Redis Cluster slot.
+package keyspace
+
+import (
+	"regexp"
+	"strings"
+)
+
+// validID matches item and user ids as the contract defines them.
+var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidID reports whether s is a valid item or user id.
+func ValidID(s string) bool { return validID.MatchString(s) }
+
+// Space builds keys under one prefix ("fs:" in production, random in tests).
+type Space struct{ Prefix string }
+
+// Item returns the keys of one item.
+func (s Space) Item(id string) Item {
+	return Item{ID: id, base: s.Prefix + "{i:" + id + "}:"}
+}
+
+// Catalog is the set of all item ids.
+func (s Space) Catalog() string { return s.Prefix + "catalog" }
+
+// Rank returns the base of the ranking slot's keys.
+func (s Space) Rank() string { return s.Prefix + "{rank}:" }
+
+// Item holds the key names of one item's slot.
+type Item struct {
+	ID   string
+	base string
+}
+
+func (k Item) Hash() string   { return k.base + "item" }
+func (k Item) Orders() string { return k.base + "orders" }
+func (k Item) Held() string   { return k.base + "held" }
+func (k Item) PaidBy() string { return k.base + "paidby" }
+func (k Item) Expiry() string { return k.base + "expiry" }
+func (k Item) Outbox() string { return k.base + "outbox" }
+
+// UserOrders is the user's order index for this item.
+func (k Item) UserOrders(user string) string { return k.base + "user:" + user }
+
+// Idempotency is where an idempotency key's order id is kept.
+func (k Item) Idempotency(user, key string) string { return k.base + "idem:" + user + ":" + key }
+
+// PurchaseLimit is the user's purchase rate-limit state on this item.
+func (k Item) PurchaseLimit(user string) string { return k.base + "rl:" + user }
+
+// OrderID builds an order id from its item and sequence number.
+func OrderID(item string, seq string) string { return item + "." + seq }
+
+// ItemOfOrder returns the item id an order id belongs to, or false for a malformed id.
+func ItemOfOrder(orderID string) (string, bool) {
+	item, seq, ok := strings.Cut(orderID, ".")
+	if !ok || !ValidID(item) || seq == "" || len(seq) > 20 {
+		return "", false
+	}
+	for _, c := range seq {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	return item, true
+}

@@ -1,0 +1,61 @@
+// Package orders owns the order lifecycle after a purchase reserved stock: reading orders,
+// paying, cancelling, and expiring reservations nobody paid.
+package orders
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Status is an order's state, in the contract's words.
+type Status string
+
+const (
+	Reserved  Status = "reserved"
+	Paid      Status = "paid"
+	Cancelled Status = "cancelled"
+	Expired   Status = "expired"
+)
+
+// Sentinel errors; the HTTP layer maps them to the contract's codes.
+var (
+	ErrNotFound     = errors.New("order not found")
+	ErrInvalidState = errors.New("order is not reserved")
+	ErrExpired      = errors.New("reservation expired")
+)
+
+// Order is one reservation of stock by one user.
+type Order struct {
+	ID         string    `json:"id"`
+	ItemID     string    `json:"item_id"`
+	UserID     string    `json:"user_id"`
+	Quantity   int64     `json:"quantity"`
+	PriceCents int64     `json:"price_cents"`
+	Status     Status    `json:"status"`
+	CreatedAt  time.Time `json:"created_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// Unpack decodes the packed form the scripts store: "user|quantity|price_cents|status|created_ms|expires_ms".
+func Unpack(id, item, packed string) (Order, error) {
+	f := strings.Split(packed, "|")
+	if len(f) != 6 {
+		return Order{}, fmt.Errorf("orders: malformed record for %s: %q", id, packed)
+	}
+	qty, err1 := strconv.ParseInt(f[1], 10, 64)
+	price, err2 := strconv.ParseInt(f[2], 10, 64)
+	created, err3 := strconv.ParseInt(f[4], 10, 64)
+	expires, err4 := strconv.ParseInt(f[5], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return Order{}, fmt.Errorf("orders: malformed record for %s: %w", id, err)
+	}
+	return Order{
+		ID: id, ItemID: item, UserID: f[0], Quantity: qty, PriceCents: price,
+		Status:    Status(f[3]),
+		CreatedAt: time.UnixMilli(created).UTC(),
+		ExpiresAt: time.UnixMilli(expires).UTC(),
+	}, nil
+}

@@ -1,0 +1,96 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+)
+
+// Store reads and changes orders in Redis.
+type Store struct {
+	rdb  redis.UniversalClient
+	keys keyspace.Space
+}
+
+// NewStore returns a Store over rdb with the given key space.
+func NewStore(rdb redis.UniversalClient, keys keyspace.Space) *Store {
+	return &Store{rdb: rdb, keys: keys}
+}
+
+// Get returns the user's order; another user's order is ErrNotFound, as is a malformed id.
+func (s *Store) Get(ctx context.Context, user, id string) (Order, error) {
+	item, ok := keyspace.ItemOfOrder(id)
+	if !ok {
+		return Order{}, ErrNotFound
+	}
+	packed, err := s.rdb.HGet(ctx, s.keys.Item(item).Orders(), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return Order{}, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("orders: get %s: %w", id, err)
+	}
+	o, err := Unpack(id, item, packed)
+	if err != nil {
+		return Order{}, err
+	}
+	if o.UserID != user {
+		return Order{}, ErrNotFound
+	}
+	return o, nil
+}
+
+// List returns the user's orders across the given items, newest first. It costs two
+// pipelined round trips whatever the number of items.
+func (s *Store) List(ctx context.Context, user string, items []string) ([]Order, error) {
+	pipe := s.rdb.Pipeline()
+	idx := make([]*redis.StringSliceCmd, len(items))
+	for i, item := range items {
+		idx[i] = pipe.ZRange(ctx, s.keys.Item(item).UserOrders(user), 0, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("orders: list index: %w", err)
+	}
+	pipe = s.rdb.Pipeline()
+	recs := make([]*redis.SliceCmd, len(items))
+	for i, item := range items {
+		if ids := idx[i].Val(); len(ids) > 0 {
+			recs[i] = pipe.HMGet(ctx, s.keys.Item(item).Orders(), ids...)
+		}
+	}
+	if pipe.Len() > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("orders: list records: %w", err)
+		}
+	}
+	out := []Order{}
+	for i, item := range items {
+		if recs[i] == nil {
+			continue
+		}
+		ids := idx[i].Val()
+		for j, v := range recs[i].Val() {
+			packed, ok := v.(string)
+			if !ok {
+				continue
+			}
+			o, err := Unpack(ids[j], item, packed)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, o)
+		}
+	}
+	sort.SliceStable(out, func(a, b int) bool {
+		if !out[a].CreatedAt.Equal(out[b].CreatedAt) {
+			return out[a].CreatedAt.After(out[b].CreatedAt)
+		}
+		return out[a].ID > out[b].ID
+	})
+	return out, nil
+}

@@ -1,0 +1,33 @@
+// Package redisconn opens flashsale's Redis connection: one address is a single node, more
+// than one is a Redis Cluster. Both binaries and the tests use it.
+package redisconn
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Open connects and pings; it fails with a message that says how to start Redis.
+func Open(ctx context.Context, addrs []string, db int) (redis.UniversalClient, error) {
+	opt := &redis.UniversalOptions{
+		Addrs:        addrs,
+		DB:           db,
+		DialTimeout:  2 * time.Second,
+		ReadTimeout:  3 * time.Second,
+		WriteTimeout: 3 * time.Second,
+	}
+	if len(addrs) > 1 {
+		opt.DB = 0
+	}
+	rdb := redis.NewUniversalClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis at %v is not answering (%w); start it with: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no", addrs, err)
+	}
+	return rdb, nil
+}

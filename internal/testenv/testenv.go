@@ -1,0 +1,88 @@
+// Package testenv gives tests their own namespace on the real servers: a random Redis key
+// prefix (cleaned up afterwards), a throw-away Postgres database, a local Redis Cluster.
+// A missing server fails the test with the command that starts it; nothing is skipped.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// RedisAddr is the shared test Redis (FLASHSALE_TEST_REDIS overrides).
+func RedisAddr() string {
+	if a := os.Getenv("FLASHSALE_TEST_REDIS"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// Token returns n random hex bytes, for names.
+func Token(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Redis connects to the shared test Redis and returns a random key space; every key under it
+// is deleted when the test ends. It never flushes the server.
+func Redis(t testing.TB) (redis.UniversalClient, keyspace.Space) {
+	t.Helper()
+	ctx := context.Background()
+	rdb, err := redisconn.Open(ctx, []string{RedisAddr()}, 0)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	space := keyspace.Space{Prefix: "t" + Token(6) + ":"}
+	if err := lua.Load(ctx, rdb); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		DeletePrefix(t, rdb, space.Prefix)
+		rdb.Close()
+	})
+	return rdb, space
+}
+
+// DeletePrefix removes every key starting with prefix (on every master of a cluster).
+func DeletePrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	del := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var batch []string
+		for iter.Next(ctx) {
+			batch = append(batch, iter.Val())
+			if len(batch) == 500 {
+				for _, k := range batch {
+					c.Unlink(ctx, k)
+				}
+				batch = batch[:0]
+			}
+		}
+		for _, k := range batch {
+			c.Unlink(ctx, k)
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return del(ctx, m) })
+	case *redis.Client:
+		err = del(ctx, c)
+	}
+	if err != nil && !strings.Contains(err.Error(), "closed") {
+		t.Logf("testenv: cleanup of %s*: %v", prefix, err)
+	}
+}

@@ -1,0 +1,28 @@
+-- adjust_stock.lua: add (delta > 0) or withdraw (delta < 0) unsold stock, atomically with its
+-- outbox event. Runs in the item's slot like purchase.lua, so it serialises with purchases:
+-- stock_left never goes below zero and stock_total always equals everything loaded.
+--
+-- KEYS[1] item hash   KEYS[2] outbox stream
+-- ARGV[1] item id   ARGV[2] delta (non-zero integer)
+-- Reply: {'ok'|'not_found'|'invalid_state', HGETALL of the item}; an error reply for a
+--        malformed delta (nothing written).
+
+local delta = tonumber(ARGV[2])
+if not delta or delta == 0 or delta ~= math.floor(delta) then
+  return redis.error_reply('ERR adjust_stock: delta must be a non-zero integer')
+end
+local f = redis.call('HMGET', KEYS[1], 'stock_total', 'stock_left')
+local total, left = tonumber(f[1]), tonumber(f[2])
+if total == nil then
+  return {'not_found', {}}
+end
+if left + delta < 0 then
+  return {'invalid_state', redis.call('HGETALL', KEYS[1])}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[1], 'stock_total', total + delta, 'stock_left', left + delta)
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('XADD', KEYS[2], '*', 'type', 'stock.adjusted', 'at', now, 'item', ARGV[1],
+  'delta', delta, 'stock_total', total + delta)
+return {'ok', redis.call('HGETALL', KEYS[1])}

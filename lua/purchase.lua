@@ -1,0 +1,118 @@
+-- purchase.lua: reserve stock for a batch of purchase attempts on ONE item, atomically.
+-- (gcra.lua is prepended.) A batch is how the api coalesces concurrent purchases of the same
+-- item into one round trip; a single purchase is a batch of one. Each attempt is decided in
+-- order and independently: idempotent replay, sale window, rate limit, per-user limit, stock.
+-- Everything an attempt changes (stock, order, allowance, user index, expiry index,
+-- idempotency key, outbox event) is written by this one script, so nothing is half-done.
+--
+-- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] expiry zset
+-- KEYS[5] outbox stream
+-- then for attempt i (1-based): KEYS[3+3i] user's order index zset,
+--   KEYS[4+3i] idempotency key, KEYS[5+3i] user's purchase rate-limit key
+-- ARGV[1] reservation ttl ms (>0)   ARGV[2] idempotency ttl ms (>0)
+-- ARGV[3] rate per period (0 = no limit)   ARGV[4] period ms   ARGV[5] burst
+-- ARGV[6] item id (for order ids and events)
+-- then for attempt i: ARGV[4+3i] user id, ARGV[5+3i] quantity, ARGV[6+3i] idempotency key ('' none)
+--
+-- Reply: one array per attempt:
+--   {outcome, order_id, packed_order, stock_left, rl_allowed, rl_remaining, rl_retry_ms, rl_reset_ms}
+-- outcome: created | replayed | not_found | invalid_request | sale_not_started | sale_ended |
+--          rate_limited | limit_exceeded | sold_out
+-- packed_order is "user|quantity|price_cents|status|created_ms|expires_ms" ('' when none).
+-- The rl_* fields are strings ('' when the limiter is off or was not reached).
+-- A malformed batch (bad counts or shared ARGV) is an error reply and writes nothing.
+
+local ttl = tonumber(ARGV[1])
+local idem_ttl = tonumber(ARGV[2])
+local rate = tonumber(ARGV[3])
+local period = tonumber(ARGV[4])
+local burst = tonumber(ARGV[5])
+local item_id = ARGV[6]
+local n = (#KEYS - 5) / 3
+if n < 1 or n ~= math.floor(n) or #ARGV ~= 6 + 3 * n then
+  return redis.error_reply('ERR purchase: KEYS/ARGV do not describe a batch')
+end
+if not ttl or ttl <= 0 or not idem_ttl or idem_ttl <= 0 or not rate or rate < 0 then
+  return redis.error_reply('ERR purchase: bad ttl or rate')
+end
+if rate > 0 and (not period or period <= 0 or not burst or burst < 1) then
+  return redis.error_reply('ERR purchase: bad period or burst')
+end
+
+local f = redis.call('HMGET', KEYS[1], 'stock_left', 'per_user_limit', 'price_cents',
+  'starts_at', 'ends_at', 'seq', 'reserved')
+local exists = f[1] ~= false
+local left = tonumber(f[1]) or 0
+local per_user = tonumber(f[2]) or 0
+local price = f[3] or '0'
+local starts = tonumber(f[4]) or 0
+local ends = tonumber(f[5]) or 0
+local seq = tonumber(f[6]) or 0
+local reserved = tonumber(f[7]) or 0
+local now = now_ms()
+local now_int = math.floor(now)
+local changed = false
+local out = {}
+
+for i = 1, n do
+  local ukey, ikey, rkey = KEYS[3 + 3 * i], KEYS[4 + 3 * i], KEYS[5 + 3 * i]
+  local user, qty, idem = ARGV[4 + 3 * i], tonumber(ARGV[5 + 3 * i]), ARGV[6 + 3 * i]
+  local reply
+  local prev = false
+  if idem ~= '' then
+    prev = redis.call('GET', ikey)
+  end
+  if prev then
+    reply = {'replayed', prev, redis.call('HGET', KEYS[2], prev) or '', left, '', '', '', ''}
+  elseif not exists then
+    reply = {'not_found', '', '', 0, '', '', '', ''}
+  elseif not qty or qty < 1 or qty ~= math.floor(qty) or user == '' then
+    reply = {'invalid_request', '', '', left, '', '', '', ''}
+  elseif now < starts then
+    reply = {'sale_not_started', '', '', left, '', '', '', ''}
+  elseif ends > 0 and now >= ends then
+    reply = {'sale_ended', '', '', left, '', '', '', ''}
+  else
+    local ok, remaining, retry, reset = true, 0, 0, 0
+    if rate > 0 then
+      ok, remaining, retry, reset = gcra(rkey, now, rate, period, burst, 1)
+    end
+    local rl = {'', '', '', ''}
+    if rate > 0 then
+      rl = {ok and '1' or '0', tostring(remaining), ms(retry), ms(reset)}
+    end
+    local held = tonumber(redis.call('HGET', KEYS[3], user)) or 0
+    if not ok then
+      reply = {'rate_limited', '', '', left, rl[1], rl[2], rl[3], rl[4]}
+    elseif held + qty > per_user then
+      reply = {'limit_exceeded', '', '', left, rl[1], rl[2], rl[3], rl[4]}
+    elseif qty > left then
+      reply = {'sold_out', '', '', left, rl[1], rl[2], rl[3], rl[4]}
+    else
+      seq = seq + 1
+      left = left - qty
+      reserved = reserved + qty
+      changed = true
+      local oid = item_id .. '.' .. seq
+      local expires = now_int + ttl
+      local packed = user .. '|' .. qty .. '|' .. price .. '|reserved|' .. now_int .. '|' .. expires
+      redis.call('HSET', KEYS[2], oid, packed)
+      redis.call('HINCRBY', KEYS[3], user, qty)
+      redis.call('ZADD', ukey, now_int, oid)
+      redis.call('ZADD', KEYS[4], expires, oid)
+      if idem ~= '' then
+        redis.call('SET', ikey, oid, 'PX', idem_ttl)
+      end
+      redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'at', now_int, 'item', item_id,
+        'order', oid, 'user', user, 'quantity', qty, 'price_cents', price)
+      reply = {'created', oid, packed, left, rl[1], rl[2], rl[3], rl[4]}
+    end
+  end
+  out[i] = reply
+end
+
+if changed then
+  redis.call('HSET', KEYS[1], 'stock_left', left, 'reserved', reserved, 'seq', seq)
+  redis.call('HINCRBY', KEYS[1], 'version', 1)
+end
+return out

@@ -1,0 +1,43 @@
+-- upsert_item.lua: create an item or update its attributes, atomically with its outbox event.
+-- Stock is only set on create; an update whose stock differs from the current total is
+-- refused (stock moves through adjust_stock.lua, which races safely with purchases).
+--
+-- KEYS[1] item hash   KEYS[2] outbox stream
+-- ARGV[1] item id  ARGV[2] name  ARGV[3] category  ARGV[4] price_cents (>=0)
+-- ARGV[5] stock (>=0, '' = keep / 0 on create)  ARGV[6] per_user_limit (>=1)
+-- ARGV[7] starts_at ms (>=0, 0 = live now)  ARGV[8] ends_at ms (0 = no end, else > starts_at)
+-- Reply: {'created'|'updated', HGETALL of the item} or {'invalid_state', HGETALL} or
+--        an error reply for malformed arguments (nothing written).
+
+local price = tonumber(ARGV[4])
+local stock = ARGV[5] == '' and -1 or tonumber(ARGV[5])
+local per_user = tonumber(ARGV[6])
+local starts = tonumber(ARGV[7])
+local ends = tonumber(ARGV[8])
+local function whole(x, min) return x and x >= min and x == math.floor(x) end
+if ARGV[1] == '' or ARGV[2] == '' or not whole(price, 0) or not whole(stock, -1)
+  or not whole(per_user, 1) or not whole(starts, 0) or not whole(ends, 0)
+  or (ends > 0 and ends <= starts) then
+  return redis.error_reply('ERR upsert_item: invalid arguments')
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local total = tonumber(redis.call('HGET', KEYS[1], 'stock_total'))
+local outcome = 'updated'
+if total == nil then
+  outcome = 'created'
+  if stock < 0 then stock = 0 end
+  total = stock
+  redis.call('HSET', KEYS[1], 'stock_total', stock, 'stock_left', stock, 'reserved', 0,
+    'paid', 0, 'seq', 0, 'version', 0)
+elseif stock >= 0 and stock ~= total then
+  return {'invalid_state', redis.call('HGETALL', KEYS[1])}
+end
+redis.call('HSET', KEYS[1], 'name', ARGV[2], 'category', ARGV[3], 'price_cents', price,
+  'per_user_limit', per_user, 'starts_at', starts, 'ends_at', ends)
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('XADD', KEYS[2], '*', 'type', 'item.upserted', 'at', now, 'item', ARGV[1],
+  'name', ARGV[2], 'category', ARGV[3], 'price_cents', price, 'stock_total', total,
+  'per_user_limit', per_user, 'starts_at', starts, 'ends_at', ends)
+return {outcome, redis.call('HGETALL', KEYS[1])}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Make sure Redis and PostgreSQL answer on 127.0.0.1, installing Debian's packages when they
+# are missing and starting them when they are down. Used by `make run` and `make test`.
+set -euo pipefail
+
+need_apt=()
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
+command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "services: installing ${need_apt[*]}" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  echo "services: starting redis-server on 127.0.0.1:6379" >&2
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+  for _ in $(seq 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+
+pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; }
+if ! pg_up; then
+  ver=$(ls /etc/postgresql 2>/dev/null | sort -n | tail -n1)
+  if [ -z "$ver" ]; then
+    echo "services: no PostgreSQL cluster found under /etc/postgresql" >&2; exit 1
+  fi
+  echo "services: starting PostgreSQL $ver" >&2
+  pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+  for _ in $(seq 100); do pg_up && break; sleep 0.1; done
+fi
+# Local development trusts the postgres user on 127.0.0.1 (as Debian's test setup here does).
+if ! psql -h 127.0.0.1 -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1; then
+  echo "services: cannot connect to PostgreSQL as postgres on 127.0.0.1 without a password;" >&2
+  echo "          set FLASHSALE_POSTGRES_DSN or allow trust auth for 127.0.0.1 in pg_hba.conf" >&2
+fi
+redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null
+pg_up

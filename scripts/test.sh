@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Every test: formatting and vet, the Go suite under -race against the real servers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+echo "== gofmt / go vet"
+bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$bad" ]; then echo "gofmt would change: $bad"; exit 1; fi
+go vet ./...
+echo "== go test -race"
+go test -race -count=1 -timeout 8m ./...

@@ -1,0 +1,9 @@
+// Package web embeds the shopper and admin pages served by the api.
+package web
+
+import "embed"
+
+// Files holds index.html, admin.html and assets/.
+//
+//go:embed index.html admin.html assets
+var Files embed.FS
