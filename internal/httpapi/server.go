@@ -14,7 +14,9 @@ import (
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/ranking"
 )
 
 // Deps are what the handlers need. Optional parts (nil) leave their routes out.
@@ -27,6 +29,14 @@ type Deps struct {
 	Ready func(ctx context.Context) error
 	// Web holds the embedded pages (index.html, admin.html, assets/); nil serves none.
 	Web fs.FS
+	// Ranking keeps ratings and leaderboards.
+	Ranking *ranking.Store
+	// Limiter applies the rate-limit policies of pay, cancel, rating and login.
+	Limiter *limits.Limiter
+	// Reconciliation returns the latest batch reconciliation report (reads Postgres).
+	Reconciliation func(ctx context.Context) (any, error)
+	// Metrics serves /metrics (Prometheus text format).
+	Metrics http.Handler
 }
 
 // Server is the api's HTTP handler.
@@ -44,7 +54,7 @@ const (
 func New(d Deps) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Deps: d, engine: gin.New()}
-	s.engine.Use(gin.Recovery(), accessLog)
+	s.engine.Use(gin.Recovery(), accessLog, s.observe)
 	s.engine.HandleMethodNotAllowed = false
 	s.engine.NoRoute(func(c *gin.Context) { fail(c, errNoRoute) })
 	s.routes()
@@ -62,20 +72,30 @@ func (s *Server) routes() {
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.readyz)
 
+	r.GET("/metrics", s.metrics)
+
 	api := r.Group("/api")
-	api.POST("/login", s.login)
+	api.GET("/openapi.json", s.openapi)
+	api.POST("/login", s.limitLogin, s.login)
 	api.GET("/items", s.listItems)
 	api.GET("/items/:id", s.getItem)
+	api.GET("/leaderboards/top-rated", s.topRated)
+	api.GET("/leaderboards/best-sellers", s.bestSellers)
 
 	shopper := api.Group("", s.Auth.requireUser)
+	// The purchase rate limit is folded into the purchase script (one round trip).
 	shopper.POST("/items/:id/purchase", s.purchase)
+	shopper.POST("/items/:id/rating", s.limit("rating"), s.rateItem)
 	shopper.GET("/orders", s.listOrders)
 	shopper.GET("/orders/:id", s.getOrder)
+	shopper.POST("/orders/:id/pay", s.limit("pay"), s.payOrder)
+	shopper.POST("/orders/:id/cancel", s.limit("cancel"), s.cancelOrder)
 
 	admin := api.Group("/admin", s.Auth.requireAdmin)
 	admin.PUT("/items/:id", s.putItem)
 	admin.POST("/items/:id/stock", s.adjustStock)
 	admin.POST("/items/import", s.importItems)
+	admin.GET("/reconciliation", s.reconciliationReport)
 
 	if s.Web != nil {
 		s.webRoutes()

@@ -37,3 +37,6 @@ func ParseReply(limit int, allowed, remaining, retryMS, resetMS string) (Decisio
 		Reset:      time.Duration(reset * float64(time.Millisecond)),
 	}, true
 }
+
+// Limiter evaluates named GCRA policies in Redis. (Built in issue 4.)
+type Limiter struct{}
