@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -239,5 +238,6 @@ func (b *batcher) drain(q *itemQueue) {
 	}
 }
 
-// strconvItoa keeps strconv imported for callers formatting ids.
-var _ = strconv.Itoa
+// ForgetSoldOut drops the sold-out mark of an item whose stock came back (cancel, expiry,
+// restock on this instance); other instances learn it from their next snapshot.
+func (s *Store) ForgetSoldOut(item string) { s.soldOut.Delete(item) }

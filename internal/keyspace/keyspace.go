@@ -65,3 +65,6 @@ func ItemOfOrder(orderID string) (string, bool) {
 	}
 	return item, true
 }
+
+// RankOutbox is the ranking slot's outbox stream (rating.set events).
+func (s Space) RankOutbox() string { return s.Rank() + "outbox" }

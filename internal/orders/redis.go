@@ -13,8 +13,9 @@ import (
 
 // Store reads and changes orders in Redis.
 type Store struct {
-	rdb  redis.UniversalClient
-	keys keyspace.Space
+	rdb   redis.UniversalClient
+	keys  keyspace.Space
+	Hooks Hooks
 }
 
 // NewStore returns a Store over rdb with the given key space.
@@ -93,4 +94,12 @@ func (s *Store) List(ctx context.Context, user string, items []string) ([]Order,
 		return out[a].ID > out[b].ID
 	})
 	return out, nil
+}
+
+// Hooks let other capabilities react to lifecycle changes on this instance (all optional).
+type Hooks struct {
+	// StockReturned is called after a cancel or expiry gave stock back to an item.
+	StockReturned func(item string)
+	// PaidChanged is called with an item's total paid units after a payment.
+	PaidChanged func(ctx context.Context, item string, paidTotal int64)
 }

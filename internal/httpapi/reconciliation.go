@@ -1,0 +1,6 @@
+package httpapi
+
+import "github.com/gin-gonic/gin"
+
+// The latest reconciliation report (issue 8 replaces this stub).
+func (s *Server) reconciliationReport(c *gin.Context) { notYet(c) }
