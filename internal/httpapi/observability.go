@@ -7,8 +7,8 @@ import (
 )
 
 // Metrics and OpenAPI (issue 9 replaces these stubs).
-func (s *Server) observe(c *gin.Context)              {}
-func (s *Server) metrics(c *gin.Context)              { notYet(c) }
-func (s *Server) openapi(c *gin.Context)              { notYet(c) }
+func (s *Server) observe(c *gin.Context) {}
+func (s *Server) metrics(c *gin.Context) { notYet(c) }
+func (s *Server) openapi(c *gin.Context) { notYet(c) }
 
 func notYet(c *gin.Context) { abort(c, http.StatusServiceUnavailable, "unavailable", "not built yet") }
