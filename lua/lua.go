@@ -52,6 +52,16 @@ func init() {
 	Register("adjust_stock", AdjustStock)
 }
 
+// Hashes returns every registered script's SHA1 by script name, so instrumentation can name
+// the script behind an EVALSHA.
+func Hashes() map[string]string {
+	out := make(map[string]string, len(all))
+	for name, s := range all {
+		out[name] = s.Hash()
+	}
+	return out
+}
+
 // New builds a script from embedded files (concatenated in order) and registers it.
 func New(name string, files ...string) *redis.Script { return Register(name, script(files...)) }
 
