@@ -68,6 +68,8 @@ func run(ctx context.Context, cfg config.Config) error {
 		},
 	})
 	ord := orders.NewStore(rdb, keys)
+	ord.Hooks.StockReturned = inv.ForgetSoldOut
+	expirer := orders.NewExpirer(ord, inv.IDs, cfg.ExpiryInterval, cfg.ExpiryBatch)
 
 	srv := httpapi.New(httpapi.Deps{
 		Config:    cfg,
@@ -91,6 +93,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	bg, cancelBG := context.WithCancel(context.Background())
 	defer cancelBG()
 	go inv.RunSnapshot(bg)
+	go expirer.Run(bg)
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {

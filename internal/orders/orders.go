@@ -27,6 +27,9 @@ var (
 	ErrExpired      = errors.New("reservation expired")
 )
 
+// errReply is a script reply of an unexpected shape (a bug or a script version mismatch).
+var errReply = errors.New("orders: script reply malformed")
+
 // Order is one reservation of stock by one user.
 type Order struct {
 	ID         string    `json:"id"`

@@ -1,0 +1,46 @@
+-- cancel.lua: cancel one reserved order, atomically with its outbox event. (release.lua is
+-- prepended.) Stock, the user's per-user allowance, the expiry entry and the order's status
+-- change together or not at all, in the item's slot, so a cancel racing a payment or an expiry
+-- leaves the order in exactly one terminal state. A reservation whose time already ran out is
+-- expired here (order.expired) and refused, like pay.lua does: after expires_ms an order's fate
+-- is `expired` whichever of the expirer or the shopper reaches it first.
+--
+-- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] expiry zset
+-- KEYS[5] outbox stream
+-- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
+--
+-- Reply: {outcome, packed_order}
+--   outcome: cancelled | not_found (no such order, or another user's)
+--            | invalid_state (not reserved, or its time ran out: the order is now expired)
+--   packed_order: the order after the call ('' for not_found)
+-- A malformed argument is an error reply and writes nothing.
+
+local item_id, oid, user = ARGV[1], ARGV[2], ARGV[3]
+if not item_id or item_id == '' or not user or user == '' or not oid
+    or string.sub(oid, 1, #item_id + 1) ~= item_id .. '.' then
+  return redis.error_reply('ERR cancel: bad item, order or user id')
+end
+
+local packed = redis.call('HGET', KEYS[2], oid)
+local o = unpack_order(packed)
+if not o or o.user ~= user then
+  return {'not_found', ''}
+end
+if o.status ~= 'reserved' then
+  return {'invalid_state', packed}
+end
+
+local now = now_int_ms()
+local status = 'cancelled'
+if now >= o.expires then
+  status = 'expired'
+end
+release_order(KEYS[2], KEYS[3], KEYS[5], item_id, oid, o, status, now)
+redis.call('ZREM', KEYS[4], oid)
+redis.call('HINCRBY', KEYS[1], 'stock_left', o.qty)
+redis.call('HINCRBY', KEYS[1], 'reserved', -o.qty)
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+if status == 'expired' then
+  return {'invalid_state', pack_order(o, status)}
+end
+return {'cancelled', pack_order(o, status)}

@@ -1,0 +1,58 @@
+-- pay.lua: pay one reserved order, atomically with its outbox event. (release.lua is prepended.)
+-- Runs in the item's slot like purchase.lua and expire.lua, so a payment and an expiry of the
+-- same order are serialised: the order ends in exactly one of paid or expired, and stock a late
+-- payment held is never sold twice. A payment that arrives at or after expires_ms expires the
+-- order right here (stock and allowance return, order.expired), whether or not the expirer has
+-- reached it yet, so the answer depends only on Redis TIME, never on the expirer's schedule.
+--
+-- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] paidby hash
+-- KEYS[5] expiry zset   KEYS[6] outbox stream
+-- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
+--
+-- Reply: {outcome, packed_order, paid_total}
+--   outcome: paid | not_found (no such order, or another user's)
+--            | order_expired (its time ran out: the order is, or now became, expired)
+--            | invalid_state (paid or cancelled)
+--   packed_order: the order after the call ('' for not_found)
+--   paid_total: the item's paid units after the call (integer)
+-- A malformed argument is an error reply and writes nothing.
+
+local item_id, oid, user = ARGV[1], ARGV[2], ARGV[3]
+if not item_id or item_id == '' or not user or user == '' or not oid
+    or string.sub(oid, 1, #item_id + 1) ~= item_id .. '.' then
+  return redis.error_reply('ERR pay: bad item, order or user id')
+end
+
+local packed = redis.call('HGET', KEYS[2], oid)
+local o = unpack_order(packed)
+if not o or o.user ~= user then
+  return {'not_found', '', 0}
+end
+local paid = tonumber(redis.call('HGET', KEYS[1], 'paid')) or 0
+if o.status == 'expired' then
+  return {'order_expired', packed, paid}
+end
+if o.status ~= 'reserved' then
+  return {'invalid_state', packed, paid}
+end
+
+local now = now_int_ms()
+if now >= o.expires then
+  release_order(KEYS[2], KEYS[3], KEYS[6], item_id, oid, o, 'expired', now)
+  redis.call('ZREM', KEYS[5], oid)
+  redis.call('HINCRBY', KEYS[1], 'stock_left', o.qty)
+  redis.call('HINCRBY', KEYS[1], 'reserved', -o.qty)
+  redis.call('HINCRBY', KEYS[1], 'version', 1)
+  return {'order_expired', pack_order(o, 'expired'), paid}
+end
+
+local next_packed = pack_order(o, 'paid')
+redis.call('HSET', KEYS[2], oid, next_packed)
+redis.call('HINCRBY', KEYS[4], user, o.qty)
+redis.call('ZREM', KEYS[5], oid)
+redis.call('HINCRBY', KEYS[1], 'reserved', -o.qty)
+paid = redis.call('HINCRBY', KEYS[1], 'paid', o.qty)
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('XADD', KEYS[6], '*', 'type', 'order.paid', 'at', now, 'item', item_id,
+  'order', oid, 'user', user, 'quantity', o.qty, 'price_cents', o.price)
+return {'paid', next_packed, paid}

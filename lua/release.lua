@@ -1,0 +1,46 @@
+-- release.lua: a library, not a script. It is prepended to pay.lua, cancel.lua and expire.lua,
+-- so "an order gives its stock and allowance back" has one implementation and every way out of
+-- `reserved` writes the same things.
+--
+-- unpack_order(packed) -> {user, qty, price, status, created, expires} (qty and expires as
+--   numbers) or nil for a missing or malformed record. packed is "user|quantity|price_cents|status|created_ms|expires_ms".
+-- pack_order(o, status) -> the packed record of order o with a new status.
+-- now_int_ms() -> Redis TIME as whole unix milliseconds.
+-- release_order(k_orders, k_held, k_outbox, item_id, oid, o, status, now) -> qty
+--   Writes the order's new status (cancelled | expired), gives qty back to the user's allowance
+--   (the held field is deleted at zero) and appends order.<status> to the outbox. The caller
+--   adds qty to stock_left, takes it off reserved, bumps version and removes the expiry entry:
+--   the expire script does those once per batch.
+
+local function unpack_order(packed)
+  if not packed then
+    return nil
+  end
+  local user, qty, price, status, created, expires =
+    string.match(packed, '^([^|]*)|(%d+)|(%d+)|(%a+)|(%d+)|(%d+)$')
+  if not user then
+    return nil
+  end
+  -- The numeric fields are kept as strings too, so packing writes back exactly what was read.
+  return {user = user, qty = tonumber(qty), qty_s = qty, price = price, status = status,
+    created = created, expires = tonumber(expires), expires_s = expires}
+end
+
+local function pack_order(o, status)
+  return o.user .. '|' .. o.qty_s .. '|' .. o.price .. '|' .. status .. '|' .. o.created .. '|' .. o.expires_s
+end
+
+local function now_int_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function release_order(k_orders, k_held, k_outbox, item_id, oid, o, status, now)
+  redis.call('HSET', k_orders, oid, pack_order(o, status))
+  if redis.call('HINCRBY', k_held, o.user, -o.qty) <= 0 then
+    redis.call('HDEL', k_held, o.user)
+  end
+  redis.call('XADD', k_outbox, '*', 'type', 'order.' .. status, 'at', now, 'item', item_id,
+    'order', oid, 'user', o.user, 'quantity', o.qty, 'price_cents', o.price)
+  return o.qty
+end
