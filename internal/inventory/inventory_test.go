@@ -1,0 +1,525 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/lua"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func newItem(t testing.TB, s *inventory.Store, id string, stock, limit int64) {
+	t.Helper()
+	_, created, err := s.Upsert(context.Background(), inventory.Input{
+		ID: id, Name: "Item " + id, Category: "c", PriceCents: 999, Stock: ptr(stock), PerUserLimit: limit,
+	})
+	if err != nil || !created {
+		t.Fatalf("upsert %s: created=%v err=%v", id, created, err)
+	}
+}
+
+// outcome of one purchase attempt in a race.
+type attempt struct {
+	user  string
+	qty   int64
+	order orders.Order
+	err   error
+}
+
+// TestNoOversell races thousands of purchases of random quantities (1..limit+1) by random users
+// and checks every invariant against the data in Redis.
+func TestNoOversell(t *testing.T) {
+	cases := []struct{ stock, limit int64 }{
+		{10, 9}, // "9" > "10" as strings: the string-compare trap
+		{100, 3},
+		{1000, 5},
+		{57, 1},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("S=%d,limit=%d", tc.stock, tc.limit), func(t *testing.T) {
+			rdb, keys := testenv.Redis(t)
+			s := inventory.NewStore(rdb, keys, inventory.Options{})
+			ctx := context.Background()
+			newItem(t, s, "hot", tc.stock, tc.limit)
+
+			const workers = 2000
+			users := int(tc.stock/tc.limit) + 20
+			results := make([]attempt, workers)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					a := attempt{user: "u" + strconv.Itoa(rand.IntN(users)), qty: 1 + rand.Int64N(tc.limit+1)}
+					<-start
+					res, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "hot", UserID: a.user, Quantity: a.qty})
+					a.order, a.err = res.Order, err
+					results[i] = a
+				}()
+			}
+			close(start)
+			wg.Wait()
+
+			var sold int64
+			perUser := map[string]int64{}
+			ids := map[string]bool{}
+			var refusedSoldOut []int64
+			for _, a := range results {
+				switch {
+				case a.err == nil:
+					sold += a.qty
+					perUser[a.user] += a.qty
+					if ids[a.order.ID] {
+						t.Fatalf("order id %s handed out twice", a.order.ID)
+					}
+					ids[a.order.ID] = true
+					if a.order.Quantity != a.qty || a.order.UserID != a.user || a.order.Status != orders.Reserved {
+						t.Fatalf("order %+v does not match attempt %+v", a.order, a)
+					}
+				case errors.Is(a.err, inventory.ErrSoldOut):
+					refusedSoldOut = append(refusedSoldOut, a.qty)
+				case errors.Is(a.err, inventory.ErrLimitExceeded):
+				default:
+					t.Fatalf("unexpected purchase error: %v", a.err)
+				}
+			}
+			it, err := s.Get(ctx, "hot")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sold > tc.stock {
+				t.Fatalf("oversold: sold %d of %d", sold, tc.stock)
+			}
+			if it.StockLeft != tc.stock-sold || it.Reserved != sold || it.StockTotal != tc.stock {
+				t.Fatalf("counters: left=%d reserved=%d total=%d, sold %d of %d", it.StockLeft, it.Reserved, it.StockTotal, sold, tc.stock)
+			}
+			for _, q := range refusedSoldOut {
+				if q <= it.StockLeft {
+					t.Fatalf("undersold: refused %d as sold out with %d left", q, it.StockLeft)
+				}
+			}
+			k := keys.Item("hot")
+			held, _ := rdb.HGetAll(ctx, k.Held()).Result()
+			for u, q := range perUser {
+				if q > tc.limit {
+					t.Fatalf("user %s holds %d > limit %d", u, q, tc.limit)
+				}
+				if held[u] != strconv.FormatInt(q, 10) {
+					t.Fatalf("held[%s] = %q, orders say %d", u, held[u], q)
+				}
+			}
+			if len(held) != len(perUser) {
+				t.Fatalf("held has %d users, orders %d", len(held), len(perUser))
+			}
+			// Every order record is accounted for: the orders hash, the expiry index and the
+			// outbox hold exactly the successful attempts.
+			recs, _ := rdb.HGetAll(ctx, k.Orders()).Result()
+			var recQty int64
+			for id, packed := range recs {
+				o, err := orders.Unpack(id, "hot", packed)
+				if err != nil || !ids[id] {
+					t.Fatalf("stray order %s %q (%v)", id, packed, err)
+				}
+				recQty += o.Quantity
+			}
+			if len(recs) != len(ids) || recQty != sold {
+				t.Fatalf("order records: %d (qty %d), successes %d (qty %d)", len(recs), recQty, len(ids), sold)
+			}
+			if n := rdb.ZCard(ctx, k.Expiry()).Val(); n != int64(len(ids)) {
+				t.Fatalf("expiry index has %d, want %d", n, len(ids))
+			}
+			// One order.reserved per order, plus item.upserted.
+			if n := rdb.XLen(ctx, k.Outbox()).Val(); n != int64(len(ids))+1 {
+				t.Fatalf("outbox has %d entries, want %d", n, len(ids)+1)
+			}
+			if sold < tc.stock && len(refusedSoldOut) == 0 && len(perUser) < users {
+				t.Logf("note: stock left %d", it.StockLeft)
+			}
+		})
+	}
+}
+
+// TestIdempotentConcurrentReplay sends the same key 50 times at once: one order, stock taken once.
+func TestIdempotentConcurrentReplay(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	ctx := context.Background()
+	newItem(t, s, "idem", 100, 5)
+
+	var wg sync.WaitGroup
+	var created atomic.Int32
+	ids := make([]string, 50)
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "idem", UserID: "bob", Quantity: 2, IdempotencyKey: "click-1"})
+			if err != nil {
+				t.Errorf("purchase: %v", err)
+				return
+			}
+			if !res.Replayed {
+				created.Add(1)
+			}
+			ids[i] = res.Order.ID
+		}()
+	}
+	wg.Wait()
+	if created.Load() != 1 {
+		t.Fatalf("%d purchases created an order, want 1", created.Load())
+	}
+	for _, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("replays returned different orders: %s vs %s", id, ids[0])
+		}
+	}
+	it, _ := s.Get(ctx, "idem")
+	if it.StockLeft != 98 {
+		t.Fatalf("stock_left = %d, want 98", it.StockLeft)
+	}
+	// The same key for another user or item is a different purchase.
+	res, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "idem", UserID: "carol", Quantity: 1, IdempotencyKey: "click-1"})
+	if err != nil || res.Replayed {
+		t.Fatalf("other user with the same key: replayed=%v err=%v", res.Replayed, err)
+	}
+}
+
+// TestReplayAfterSellOut: a retry after the item sold out gets its order back, not sold_out.
+func TestReplayAfterSellOut(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	ctx := context.Background()
+	newItem(t, s, "last", 1, 1)
+	first, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "last", UserID: "a", Quantity: 1, IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "last", UserID: "b", Quantity: 1}); !errors.Is(err, inventory.ErrSoldOut) {
+		t.Fatalf("want sold out, got %v", err)
+	}
+	again, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "last", UserID: "a", Quantity: 1, IdempotencyKey: "k"})
+	if err != nil || !again.Replayed || again.Order.ID != first.Order.ID {
+		t.Fatalf("replay after sell-out: %+v %v", again, err)
+	}
+}
+
+// TestRestockRacingPurchases: concurrent stock deltas and purchases; every unit is accounted for.
+func TestRestockRacingPurchases(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	ctx := context.Background()
+	newItem(t, s, "rs", 50, 1000)
+
+	var loaded, sold atomic.Int64
+	loaded.Store(50)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 25 {
+				if i%4 == 0 {
+					delta := int64(rand.IntN(10) - 4)
+					if delta == 0 {
+						delta = 3
+					}
+					_, err := s.AdjustStock(ctx, "rs", delta)
+					switch {
+					case err == nil:
+						loaded.Add(delta)
+					case errors.Is(err, inventory.ErrInvalidState):
+					default:
+						t.Errorf("adjust: %v", err)
+					}
+					continue
+				}
+				q := int64(1 + rand.IntN(3))
+				_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "rs", UserID: fmt.Sprintf("u%d", i), Quantity: q, IdempotencyKey: fmt.Sprintf("%d-%d", i, j)})
+				switch {
+				case err == nil:
+					sold.Add(q)
+				case errors.Is(err, inventory.ErrSoldOut):
+				default:
+					t.Errorf("purchase: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	it, err := s.Get(ctx, "rs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.StockTotal != loaded.Load() {
+		t.Fatalf("stock_total %d, loaded %d", it.StockTotal, loaded.Load())
+	}
+	if it.StockLeft < 0 || it.StockLeft+it.Reserved != it.StockTotal || it.Reserved != sold.Load() {
+		t.Fatalf("left %d + reserved %d != total %d (sold %d)", it.StockLeft, it.Reserved, it.StockTotal, sold.Load())
+	}
+}
+
+// TestScriptCacheFlushed: after SCRIPT FLUSH (as after a Redis restart) purchases and stock
+// changes keep working through the EVAL fallback, with no restart of the caller.
+func TestScriptCacheFlushed(t *testing.T) {
+	rdb, keys, _ := testenv.PrivateRedis(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	ctx := context.Background()
+	newItem(t, s, "fl", 10, 10)
+	for i := range 6 {
+		if i%2 == 0 {
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "fl", UserID: "u", Quantity: 1}); err != nil {
+			t.Fatalf("purchase %d after SCRIPT FLUSH: %v", i, err)
+		}
+		if _, err := s.AdjustStock(ctx, "fl", 1); err != nil {
+			t.Fatalf("adjust after SCRIPT FLUSH: %v", err)
+		}
+	}
+	if ok, _ := lua.Loaded(ctx, rdb); ok {
+		t.Log("scripts re-cached by EVAL")
+	}
+}
+
+// commandCounter counts the commands a client sends (pipelines count each command).
+type commandCounter struct {
+	mu    sync.Mutex
+	names map[string]int
+	trips int
+}
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.mu.Lock()
+		c.names[cmd.Name()]++
+		c.trips++
+		c.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.mu.Lock()
+		for _, cmd := range cmds {
+			c.names[cmd.Name()]++
+		}
+		c.trips++
+		c.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (c *commandCounter) reset() (trips int, names map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	trips, names = c.trips, c.names
+	c.trips, c.names = 0, map[string]int{}
+	return trips, names
+}
+
+// TestPurchaseIsOneRoundTrip: a purchase costs exactly one Redis command (EVALSHA), and a
+// burst of concurrent purchases of one item costs at most one per purchase.
+func TestPurchaseIsOneRoundTrip(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	counter := &commandCounter{names: map[string]int{}}
+	rdb.AddHook(counter)
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: inventory.PurchaseLimit{Rate: 100, Period: time.Second, Burst: 100}})
+	ctx := context.Background()
+	newItem(t, s, "rt", 1000, 1000)
+
+	counter.reset()
+	if _, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "rt", UserID: "u", Quantity: 1, IdempotencyKey: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	trips, names := counter.reset()
+	if trips != 1 || names["evalsha"] != 1 {
+		t.Fatalf("one purchase cost %d round trips %v, want exactly 1 evalsha", trips, names)
+	}
+
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "rt", UserID: fmt.Sprintf("u%d", i), Quantity: 1}); err != nil {
+				t.Errorf("purchase: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	trips, names = counter.reset()
+	if trips < 1 || trips > 200 || names["evalsha"] != trips {
+		t.Fatalf("200 concurrent purchases cost %d round trips %v", trips, names)
+	}
+	t.Logf("200 concurrent purchases of one item took %d script calls", trips)
+}
+
+// TestPurchaseRefusals: every refusal of the purchase script, in a table.
+func TestPurchaseRefusals(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: inventory.PurchaseLimit{Rate: 1, Period: time.Hour, Burst: 2}})
+	ctx := context.Background()
+	future := time.Now().Add(time.Hour)
+	past := time.Now().Add(-time.Hour)
+	long := time.Now().Add(-2 * time.Hour)
+	mk := func(in inventory.Input) {
+		if _, _, err := s.Upsert(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk(inventory.Input{ID: "soon", Name: "Soon", PriceCents: 1, Stock: ptr[int64](5), PerUserLimit: 1, StartsAt: &future})
+	mk(inventory.Input{ID: "over", Name: "Over", PriceCents: 1, Stock: ptr[int64](5), PerUserLimit: 1, StartsAt: &long, EndsAt: &past})
+	newItem(t, s, "ten", 10, 9)
+	newItem(t, s, "big", 100, 10)
+
+	cases := []struct {
+		name string
+		req  inventory.PurchaseRequest
+		want error
+	}{
+		{"unknown item", inventory.PurchaseRequest{ItemID: "nope", UserID: "u", Quantity: 1}, inventory.ErrNotFound},
+		{"bad item id", inventory.PurchaseRequest{ItemID: "a b", UserID: "u", Quantity: 1}, inventory.ErrNotFound},
+		{"zero quantity", inventory.PurchaseRequest{ItemID: "ten", UserID: "u", Quantity: 0}, inventory.ErrInvalid},
+		{"negative quantity", inventory.PurchaseRequest{ItemID: "ten", UserID: "u", Quantity: -3}, inventory.ErrInvalid},
+		{"huge quantity", inventory.PurchaseRequest{ItemID: "ten", UserID: "u", Quantity: 1 << 40}, inventory.ErrInvalid},
+		{"bad idempotency key", inventory.PurchaseRequest{ItemID: "ten", UserID: "u", Quantity: 1, IdempotencyKey: "tab\there"}, inventory.ErrInvalid},
+		{"not started", inventory.PurchaseRequest{ItemID: "soon", UserID: "u", Quantity: 1}, inventory.ErrSaleNotStarted},
+		{"ended", inventory.PurchaseRequest{ItemID: "over", UserID: "u", Quantity: 1}, inventory.ErrSaleEnded},
+		{"over the per-user limit", inventory.PurchaseRequest{ItemID: "ten", UserID: "u", Quantity: 10}, inventory.ErrLimitExceeded},
+		{"9 of 10 (string compare trap)", inventory.PurchaseRequest{ItemID: "ten", UserID: "v", Quantity: 9}, nil},
+		{"2 of the last 1", inventory.PurchaseRequest{ItemID: "ten", UserID: "w", Quantity: 2}, inventory.ErrSoldOut},
+		{"1 of the last 1", inventory.PurchaseRequest{ItemID: "ten", UserID: "w", Quantity: 1}, nil},
+		{"sold out from memory", inventory.PurchaseRequest{ItemID: "ten", UserID: "x", Quantity: 1}, inventory.ErrSoldOut},
+		{"burst 1 of 2", inventory.PurchaseRequest{ItemID: "big", UserID: "r", Quantity: 1}, nil},
+		{"burst 2 of 2", inventory.PurchaseRequest{ItemID: "big", UserID: "r", Quantity: 1}, nil},
+		{"rate limited", inventory.PurchaseRequest{ItemID: "big", UserID: "r", Quantity: 1}, limits.ErrRateLimited},
+		{"another user is not limited", inventory.PurchaseRequest{ItemID: "big", UserID: "q", Quantity: 1}, nil},
+	}
+	for _, tc := range cases {
+		_, err := s.Purchase(ctx, tc.req)
+		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+		var pe *inventory.PurchaseError
+		if errors.Is(tc.want, limits.ErrRateLimited) && (!errors.As(err, &pe) || pe.Limit == nil || pe.Limit.RetryAfter <= 0) {
+			t.Errorf("%s: refusal carries no retry time: %#v", tc.name, err)
+		}
+	}
+	// Refusals changed nothing.
+	it, _ := s.Get(ctx, "ten")
+	if it.StockLeft != 0 || it.Reserved != 10 {
+		t.Fatalf("ten: left %d reserved %d", it.StockLeft, it.Reserved)
+	}
+	for _, id := range []string{"soon", "over"} {
+		it, _ := s.Get(ctx, id)
+		if it.StockLeft != 5 || it.Reserved != 0 {
+			t.Fatalf("%s changed by refusals: %+v", id, it)
+		}
+	}
+}
+
+// TestScriptRejectsMalformedBatch: the purchase script refuses bad shared arguments before
+// writing anything.
+func TestScriptRejectsMalformedBatch(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	ctx := context.Background()
+	newItem(t, s, "m", 5, 5)
+	k := keys.Item("m")
+	base := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox()}
+	per := []string{k.UserOrders("u"), k.Idempotency("u", ""), k.PurchaseLimit("u")}
+	cases := []struct {
+		name string
+		keys []string
+		args []any
+	}{
+		{"no attempts", base, []any{600000, 1000, 0, 0, 0, "m"}},
+		{"ttl not a number", append(base, per...), []any{"x", 1000, 0, 0, 0, "m", "u", 1, ""}},
+		{"negative ttl", append(base, per...), []any{-5, 1000, 0, 0, 0, "m", "u", 1, ""}},
+		{"rate without period", append(base, per...), []any{600000, 1000, 5, 0, 1, "m", "u", 1, ""}},
+		{"args short", append(base, per...), []any{600000, 1000, 0, 0, 0, "m", "u", 1}},
+	}
+	for _, tc := range cases {
+		if err := lua.Purchase.Run(ctx, rdb, tc.keys, tc.args...).Err(); err == nil {
+			t.Errorf("%s: script accepted it", tc.name)
+		}
+	}
+	// A non-numeric quantity inside a batch is refused for that attempt only.
+	res, err := lua.Purchase.Run(ctx, rdb, append(base, per...), 600000, 1000, 0, 0, 0, "m", "u", "1x", "").Slice()
+	if err != nil || res[0].([]any)[0] != "invalid_request" {
+		t.Fatalf("quantity '1x': %v %v", res, err)
+	}
+	it, _ := s.Get(ctx, "m")
+	if it.StockLeft != 5 || rdb.XLen(ctx, k.Outbox()).Val() != 1 {
+		t.Fatalf("malformed calls changed state: %+v", it)
+	}
+}
+
+// TestCluster runs the item, stock and purchase scripts on a local 3-master Redis Cluster:
+// every key of a script shares the item's hash tag, so there is no CROSSSLOT.
+func TestCluster(t *testing.T) {
+	rdb, keys := testenv.Cluster(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: inventory.PurchaseLimit{Rate: 100, Period: time.Second, Burst: 100}})
+	ord := orders.NewStore(rdb, keys)
+	ctx := context.Background()
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for _, id := range ids {
+		newItem(t, s, id, 20, 5)
+	}
+	slots := map[int64]bool{}
+	for _, id := range ids {
+		slots[rdb.ClusterKeySlot(ctx, keys.Item(id).Hash()).Val()] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("test items all hash to one slot; pick other ids")
+	}
+	var wg sync.WaitGroup
+	for i := range 80 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := ids[i%len(ids)]
+			if _, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, UserID: "u" + strconv.Itoa(i%3), Quantity: 1, IdempotencyKey: "k" + strconv.Itoa(i)}); err != nil && !errors.Is(err, inventory.ErrLimitExceeded) {
+				t.Errorf("purchase on cluster: %v", err)
+			}
+			if _, err := s.AdjustStock(ctx, id, 1); err != nil {
+				t.Errorf("adjust on cluster: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	list, err := ord.List(ctx, "u0", ids)
+	if err != nil || len(list) == 0 {
+		t.Fatalf("list orders on cluster: %d %v", len(list), err)
+	}
+	items, err := s.List(ctx)
+	if err != nil || len(items) != len(ids) {
+		t.Fatalf("list items on cluster: %d %v", len(items), err)
+	}
+	for _, it := range items {
+		if it.StockLeft+it.Reserved != it.StockTotal || it.StockTotal != 30 {
+			t.Fatalf("%s: left %d reserved %d total %d", it.ID, it.StockLeft, it.Reserved, it.StockTotal)
+		}
+	}
+}
+
+var _ = keyspace.ValidID

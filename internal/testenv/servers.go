@@ -1,0 +1,133 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// freePort asks the kernel for a free TCP port on 127.0.0.1.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func redisServerBinary(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("testenv: redis-server not found; install it: apt-get install -y redis-server")
+	}
+	return p
+}
+
+// startRedisServer runs a private redis-server with extra arguments; it is shut down when the
+// test ends. It returns the address.
+func startRedisServer(t testing.TB, dir string, extra ...string) string {
+	t.Helper()
+	port := freePort(t)
+	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "",
+		"--appendonly", "no", "--dir", dir, "--daemonize", "no", "--logfile", ""}, extra...)
+	cmd := exec.Command(redisServerBinary(t), args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("testenv: start redis-server: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: redis-server on %s did not start", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// PrivateRedis starts a redis-server of the test's own (for tests that restart it or flush
+// its script cache, which must not disturb the shared server).
+func PrivateRedis(t testing.TB) (redis.UniversalClient, keyspace.Space, string) {
+	t.Helper()
+	addr := startRedisServer(t, t.TempDir())
+	rdb, err := redisconn.Open(context.Background(), []string{addr}, 0)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	if err := lua.Load(context.Background(), rdb); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return rdb, keyspace.Space{Prefix: "t" + Token(4) + ":"}, addr
+}
+
+// Cluster starts a local 3-master Redis Cluster (redis-server --cluster-enabled, joined
+// with redis-cli --cluster create) and returns a cluster client and a key space.
+func Cluster(t testing.TB) (redis.UniversalClient, keyspace.Space) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("testenv: redis-cli not found; install it: apt-get install -y redis-tools")
+	}
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		dir := filepath.Join(t.TempDir(), fmt.Sprint(i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, startRedisServer(t, dir, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000"))
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("testenv: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, a := range addrs {
+		for {
+			info, _ := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", strings.TrimPrefix(a, "127.0.0.1:"), "cluster", "info").Output()
+			if strings.Contains(string(info), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("testenv: cluster did not become ok: %s", info)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	rdb, err := redisconn.Open(context.Background(), addrs, 0)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	// Every master must have the scripts: ScriptLoad on a cluster client goes to all of them.
+	if err := lua.Load(context.Background(), rdb); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return rdb, keyspace.Space{Prefix: "t" + Token(4) + ":"}
+}
