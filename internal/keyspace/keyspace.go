@@ -68,3 +68,33 @@ func ItemOfOrder(orderID string) (string, bool) {
 
 // RankOutbox is the ranking slot's outbox stream (rating.set events).
 func (s Space) RankOutbox() string { return s.Rank() + "outbox" }
+
+// Board is one bounded leaderboard in the ranking slot: Index ranks every member, Top holds
+// only the best N, kept equal to the first N of Index by the ranking scripts.
+type Board struct{ Index, Top string }
+
+// TopRatedBoard is the top-rated board of a category ("" = all items).
+func (s Space) TopRatedBoard(category string) Board {
+	if category == "" {
+		return Board{Index: s.Rank() + "rated:idx", Top: s.Rank() + "rated:top"}
+	}
+	// The category goes last so no category name can collide with another key.
+	return Board{Index: s.Rank() + "rated:idx:c:" + category, Top: s.Rank() + "rated:top:c:" + category}
+}
+
+// BestSellersBoard ranks items by units paid.
+func (s Space) BestSellersBoard() Board {
+	return Board{Index: s.Rank() + "sold:idx", Top: s.Rank() + "sold:top"}
+}
+
+// ItemRatings is the hash user -> stars of one item, in the ranking slot.
+func (s Space) ItemRatings(item string) string { return s.Rank() + "ratings:" + item }
+
+// ItemRatingStats is the hash count, sum, cat (the category it is ranked under) of one item.
+func (s Space) ItemRatingStats(item string) string { return s.Rank() + "rstats:" + item }
+
+// RateLimit is the GCRA state of one subject (user id or client IP) under one named policy.
+// Each subject has its own hash tag, so limiter keys spread over a cluster's slots.
+func (s Space) RateLimit(policy, subject string) string {
+	return s.Prefix + "{rl:" + policy + ":" + subject + "}"
+}

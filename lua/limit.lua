@@ -1,0 +1,32 @@
+-- limit.lua: one GCRA rate-limit decision for one subject of one policy (gcra.lua is
+-- prepended). It is one script because the read of the theoretical arrival time, the
+-- comparison with Redis TIME and the write of the new time must be atomic: two api instances
+-- deciding on the same key at once would otherwise both let a request through on one cell.
+--
+-- KEYS[1] the limiter key (one key, so its own hash tag: <prefix>{rl:<policy>:<subject>})
+-- ARGV[1] rate: requests per period (> 0)   ARGV[2] period ms (> 0)
+-- ARGV[3] burst: requests allowed at once (integer >= 1)
+-- ARGV[4] cost: cells this request takes (integer, 1..burst)
+--
+-- Reply: {allowed, remaining, retry_after_ms, reset_ms}, all strings:
+--   allowed '1' or '0'; remaining an integer; retry_after_ms ('0.000' when allowed) and
+--   reset_ms (until the limiter is back to a full burst) with fractions.
+-- A refusal writes nothing, so hammering a closed limiter does not push its reopening back.
+-- Bad ARGV is an error reply and writes nothing.
+
+local rate = tonumber(ARGV[1])
+local period = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+if not rate or rate <= 0 or not period or period <= 0 then
+  return redis.error_reply('ERR limit: rate and period must be positive numbers')
+end
+if not burst or burst < 1 or burst ~= math.floor(burst) then
+  return redis.error_reply('ERR limit: burst must be an integer >= 1')
+end
+if not cost or cost < 1 or cost ~= math.floor(cost) or cost > burst then
+  return redis.error_reply('ERR limit: cost must be an integer in 1..burst')
+end
+
+local allowed, remaining, retry, reset = gcra(KEYS[1], now_ms(), rate, period, burst, cost)
+return {allowed and '1' or '0', string.format('%d', remaining), ms(retry), ms(reset)}
