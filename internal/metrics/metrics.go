@@ -1,0 +1,127 @@
+// Package metrics owns flashsale's Prometheus metrics: one registry with the Go runtime and
+// process collectors, and every metric the api and the reconciler export. The metrics are
+// package variables so the code that does the work (HTTP layer, relay, consumer, expirer,
+// reconciler) records them with one line and no plumbing; each process serves the registry
+// on /metrics (the api's router, or the admin listener).
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Registry holds every flashsale metric plus the Go runtime and process collectors. A
+// dedicated registry (not the global default) keeps libraries from adding metrics unseen.
+var Registry = prometheus.NewRegistry()
+
+// Buckets. Purchases answer in about a millisecond on a healthy Redis, so the low end is fine
+// grained; the top end catches the 5 s batch timeout and stalls.
+var (
+	latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	scriptBuckets  = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 5}
+	batchBuckets   = []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000}
+)
+
+// HTTP (recorded by the api's Gin middleware).
+var (
+	HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_http_requests_total",
+		Help: "HTTP requests answered, by method, route pattern (e.g. /api/items/:id/purchase; \"unmatched\" for unknown paths) and status code.",
+	}, []string{"method", "route", "status"})
+
+	HTTPDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flashsale_http_request_duration_seconds",
+		Help:    "Time from receiving an HTTP request to the end of its handler, by method and route pattern.",
+		Buckets: latencyBuckets,
+	}, []string{"method", "route"})
+
+	Purchases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_purchases_total",
+		Help: "Purchase attempts by outcome: reserved (201), replayed (200, same Idempotency-Key), the contract's error code (sold_out, limit_exceeded, rate_limited, ...), or client_gone.",
+	}, []string{"outcome"})
+)
+
+// Redis scripts (recorded by the go-redis hook, see InstrumentRedis).
+var (
+	ScriptCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_redis_script_calls_total",
+		Help: "Lua script calls (EVALSHA/EVAL) by script name and result: ok, noscript (EVALSHA missed the script cache; the client retries with EVAL), error (the script or Redis replied an error) or unavailable (no reply: timeout, connection).",
+	}, []string{"script", "result"})
+
+	ScriptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flashsale_redis_script_duration_seconds",
+		Help:    "Round trip of a Lua script call by script name, as the client sees it (for a pipeline: the whole pipeline, once per script in it).",
+		Buckets: scriptBuckets,
+	}, []string{"script"})
+)
+
+// Outbox relay (api process): Redis outbox streams -> Kafka.
+var (
+	OutboxBacklog = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "flashsale_outbox_backlog_entries",
+		Help: "Events in an item's Redis outbox stream not yet published to Kafka and acknowledged, by item (item \"rank\" is the ratings stream). Grows while Kafka is down.",
+	}, []string{"item"})
+
+	RelayPublished = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_relay_published_events_total",
+		Help: "Outbox events the relay published to Kafka and had acknowledged (acks=all); rate() of it is the publish rate.",
+	})
+
+	RelayErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_relay_publish_errors_total",
+		Help: "Failed Kafka publish attempts by the relay; the events stay in the outbox and are retried.",
+	})
+)
+
+// Consumer and reconciler (reconciler process): Kafka -> PostgreSQL.
+var (
+	ConsumerLag = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "flashsale_consumer_lag_messages",
+		Help: "Messages on the event topic not yet consumed by the reconciler's consumer group (sum over its partitions).",
+	})
+
+	ConsumerEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_consumer_events_total",
+		Help: "Events the reconciler consumed, by result: applied, duplicate (event_id already processed) or invalid (parked as poison).",
+	}, []string{"result"})
+
+	ReconcilerBatchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "flashsale_reconciler_batch_events",
+		Help:    "Events written to PostgreSQL per committed transaction.",
+		Buckets: batchBuckets,
+	})
+
+	ReconcilerCommitDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "flashsale_reconciler_commit_duration_seconds",
+		Help:    "Time to write and commit one batch transaction in PostgreSQL.",
+		Buckets: latencyBuckets,
+	})
+)
+
+// Expirer (api process).
+var (
+	ExpirerDrained = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_expirer_expired_orders_total",
+		Help: "Reservations the expirer moved to expired (their stock returned).",
+	})
+)
+
+func init() {
+	Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		HTTPRequests, HTTPDuration, Purchases,
+		ScriptCalls, ScriptDuration,
+		OutboxBacklog, RelayPublished, RelayErrors,
+		ConsumerLag, ConsumerEvents, ReconcilerBatchSize, ReconcilerCommitDuration,
+		ExpirerDrained,
+	)
+}
+
+// Handler serves Registry in the Prometheus text (or OpenMetrics) format.
+func Handler() http.Handler {
+	return promhttp.HandlerFor(Registry, promhttp.HandlerOpts{Registry: Registry})
+}
