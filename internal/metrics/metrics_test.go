@@ -57,7 +57,9 @@ func TestScriptHookNamesScripts(t *testing.T) {
 	metrics.InstrumentRedis(rdb)
 	ctx := context.Background()
 	const name = "metrics_test_echo"
-	calls := func(result string) float64 { return testutil.ToFloat64(metrics.ScriptCalls.WithLabelValues(name, result)) }
+	calls := func(result string) float64 {
+		return testutil.ToFloat64(metrics.ScriptCalls.WithLabelValues(name, result))
+	}
 	okBefore := calls("ok")
 	timed := func() uint64 { return histCount(t, "flashsale_redis_script_duration_seconds", name) }
 	timedBefore := timed()
