@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
@@ -27,6 +28,9 @@ import (
 func main() {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	cfg, err := config.FromEnv()
+	if err == nil {
+		err = httpapi.CheckTrustedProxies(cfg.TrustedProxies)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
 		os.Exit(2)
@@ -69,6 +73,10 @@ func run(ctx context.Context, cfg config.Config) error {
 	})
 	ord := orders.NewStore(rdb, keys)
 	ord.Hooks.StockReturned = inv.ForgetSoldOut
+	limiter, err := limits.NewLimiter(rdb, keys, httpapi.RatePolicies(cfg))
+	if err != nil {
+		return err
+	}
 	expirer := orders.NewExpirer(ord, inv.IDs, cfg.ExpiryInterval, cfg.ExpiryBatch)
 
 	srv := httpapi.New(httpapi.Deps{
@@ -76,6 +84,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		Auth:      httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
 		Inventory: inv,
 		Orders:    ord,
+		Limiter:   limiter,
 		Ready: func(ctx context.Context) error {
 			ok, err := lua.Loaded(ctx, rdb)
 			if err != nil {

@@ -1,7 +1,153 @@
 package httpapi
 
-import "github.com/gin-gonic/gin"
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strings"
 
-// Rate-limit middleware (issue 4 replaces these stubs).
-func (s *Server) limit(policy string) gin.HandlerFunc { return func(c *gin.Context) {} }
-func (s *Server) limitLogin(c *gin.Context)           {}
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/limits"
+)
+
+// Names of the limiter's policies; they also name the policy in the RateLimit-Policy header.
+// The purchase limit is not here: it is folded into the purchase script (inventory.Options).
+const (
+	policyPay       = "pay"
+	policyCancel    = "cancel"
+	policyRating    = "rating"
+	policyLoginIP   = "login_ip"
+	policyLoginUser = "login_user"
+)
+
+// RatePolicies maps the configuration's limits to the limiter's named policies. Passing a new
+// configuration to Limiter.SetPolicies reloads them while the api serves.
+func RatePolicies(cfg config.Config) map[string]limits.Policy {
+	p := func(l config.Limit) limits.Policy {
+		return limits.Policy{Rate: l.Rate, Period: l.Period, Burst: l.Burst}
+	}
+	return map[string]limits.Policy{
+		policyPay:       p(cfg.LimitPay),
+		policyCancel:    p(cfg.LimitCancel),
+		policyRating:    p(cfg.LimitRating),
+		policyLoginIP:   p(cfg.LimitLoginIP),
+		policyLoginUser: p(cfg.LimitLoginUser),
+	}
+}
+
+// CheckTrustedProxies reports a FLASHSALE_TRUSTED_PROXIES entry that is neither an IP address
+// nor a CIDR range, so the api refuses to start instead of guessing whom to trust.
+func CheckTrustedProxies(list []string) error {
+	for _, p := range list {
+		if _, _, err := net.ParseCIDR(p); err == nil {
+			continue
+		}
+		if net.ParseIP(p) == nil {
+			return fmt.Errorf("config: FLASHSALE_TRUSTED_PROXIES: %q is neither an IP address nor a CIDR range", p)
+		}
+	}
+	return nil
+}
+
+// limit returns middleware applying the named policy to the caller: the user id from the
+// token (requireUser runs first), else the client IP. Client IPs come from X-Forwarded-For only
+// when the direct peer is a trusted proxy (FLASHSALE_TRUSTED_PROXIES, none by default), so a
+// client cannot pick its own key by sending the header.
+//
+// It fails closed: when Redis cannot decide, the request is answered 503 unavailable and never
+// reaches the handler. A flash sale would rather turn buyers away for a moment than let bots
+// through unlimited while the limiter is blind.
+func (s *Server) limit(policy string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		subject := userOf(c)
+		if subject == "" {
+			subject = c.ClientIP()
+		}
+		s.applyLimits(c, check{policy, subject})
+	}
+}
+
+// limitLogin limits POST /api/login per client IP and per requested user: the IP policy stops
+// one client minting tokens for many names, the user policy stops many clients hammering one
+// name. It peeks at the body for the user and puts it back for the login handler. A body that
+// does not name a valid user is limited by IP only; the handler then answers 400 or 413.
+func (s *Server) limitLogin(c *gin.Context) {
+	if !s.Config.DevLogin {
+		return // the route answers 404: nothing to protect
+	}
+	checks := []check{{policyLoginIP, c.ClientIP()}}
+	if user := s.peekLoginUser(c); user != "" {
+		checks = append(checks, check{policyLoginUser, user})
+	}
+	s.applyLimits(c, checks...)
+}
+
+type check struct{ policy, subject string }
+
+// applyLimits runs the checks in order and stops at the first refusal, so a refused request
+// takes no cell of the later policies. The headers describe the refusing policy, or else the
+// one with the fewest requests left.
+func (s *Server) applyLimits(c *gin.Context, checks ...check) {
+	if s.Limiter == nil {
+		return // no limiter wired (tests of other capabilities)
+	}
+	var (
+		shown  limits.Decision
+		name   string
+		policy limits.Policy
+	)
+	for _, ch := range checks {
+		p, on := s.Limiter.Policy(ch.policy)
+		if !on {
+			continue
+		}
+		d, err := s.Limiter.Allow(c.Request.Context(), ch.policy, ch.subject)
+		if err != nil {
+			fail(c, err) // unknown error: logged, 503 unavailable (fail closed)
+			return
+		}
+		if name == "" || !d.Allowed || d.Remaining < shown.Remaining {
+			shown, name, policy = d, ch.policy, p
+		}
+		if !d.Allowed {
+			break
+		}
+	}
+	if name == "" {
+		return
+	}
+	setRateLimitHeaders(c, name, config.Limit{Rate: policy.Rate, Period: policy.Period, Burst: policy.Burst}, shown)
+	if !shown.Allowed {
+		fail(c, fmt.Errorf("%w: %s limit reached, retry in %s", limits.ErrRateLimited,
+			strings.ReplaceAll(name, "_", " "), c.Writer.Header().Get("Retry-After")+"s"))
+	}
+}
+
+// peekLoginUser reads the login body (at most maxBody+1 bytes), restores it for the handler,
+// and returns the valid user id it names, or "".
+func (s *Server) peekLoginUser(c *gin.Context) string {
+	if c.Request.Body == nil || c.Request.ContentLength > maxBody {
+		return ""
+	}
+	head, err := io.ReadAll(io.LimitReader(c.Request.Body, maxBody+1))
+	// The handler must see exactly what the client sent: what was read, then the rest (an
+	// oversized body stays oversized, a read error stays an error).
+	c.Request.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), c.Request.Body), c.Request.Body}
+	if err != nil || len(head) > maxBody {
+		return ""
+	}
+	var body struct {
+		User string `json:"user"`
+	}
+	if json.Unmarshal(head, &body) != nil || !validUser(body.User) {
+		return ""
+	}
+	return body.User
+}

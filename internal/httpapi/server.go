@@ -56,6 +56,11 @@ func New(d Deps) *Server {
 	s := &Server{Deps: d, engine: gin.New()}
 	s.engine.Use(gin.Recovery(), accessLog, s.observe)
 	s.engine.HandleMethodNotAllowed = false
+	// Gin trusts every proxy by default, which lets any client choose its rate-limit key with
+	// X-Forwarded-For. Trust only the configured proxies (none when empty); main checked them.
+	if err := s.engine.SetTrustedProxies(d.Config.TrustedProxies); err != nil {
+		_ = s.engine.SetTrustedProxies(nil)
+	}
 	s.engine.NoRoute(func(c *gin.Context) { fail(c, errNoRoute) })
 	s.routes()
 	return s

@@ -3,13 +3,24 @@
 package limits
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/lua"
 )
 
 // ErrRateLimited means a policy refused the request; the Decision says when to retry.
 var ErrRateLimited = errors.New("rate limited")
+
+// ErrBadPolicy means a policy's figures cannot describe a limit.
+var ErrBadPolicy = errors.New("bad rate-limit policy")
 
 // Decision is one limiter verdict, as the script reported it.
 type Decision struct {
@@ -38,5 +49,101 @@ func ParseReply(limit int, allowed, remaining, retryMS, resetMS string) (Decisio
 	}, true
 }
 
-// Limiter evaluates named GCRA policies in Redis. (Built in issue 4.)
-type Limiter struct{}
+// Policy is one named limit: Rate requests per Period, with bursts of up to Burst at once.
+// Over any window of length E a subject gets at most Burst + Rate*E/Period requests.
+// Rate 0 turns the policy off.
+type Policy struct {
+	Rate   int
+	Period time.Duration
+	Burst  int
+}
+
+// Off reports whether the policy lets everything through.
+func (p Policy) Off() bool { return p.Rate == 0 }
+
+func (p Policy) validate() error {
+	if p.Off() {
+		return nil
+	}
+	if p.Rate < 0 || p.Period < time.Millisecond || p.Burst < 1 {
+		return fmt.Errorf("%w: %d per %s, burst %d", ErrBadPolicy, p.Rate, p.Period, p.Burst)
+	}
+	return nil
+}
+
+// script is lua/limit.lua with the shared GCRA library in front.
+var script = lua.New("limit", "gcra.lua", "limit.lua")
+
+// Limiter evaluates named GCRA policies in Redis. Its state lives only in Redis, so every api
+// instance shares one budget per subject. Policies can be replaced while it serves.
+//
+// It fails closed: when Redis does not answer, Allow returns an error and the caller refuses
+// the request (the HTTP layer answers 503 unavailable) rather than letting it through unlimited.
+type Limiter struct {
+	rdb      redis.UniversalClient
+	keys     keyspace.Space
+	policies atomic.Pointer[map[string]Policy]
+}
+
+// NewLimiter returns a Limiter over rdb with the given policies (see SetPolicies).
+func NewLimiter(rdb redis.UniversalClient, keys keyspace.Space, policies map[string]Policy) (*Limiter, error) {
+	l := &Limiter{rdb: rdb, keys: keys}
+	if err := l.SetPolicies(policies); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// SetPolicies replaces every policy at once (a config reload). A policy not named is off.
+// Subjects keep their state across a reload: the stored arrival time is reinterpreted under
+// the new rate and burst.
+func (l *Limiter) SetPolicies(policies map[string]Policy) error {
+	next := make(map[string]Policy, len(policies))
+	for name, p := range policies {
+		if err := p.validate(); err != nil {
+			return fmt.Errorf("limits: policy %q: %w", name, err)
+		}
+		next[name] = p
+	}
+	l.policies.Store(&next)
+	return nil
+}
+
+// Policy returns the named policy; ok is false when it is unknown or off.
+func (l *Limiter) Policy(name string) (p Policy, ok bool) {
+	p = (*l.policies.Load())[name]
+	return p, !p.Off()
+}
+
+// Allow takes one request of subject under the named policy. A refusal is a Decision with
+// Allowed false and a nil error. An unknown or off policy allows everything (Limit 0, and the
+// caller sets no headers). An error means Redis did not decide: fail closed.
+func (l *Limiter) Allow(ctx context.Context, policy, subject string) (Decision, error) {
+	return l.AllowN(ctx, policy, subject, 1)
+}
+
+// AllowN is Allow for a request that costs n cells (1 <= n <= the policy's burst).
+func (l *Limiter) AllowN(ctx context.Context, policy, subject string, n int) (Decision, error) {
+	p, ok := l.Policy(policy)
+	if !ok {
+		return Decision{Allowed: true}, nil
+	}
+	if n < 1 || n > p.Burst {
+		return Decision{}, fmt.Errorf("limits: %s: cost %d outside 1..%d: %w", policy, n, p.Burst, ErrBadPolicy)
+	}
+	res, err := script.Run(ctx, l.rdb, []string{l.keys.RateLimit(policy, subject)},
+		p.Rate, p.Period.Milliseconds(), p.Burst, n).StringSlice()
+	if err != nil {
+		return Decision{}, fmt.Errorf("limits: %s: %w", policy, err)
+	}
+	return decode(p, res)
+}
+
+// decode turns the script's reply {allowed, remaining, retry_after_ms, reset_ms} into a Decision.
+func decode(p Policy, res []string) (Decision, error) {
+	if len(res) != 4 {
+		return Decision{}, fmt.Errorf("limits: malformed script reply %q", res)
+	}
+	d, _ := ParseReply(p.Burst, res[0], res[1], res[2], res[3])
+	return d, nil
+}
