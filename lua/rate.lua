@@ -1,0 +1,77 @@
+-- rate.lua: set one user's stars for one item and move the item on its top-rated boards,
+-- atomically with the rating.set outbox entry. (board.lua is prepended.)
+-- One script because the rating, the item's count and sum, every board and the event must
+-- change together: a concurrent rating or a crash between them would leave a board or the
+-- event stream disagreeing with the ratings. All keys are in the ranking slot {rank}.
+-- The caller checked that the user has paid for the item: the paidby hash lives in the item's
+-- slot, so this script cannot read it on a cluster, and a paid order is final, so the check
+-- cannot go stale between the two calls.
+--
+-- KEYS[1] the item's ratings hash (user -> stars)   KEYS[2] the item's stats hash (count sum cat)
+-- KEYS[3] the ranking outbox stream   KEYS[4], KEYS[5] the overall top-rated board (index, top)
+-- then, if ARGV[4] ~= '': the board of category ARGV[4] (index, top)
+-- then, if ARGV[5] ~= '' and ARGV[5] ~= ARGV[4]: the board of category ARGV[5] (index, top)
+-- ARGV[1] item id   ARGV[2] user id   ARGV[3] stars (integer 1..5)
+-- ARGV[4] the item's category now ('' = none: overall board only)
+-- ARGV[5] the category the caller read from the stats hash ('' = none, or never rated)
+-- ARGV[6] prior mean m (1..5)   ARGV[7] prior weight C (>= 0)   ARGV[8] board size N (>= 1)
+--
+-- Score, what the top-rated boards rank by: the Bayesian average (C*m + sum) / (C + count).
+-- Every item starts with C imaginary ratings of m stars, so with the defaults (m = 3.5, C = 10)
+-- a single 5-star rating scores 40/11 = 3.64 and cannot beat hundreds of 4.8s; with many
+-- ratings the score tends to the plain mean. Equal scores: more ratings first, then the smaller
+-- item id (see rated_member). One rating per (user, item): rating again replaces the stars.
+-- If the item's category changed since its last rating, it moves between category boards.
+--
+-- Reply: {'ok', average, count}: average is the plain mean sum/count as a string (%.17g, exact),
+--        or {'stale', stored category} when the stats hash's category is not ARGV[5] (a concurrent
+--        call moved the item; nothing was written: retry with the stored category).
+-- A malformed argument is an error reply and writes nothing.
+
+local item, user, cat, seen = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
+local stars, m, c, n = tonumber(ARGV[3]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local moved = seen ~= '' and seen ~= cat
+local nkeys = 5 + (cat ~= '' and 2 or 0) + (moved and 2 or 0)
+if not item or item == '' or not user or user == '' or not cat or not seen
+    or not whole(stars, 1) or stars > 5 or not m or not (m >= 1 and m <= 5)
+    or not c or not (c >= 0 and c < math.huge) or not whole(n, 1) or #KEYS ~= nkeys then
+  return redis.error_reply('ERR rate: invalid arguments')
+end
+
+local stored = redis.call('HGET', KEYS[2], 'cat') or ''
+if stored ~= seen then
+  return {'stale', stored}
+end
+
+local prev = tonumber(redis.call('HGET', KEYS[1], user))
+redis.call('HSET', KEYS[1], user, stars)
+local count, sum
+if prev then
+  count = tonumber(redis.call('HGET', KEYS[2], 'count'))
+  sum = redis.call('HINCRBY', KEYS[2], 'sum', stars - prev)
+else
+  count = redis.call('HINCRBY', KEYS[2], 'count', 1)
+  sum = redis.call('HINCRBY', KEYS[2], 'sum', stars)
+end
+redis.call('HSET', KEYS[2], 'cat', cat)
+
+local before = prev and count or count - 1
+local old_member = before > 0 and rated_member(before, item)
+local member = rated_member(count, item)
+local score = -((c * m + sum) / (c + count)) -- negated: best first
+
+board_put(KEYS[4], KEYS[5], n, old_member, member, score)
+local k = 6
+if cat ~= '' then
+  board_put(KEYS[k], KEYS[k + 1], n, old_member, member, score)
+  k = k + 2
+end
+if moved and old_member then
+  board_remove(KEYS[k], KEYS[k + 1], n, old_member)
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('XADD', KEYS[3], '*', 'type', 'rating.set', 'at', now, 'item', item,
+  'user', user, 'stars', stars)
+return {'ok', string.format('%.17g', sum / count), count}
