@@ -1,0 +1,224 @@
+package orders_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// env is one test's namespace on the real Redis with an inventory (to reserve stock the way
+// shoppers do) and the order store under test.
+type env struct {
+	t    testing.TB
+	rdb  redis.UniversalClient
+	keys keyspace.Space
+	inv  *inventory.Store
+	ord  *orders.Store
+}
+
+func newEnv(t testing.TB, ttl time.Duration) *env {
+	t.Helper()
+	rdb, keys := testenv.Redis(t)
+	return newEnvOn(t, rdb, keys, ttl)
+}
+
+func newEnvOn(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space, ttl time.Duration) *env {
+	inv := inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: ttl})
+	ord := orders.NewStore(rdb, keys)
+	ord.Hooks.StockReturned = inv.ForgetSoldOut
+	return &env{t: t, rdb: rdb, keys: keys, inv: inv, ord: ord}
+}
+
+func (e *env) item(id string, stock, limit int64) {
+	e.t.Helper()
+	_, created, err := e.inv.Upsert(context.Background(), inventory.Input{
+		ID: id, Name: "Item " + id, Category: "c", PriceCents: 1250, Stock: &stock, PerUserLimit: limit,
+	})
+	if err != nil || !created {
+		e.t.Fatalf("upsert %s: created=%v err=%v", id, created, err)
+	}
+}
+
+func (e *env) buy(item, user string, qty int64) orders.Order {
+	e.t.Helper()
+	res, err := e.inv.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: item, UserID: user, Quantity: qty})
+	if err != nil {
+		e.t.Fatalf("purchase %s by %s: %v", item, user, err)
+	}
+	return res.Order
+}
+
+// backdate moves an order's expires_at one second into the past (record and index), so a test
+// sees an overdue reservation without sleeping.
+func (e *env) backdate(o orders.Order) {
+	e.t.Helper()
+	ctx := context.Background()
+	k := e.keys.Item(o.ItemID)
+	packed, err := e.rdb.HGet(ctx, k.Orders(), o.ID).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	now, err := e.rdb.Time(ctx).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	past := now.UnixMilli() - 1000
+	f := strings.Split(packed, "|")
+	f[5] = strconv.FormatInt(past, 10)
+	if err := e.rdb.HSet(ctx, k.Orders(), o.ID, strings.Join(f, "|")).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.rdb.ZAddXX(ctx, k.Expiry(), redis.Z{Score: float64(past), Member: o.ID}).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// ledger is an item's state as the scripts keep it, read back from Redis.
+type ledger struct {
+	Total, Left, Reserved, Paid, Version int64
+	Orders                               map[string]orders.Order
+	Held, PaidBy                         map[string]int64
+	Expiry                               map[string]bool
+	Events                               map[string][]string // order id -> event types, in order
+}
+
+func (e *env) ledger(item string) ledger {
+	e.t.Helper()
+	ctx := context.Background()
+	k := e.keys.Item(item)
+	h, err := e.rdb.HGetAll(ctx, k.Hash()).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	num := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
+	l := ledger{
+		Total: num(h["stock_total"]), Left: num(h["stock_left"]), Reserved: num(h["reserved"]),
+		Paid: num(h["paid"]), Version: num(h["version"]),
+		Orders: map[string]orders.Order{}, Held: map[string]int64{}, PaidBy: map[string]int64{},
+		Expiry: map[string]bool{}, Events: map[string][]string{},
+	}
+	recs, err := e.rdb.HGetAll(ctx, k.Orders()).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for id, packed := range recs {
+		o, err := orders.Unpack(id, item, packed)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		l.Orders[id] = o
+	}
+	for name, m := range map[string]map[string]int64{k.Held(): l.Held, k.PaidBy(): l.PaidBy} {
+		all, err := e.rdb.HGetAll(ctx, name).Result()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for u, v := range all {
+			m[u] = num(v)
+		}
+	}
+	ids, err := e.rdb.ZRange(ctx, k.Expiry(), 0, -1).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, id := range ids {
+		l.Expiry[id] = true
+	}
+	msgs, err := e.rdb.XRange(ctx, k.Outbox(), "-", "+").Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if id, ok := m.Values["order"].(string); ok {
+			l.Events[id] = append(l.Events[id], m.Values["type"].(string))
+		}
+	}
+	return l
+}
+
+// check asserts every invariant of an item's orders and counters and returns the ledger:
+// stock_left + reserved + paid == stock_total; reserved and paid are the sums over orders in
+// those states; each user's allowance (held) is their reserved + paid units and paidby their
+// paid units (no zero or negative entries); the expiry index holds exactly the reserved
+// orders; each order has its order.reserved event and, once settled, exactly one terminal
+// event naming its final state.
+func (e *env) check(item string) ledger {
+	e.t.Helper()
+	l := e.ledger(item)
+	if l.Left+l.Reserved+l.Paid != l.Total || l.Left < 0 || l.Reserved < 0 || l.Paid < 0 {
+		e.t.Errorf("%s: left %d + reserved %d + paid %d != total %d", item, l.Left, l.Reserved, l.Paid, l.Total)
+	}
+	var reserved, paid int64
+	held, paidBy := map[string]int64{}, map[string]int64{}
+	for id, o := range l.Orders {
+		want := []string{"order.reserved"}
+		switch o.Status {
+		case orders.Reserved:
+			reserved += o.Quantity
+			held[o.UserID] += o.Quantity
+			if !l.Expiry[id] {
+				e.t.Errorf("%s: reserved order %s missing from the expiry index", item, id)
+			}
+		case orders.Paid:
+			paid += o.Quantity
+			held[o.UserID] += o.Quantity
+			paidBy[o.UserID] += o.Quantity
+			want = append(want, "order.paid")
+		case orders.Cancelled, orders.Expired:
+			want = append(want, "order."+string(o.Status))
+		default:
+			e.t.Errorf("%s: order %s has status %q", item, id, o.Status)
+		}
+		if o.Status != orders.Reserved && l.Expiry[id] {
+			e.t.Errorf("%s: settled order %s (%s) still in the expiry index", item, id, o.Status)
+		}
+		if fmt.Sprint(l.Events[id]) != fmt.Sprint(want) {
+			e.t.Errorf("%s: order %s (%s) has events %v, want %v", item, id, o.Status, l.Events[id], want)
+		}
+	}
+	if reserved != l.Reserved || paid != l.Paid {
+		e.t.Errorf("%s: counters reserved %d paid %d, orders say reserved %d paid %d", item, l.Reserved, l.Paid, reserved, paid)
+	}
+	if len(l.Expiry) != countStatus(l, orders.Reserved) {
+		e.t.Errorf("%s: expiry index has %d entries for %d reserved orders", item, len(l.Expiry), countStatus(l, orders.Reserved))
+	}
+	sameMap(e.t, item+" held", l.Held, held)
+	sameMap(e.t, item+" paidby", l.PaidBy, paidBy)
+	return l
+}
+
+func countStatus(l ledger, s orders.Status) int {
+	n := 0
+	for _, o := range l.Orders {
+		if o.Status == s {
+			n++
+		}
+	}
+	return n
+}
+
+func sameMap(t testing.TB, what string, got, want map[string]int64) {
+	t.Helper()
+	for u, v := range want {
+		if got[u] != v {
+			t.Errorf("%s[%s] = %d, want %d", what, u, got[u], v)
+		}
+	}
+	for u, v := range got {
+		if _, ok := want[u]; !ok {
+			t.Errorf("%s[%s] = %d, want no entry", what, u, v)
+		}
+	}
+}
+
+func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
