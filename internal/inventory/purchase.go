@@ -84,12 +84,6 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 	}
 }
 
-// KnownSoldOut reports whether this instance knows the item has no stock left.
-func (s *Store) KnownSoldOut(item string) bool {
-	_, ok := s.soldOut.Load(item)
-	return ok
-}
-
 type purchaseCall struct {
 	req  PurchaseRequest
 	done chan purchaseReply
@@ -119,6 +113,7 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
+	sent := time.Now() // when Redis was asked: the age of a sold-out answer (soldout.go)
 	res, err := lua.Purchase.Run(ctx, s.rdb, keys, args...).Slice()
 	if err == nil && len(res) != len(calls) {
 		err = errNoReply
@@ -131,13 +126,13 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		return
 	}
 	for i, c := range calls {
-		c.done <- s.purchaseReply(item, res[i])
+		c.done <- s.purchaseReply(item, res[i], sent)
 	}
 }
 
 // purchaseReply decodes one attempt's reply:
 // {outcome, order_id, packed_order, stock_left, rl_allowed, rl_remaining, rl_retry_ms, rl_reset_ms}.
-func (s *Store) purchaseReply(item string, v any) purchaseReply {
+func (s *Store) purchaseReply(item string, v any, sent time.Time) purchaseReply {
 	f, ok := v.([]any)
 	if !ok || len(f) != 8 {
 		return purchaseReply{err: errNoReply}
@@ -155,7 +150,7 @@ func (s *Store) purchaseReply(item string, v any) purchaseReply {
 			return purchaseReply{err: err}
 		}
 		if outcome == "created" && left == 0 {
-			s.soldOut.Store(item, struct{}{})
+			s.markSoldOut(item, sent, s.saleEnd(item))
 		}
 		return purchaseReply{res: PurchaseResult{Order: o, Replayed: outcome == "replayed", Limit: dec}}
 	}
@@ -176,7 +171,7 @@ func (s *Store) purchaseReply(item string, v any) purchaseReply {
 	case "sold_out":
 		sentinel = ErrSoldOut
 		if left == 0 {
-			s.soldOut.Store(item, struct{}{})
+			s.markSoldOut(item, sent, s.saleEnd(item))
 		}
 	default:
 		return purchaseReply{err: fmt.Errorf("inventory: unknown purchase outcome %q", outcome)}
@@ -237,7 +232,3 @@ func (b *batcher) drain(q *itemQueue) {
 		b.run(q.item, batch)
 	}
 }
-
-// ForgetSoldOut drops the sold-out mark of an item whose stock came back (cancel, expiry,
-// restock on this instance); other instances learn it from their next snapshot.
-func (s *Store) ForgetSoldOut(item string) { s.soldOut.Delete(item) }

@@ -44,7 +44,7 @@ type Store struct {
 	snap     map[string]Item
 	snapAt   time.Time
 	snapLoad singleflight.Group
-	soldOut  sync.Map // item id -> struct{}: known sold out, answered from memory
+	soldOut  sync.Map // item id -> time.Time: answer sold_out from memory until then (soldout.go)
 }
 
 // NewStore returns a Store over rdb with the given key space.
@@ -224,6 +224,7 @@ func (s *Store) snapshot(ctx context.Context) (map[string]Item, error) {
 // by one loader at a time.
 func (s *Store) refresh(ctx context.Context) error {
 	_, err, _ := s.snapLoad.Do("snap", func() (any, error) {
+		seen := time.Now() // before the reads: the age of what they tell the sold-out short cut
 		ids, err := s.rdb.SMembers(ctx, s.keys.Catalog()).Result()
 		if err != nil {
 			return nil, fmt.Errorf("inventory: catalogue: %w", err)
@@ -245,9 +246,7 @@ func (s *Store) refresh(ctx context.Context) error {
 				continue // id added to the catalogue by an upsert that did not finish
 			}
 			snap[id] = it
-			if it.StockLeft > 0 {
-				s.soldOut.Delete(id)
-			}
+			s.observeStock(it, seen)
 		}
 		s.snapMu.Lock()
 		s.snap, s.snapAt = snap, time.Now()
