@@ -1,0 +1,210 @@
+// Package events owns the event contract published on Kafka: the JSON form of every state
+// change (see the contract's "Events"), its construction from an outbox stream entry written
+// by a Lua script, and its validation by consumers.
+package events
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+)
+
+// Event types, in the contract's words.
+const (
+	ItemUpserted   = "item.upserted"
+	StockAdjusted  = "stock.adjusted"
+	OrderReserved  = "order.reserved"
+	OrderPaid      = "order.paid"
+	OrderCancelled = "order.cancelled"
+	OrderExpired   = "order.expired"
+	RatingSet      = "rating.set"
+)
+
+// ErrInvalid means an entry or a message is not a well-formed event; consumers park it.
+var ErrInvalid = errors.New("invalid event")
+
+// Event is one state change as published on Kafka. Fields that don't apply are omitted. The
+// item attributes (Name ... EndsAt) are an extension carried by item.upserted only; stock_total
+// is also carried by stock.adjusted.
+type Event struct {
+	EventID    string    `json:"event_id"`
+	Type       string    `json:"type"`
+	At         time.Time `json:"at"`
+	ItemID     string    `json:"item_id,omitempty"`
+	OrderID    string    `json:"order_id,omitempty"`
+	UserID     string    `json:"user_id,omitempty"`
+	Quantity   *int64    `json:"quantity,omitempty"`
+	PriceCents *int64    `json:"price_cents,omitempty"`
+	Stars      *int64    `json:"stars,omitempty"`
+	Delta      *int64    `json:"delta,omitempty"`
+
+	Name         string     `json:"name,omitempty"`
+	Category     string     `json:"category,omitempty"`
+	StockTotal   *int64     `json:"stock_total,omitempty"`
+	PerUserLimit *int64     `json:"per_user_limit,omitempty"`
+	StartsAt     *time.Time `json:"starts_at,omitempty"`
+	EndsAt       *time.Time `json:"ends_at,omitempty"`
+}
+
+// Position is where an event sits in its outbox stream: events of one stream (one item, or
+// the ranking stream) are ordered by it, so a consumer can let the newer change win even when
+// a relay crash re-publishes an older one late.
+type Position struct{ Ms, Seq int64 }
+
+// Less orders positions of one stream.
+func (p Position) Less(q Position) bool { return p.Ms < q.Ms || (p.Ms == q.Ms && p.Seq < q.Seq) }
+
+// ItemEventID names an entry of an item's outbox stream.
+func ItemEventID(item, entryID string) string { return item + "/" + entryID }
+
+// RatingEventID names an entry of the ranking outbox stream (item ids cannot contain ':').
+func RatingEventID(entryID string) string { return "rating:" + entryID }
+
+// Position parses the stream entry id inside the event id.
+func (e Event) Position() (Position, error) {
+	id := e.EventID
+	if rest, ok := strings.CutPrefix(id, "rating:"); ok {
+		id = rest
+	} else if _, rest, ok := strings.Cut(id, "/"); ok {
+		id = rest
+	} else {
+		return Position{}, fmt.Errorf("%w: event_id %q names no stream entry", ErrInvalid, e.EventID)
+	}
+	return parseEntryID(id)
+}
+
+func parseEntryID(id string) (Position, error) {
+	msS, seqS, ok := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseInt(msS, 10, 64)
+	seq, err2 := strconv.ParseInt(seqS, 10, 64)
+	if !ok || err1 != nil || err2 != nil || ms < 0 || seq < 0 {
+		return Position{}, fmt.Errorf("%w: stream entry id %q", ErrInvalid, id)
+	}
+	return Position{ms, seq}, nil
+}
+
+// FromEntry builds the event of one outbox entry. eventID is ItemEventID or RatingEventID of
+// the entry; values are the entry's flat fields as the scripts wrote them.
+func FromEntry(eventID string, values map[string]any) (Event, error) {
+	f := fields{values: values}
+	e := Event{
+		EventID: eventID,
+		Type:    f.str("type"),
+		At:      time.UnixMilli(f.integer("at")).UTC(),
+		ItemID:  f.str("item"),
+		OrderID: f.str("order"),
+		UserID:  f.str("user"),
+	}
+	e.Quantity = f.opt("quantity")
+	e.PriceCents = f.opt("price_cents")
+	e.Stars = f.opt("stars")
+	e.Delta = f.opt("delta")
+	e.StockTotal = f.opt("stock_total")
+	if e.Type == ItemUpserted {
+		e.Name, e.Category = f.str("name"), f.str("category")
+		e.PerUserLimit = f.opt("per_user_limit")
+		e.StartsAt, e.EndsAt = f.millis("starts_at"), f.millis("ends_at")
+	}
+	if f.err != nil {
+		return Event{}, fmt.Errorf("%w: entry %s: %v", ErrInvalid, eventID, f.err)
+	}
+	return e, e.Validate()
+}
+
+// Parse decodes and validates one Kafka message value.
+func Parse(data []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(data, &e); err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return e, e.Validate()
+}
+
+// Validate checks that the event carries what its type needs, so a consumer can apply it
+// without guessing.
+func (e Event) Validate() error {
+	bad := func(why string) error { return fmt.Errorf("%w: %s %q: %s", ErrInvalid, e.Type, e.EventID, why) }
+	if e.EventID == "" {
+		return bad("no event_id")
+	}
+	if _, err := e.Position(); err != nil {
+		return err
+	}
+	if e.At.IsZero() || e.At.Unix() <= 0 {
+		return bad("no time")
+	}
+	if !keyspace.ValidID(e.ItemID) {
+		return bad("bad item_id")
+	}
+	switch e.Type {
+	case ItemUpserted:
+		if e.Name == "" || !nonNeg(e.PriceCents) || !nonNeg(e.StockTotal) || e.PerUserLimit == nil || *e.PerUserLimit < 1 {
+			return bad("incomplete item")
+		}
+	case StockAdjusted:
+		if e.Delta == nil || *e.Delta == 0 || !nonNeg(e.StockTotal) {
+			return bad("needs delta and stock_total")
+		}
+	case OrderReserved, OrderPaid, OrderCancelled, OrderExpired:
+		item, ok := keyspace.ItemOfOrder(e.OrderID)
+		if !ok || item != e.ItemID || e.UserID == "" || e.Quantity == nil || *e.Quantity < 1 || !nonNeg(e.PriceCents) {
+			return bad("incomplete order")
+		}
+	case RatingSet:
+		if e.UserID == "" || e.Stars == nil || *e.Stars < 1 || *e.Stars > 5 {
+			return bad("needs user_id and stars 1..5")
+		}
+	default:
+		return bad("unknown type")
+	}
+	return nil
+}
+
+func nonNeg(p *int64) bool { return p != nil && *p >= 0 }
+
+// fields reads an entry's flat fields, remembering the first malformed one.
+type fields struct {
+	values map[string]any
+	err    error
+}
+
+func (f *fields) str(name string) string {
+	v, _ := f.values[name].(string)
+	return v
+}
+
+func (f *fields) opt(name string) *int64 {
+	s, ok := f.values[name].(string)
+	if !ok {
+		return nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		if f.err == nil {
+			f.err = fmt.Errorf("field %s=%q is not an integer", name, s)
+		}
+		return nil
+	}
+	return &n
+}
+
+func (f *fields) integer(name string) int64 {
+	if p := f.opt(name); p != nil {
+		return *p
+	}
+	return 0
+}
+
+// millis reads a unix-ms time where 0 means none.
+func (f *fields) millis(name string) *time.Time {
+	if ms := f.integer(name); ms > 0 {
+		t := time.UnixMilli(ms).UTC()
+		return &t
+	}
+	return nil
+}

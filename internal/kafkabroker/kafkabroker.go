@@ -1,0 +1,122 @@
+// Package kafkabroker runs an embedded Kafka-protocol broker (franz-go's kfake) for the
+// one-command local run and for tests. Real deployments set KAFKA_BROKERS and never start it;
+// producers and consumers speak the ordinary Kafka protocol to either.
+package kafkabroker
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// ErrStopped is returned by Restart after Close.
+var ErrStopped = errors.New("kafkabroker: closed")
+
+// Options describe the broker.
+type Options struct {
+	// Addr is host:port to listen on; port 0 picks a free port (kept across Restart).
+	Addr string
+	// Topic is created with Partitions partitions when the broker starts empty.
+	Topic      string
+	Partitions int
+	// DataDir, when set, persists the log and committed group offsets, so a restarted broker
+	// (or a restarted api) keeps every event not yet consumed. Empty: in memory only.
+	DataDir string
+}
+
+// Broker is one embedded single-node cluster.
+type Broker struct {
+	opt  Options
+	mu   sync.Mutex
+	c    *kfake.Cluster
+	addr string
+	dead bool
+}
+
+// Start listens on opt.Addr and creates the topic.
+func Start(opt Options) (*Broker, error) {
+	if opt.Partitions < 1 {
+		opt.Partitions = 1
+	}
+	if opt.Topic == "" {
+		return nil, fmt.Errorf("kafkabroker: a topic is needed")
+	}
+	b := &Broker{opt: opt}
+	if err := b.start(opt.Addr); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Broker) start(addr string) error {
+	host, portS, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("kafkabroker: address %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil || port < 0 || port > 65535 {
+		return fmt.Errorf("kafkabroker: address %q: bad port", addr)
+	}
+	opts := []kfake.Opt{
+		kfake.Ports(port),
+		kfake.SeedTopics(int32(b.opt.Partitions), b.opt.Topic),
+		// Listen only on the configured host; kfake's default listens on every interface.
+		kfake.ListenFn(func(network, a string) (net.Listener, error) {
+			_, p, _ := net.SplitHostPort(a)
+			return net.Listen(network, net.JoinHostPort(host, p))
+		}),
+	}
+	if b.opt.DataDir != "" {
+		opts = append(opts, kfake.DataDir(b.opt.DataDir))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return fmt.Errorf("kafkabroker: start on %s: %w", addr, err)
+	}
+	b.c = c
+	b.addr = c.ListenAddrs()[0]
+	return nil
+}
+
+// Addr is the broker's host:port (the bootstrap address for clients).
+func (b *Broker) Addr() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.addr
+}
+
+// Stop shuts the broker down (persisting its state when DataDir is set); Restart brings it
+// back on the same address. Clients see a broker outage in between.
+func (b *Broker) Stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.c != nil {
+		b.c.Close()
+		b.c = nil
+	}
+}
+
+// Restart starts a stopped broker again on the same address.
+func (b *Broker) Restart() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dead {
+		return ErrStopped
+	}
+	if b.c != nil {
+		return nil
+	}
+	return b.start(b.addr)
+}
+
+// Close stops the broker for good.
+func (b *Broker) Close() {
+	b.Stop()
+	b.mu.Lock()
+	b.dead = true
+	b.mu.Unlock()
+}
