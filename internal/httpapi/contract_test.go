@@ -1,0 +1,260 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/httpapi"
+)
+
+// TestPurchasePathContract checks every status and code of the purchase-path endpoints.
+func TestPurchasePathContract(t *testing.T) {
+	a := newTestAPI(t, nil)
+	a.item("phone", 10, 9)
+	alice := a.token("alice")
+	bob := a.token("bob")
+	expired, _, _ := httpapi.NewAuth("test-secret", testAdminToken, -time.Hour).Mint("alice")
+	forged, _, _ := httpapi.NewAuth("another-secret", testAdminToken, time.Hour).Mint("alice")
+	const noneAlg = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6NDEwMjQ0NDgwMH0."
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	longAgo := time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339)
+	a.do("PUT", "/api/admin/items/later", testAdminToken, map[string]any{"name": "Later", "price_cents": 1, "stock": 1, "per_user_limit": 1, "starts_at": future})
+	a.do("PUT", "/api/admin/items/gone", testAdminToken, map[string]any{"name": "Gone", "price_cents": 1, "stock": 1, "per_user_limit": 1, "starts_at": longAgo, "ends_at": past})
+	var aliceOrder string
+
+	cases := []struct {
+		name, method, path, token string
+		body                      any
+		headers                   []string
+		status                    int
+		code                      string
+		check                     func(t *testing.T, r reply)
+	}{
+		// Health.
+		{name: "healthz", method: "GET", path: "/healthz", status: 200},
+		{name: "readyz", method: "GET", path: "/readyz", status: 200},
+		{name: "unknown route", method: "GET", path: "/api/nope", status: 404, code: "not_found"},
+		// Login.
+		{name: "login", method: "POST", path: "/api/login", body: `{"user":"carol"}`, status: 200, check: func(t *testing.T, r reply) {
+			if r.Body["user"] != "carol" || r.Body["token"] == "" || r.Body["expires_at"] == nil {
+				t.Errorf("login body %s", r.Raw)
+			}
+		}},
+		{name: "login bad user", method: "POST", path: "/api/login", body: `{"user":"a b"}`, status: 400, code: "invalid_request"},
+		{name: "login empty user", method: "POST", path: "/api/login", body: `{"user":""}`, status: 400, code: "invalid_request"},
+		{name: "login unknown field", method: "POST", path: "/api/login", body: `{"user":"x","admin":true}`, status: 400, code: "invalid_request"},
+		{name: "login bad JSON", method: "POST", path: "/api/login", body: `{"user":`, status: 400, code: "invalid_request"},
+		{name: "login too large", method: "POST", path: "/api/login", body: `{"user":"` + strings.Repeat("a", 70<<10) + `"}`, status: 413, code: "too_large"},
+		// Catalogue.
+		{name: "items", method: "GET", path: "/api/items", status: 200, check: func(t *testing.T, r reply) {
+			if items, _ := r.Body["items"].([]any); len(items) != 3 {
+				t.Errorf("want 3 items: %s", r.Raw)
+			}
+		}},
+		{name: "item", method: "GET", path: "/api/items/phone", status: 200, check: func(t *testing.T, r reply) {
+			it := r.Body["item"].(map[string]any)
+			for _, f := range []string{"id", "name", "category", "price_cents", "stock_total", "stock_left", "per_user_limit", "starts_at", "ends_at", "status"} {
+				if _, ok := it[f]; !ok {
+					t.Errorf("item lacks %s: %s", f, r.Raw)
+				}
+			}
+			if it["status"] != "live" || it["stock_left"] != 10.0 {
+				t.Errorf("item %s", r.Raw)
+			}
+		}},
+		{name: "item upcoming", method: "GET", path: "/api/items/later", status: 200, check: func(t *testing.T, r reply) {
+			if r.Body["item"].(map[string]any)["status"] != "upcoming" {
+				t.Errorf("status: %s", r.Raw)
+			}
+		}},
+		{name: "item ended", method: "GET", path: "/api/items/gone", status: 200, check: func(t *testing.T, r reply) {
+			if r.Body["item"].(map[string]any)["status"] != "ended" {
+				t.Errorf("status: %s", r.Raw)
+			}
+		}},
+		{name: "unknown item", method: "GET", path: "/api/items/nope", status: 404, code: "not_found"},
+		{name: "bad item id", method: "GET", path: "/api/items/" + strings.Repeat("x", 65), status: 404, code: "not_found"},
+		// Tokens.
+		{name: "purchase without token", method: "POST", path: "/api/items/phone/purchase", body: `{}`, status: 401, code: "unauthorized"},
+		{name: "purchase malformed token", method: "POST", path: "/api/items/phone/purchase", token: "garbage", body: `{}`, status: 401, code: "unauthorized"},
+		{name: "purchase expired token", method: "POST", path: "/api/items/phone/purchase", token: expired, body: `{}`, status: 401, code: "unauthorized"},
+		{name: "purchase forged token", method: "POST", path: "/api/items/phone/purchase", token: forged, body: `{}`, status: 401, code: "unauthorized"},
+		{name: "purchase alg none", method: "POST", path: "/api/items/phone/purchase", token: noneAlg, body: `{}`, status: 401, code: "unauthorized"},
+		{name: "purchase with admin token", method: "POST", path: "/api/items/phone/purchase", token: testAdminToken, body: `{}`, status: 401, code: "unauthorized"},
+		{name: "shopper on admin route", method: "PUT", path: "/api/admin/items/x", token: alice, body: `{}`, status: 403, code: "forbidden"},
+		{name: "no token on admin route", method: "POST", path: "/api/admin/items/phone/stock", body: `{"delta":1}`, status: 401, code: "unauthorized"},
+		{name: "bad token on admin route", method: "POST", path: "/api/admin/items/phone/stock", token: "nope", body: `{"delta":1}`, status: 401, code: "unauthorized"},
+		// Purchase.
+		{name: "purchase quantity 0", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":0}`, status: 400, code: "invalid_request"},
+		{name: "purchase quantity negative", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":-2}`, status: 400, code: "invalid_request"},
+		{name: "purchase quantity huge", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1e30}`, status: 400, code: "invalid_request"},
+		{name: "purchase quantity fraction", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1.5}`, status: 400, code: "invalid_request"},
+		{name: "purchase quantity string", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":"2"}`, status: 400, code: "invalid_request"},
+		{name: "purchase unknown field", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1,"price":0}`, status: 400, code: "invalid_request"},
+		{name: "purchase bad JSON", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":`, status: 400, code: "invalid_request"},
+		{name: "purchase trailing data", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1} {}`, status: 400, code: "invalid_request"},
+		{name: "purchase bad idempotency key", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{}`, headers: []string{"Idempotency-Key", strings.Repeat("k", 65)}, status: 400, code: "invalid_request"},
+		{name: "purchase unknown item", method: "POST", path: "/api/items/nope/purchase", token: alice, body: `{}`, status: 404, code: "not_found"},
+		{name: "purchase not started", method: "POST", path: "/api/items/later/purchase", token: alice, body: `{}`, status: 409, code: "sale_not_started"},
+		{name: "purchase ended", method: "POST", path: "/api/items/gone/purchase", token: alice, body: `{}`, status: 409, code: "sale_ended"},
+		{name: "purchase over limit", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":10}`, status: 409, code: "limit_exceeded"},
+		{name: "purchase 9 of 10", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":9}`, headers: []string{"Idempotency-Key", "k1"}, status: 201, check: func(t *testing.T, r reply) {
+			o := r.Body["order"].(map[string]any)
+			aliceOrder, _ = o["id"].(string)
+			for _, f := range []string{"id", "item_id", "user_id", "quantity", "price_cents", "status", "created_at", "expires_at"} {
+				if _, ok := o[f]; !ok {
+					t.Errorf("order lacks %s: %s", f, r.Raw)
+				}
+			}
+			if o["status"] != "reserved" || o["quantity"] != 9.0 || o["user_id"] != "alice" || o["price_cents"] != 1999.0 {
+				t.Errorf("order %s", r.Raw)
+			}
+		}},
+		{name: "purchase replay", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":9}`, headers: []string{"Idempotency-Key", "k1"}, status: 200, check: func(t *testing.T, r reply) {
+			if r.Body["order"].(map[string]any)["id"] != aliceOrder {
+				t.Errorf("replay returned another order: %s", r.Raw)
+			}
+		}},
+		{name: "purchase sold out", method: "POST", path: "/api/items/phone/purchase", token: bob, body: `{"quantity":2}`, status: 409, code: "sold_out"},
+		{name: "purchase empty body = 1", method: "POST", path: "/api/items/phone/purchase", token: bob, status: 201},
+		// Orders.
+		{name: "my orders", method: "GET", path: "/api/orders", token: alice, status: 200, check: func(t *testing.T, r reply) {
+			if list, _ := r.Body["orders"].([]any); len(list) != 1 {
+				t.Errorf("alice's orders: %s", r.Raw)
+			}
+		}},
+		{name: "no orders", method: "GET", path: "/api/orders", token: a.token("nobody"), status: 200, check: func(t *testing.T, r reply) {
+			if list, ok := r.Body["orders"].([]any); !ok || len(list) != 0 {
+				t.Errorf("want an empty list: %s", r.Raw)
+			}
+		}},
+		{name: "orders without token", method: "GET", path: "/api/orders", status: 401, code: "unauthorized"},
+		{name: "order detail", method: "GET", path: "/api/orders/phone.1", token: alice, status: 200},
+		{name: "another user's order", method: "GET", path: "/api/orders/phone.1", token: bob, status: 404, code: "not_found"},
+		{name: "unknown order", method: "GET", path: "/api/orders/phone.999", token: alice, status: 404, code: "not_found"},
+		{name: "malformed order id", method: "GET", path: "/api/orders/zzz", token: alice, status: 404, code: "not_found"},
+		// Admin: items.
+		{name: "create item", method: "PUT", path: "/api/admin/items/tv", token: testAdminToken, body: map[string]any{"name": "TV", "category": "screens", "price_cents": 50000, "stock": 5, "per_user_limit": 2, "starts_at": longAgo, "ends_at": future}, status: 201},
+		{name: "update item", method: "PUT", path: "/api/admin/items/tv", token: testAdminToken, body: map[string]any{"name": "Big TV", "category": "screens", "price_cents": 45000, "stock": 5, "per_user_limit": 2}, status: 200, check: func(t *testing.T, r reply) {
+			if it := r.Body["item"].(map[string]any); it["name"] != "Big TV" || it["stock_total"] != 5.0 {
+				t.Errorf("update: %s", r.Raw)
+			}
+		}},
+		{name: "update without stock keeps it", method: "PUT", path: "/api/admin/items/tv", token: testAdminToken, body: map[string]any{"name": "TV", "price_cents": 45000, "per_user_limit": 2}, status: 200},
+		{name: "update changing stock", method: "PUT", path: "/api/admin/items/tv", token: testAdminToken, body: map[string]any{"name": "TV", "price_cents": 1, "stock": 6, "per_user_limit": 2}, status: 409, code: "invalid_state"},
+		{name: "item per_user_limit 0", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 0}, status: 400, code: "invalid_request"},
+		{name: "item negative stock", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": -1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
+		{name: "item negative price", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": -1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
+		{name: "item without name", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
+		{name: "item ends before start", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1, "starts_at": future, "ends_at": past}, status: 400, code: "invalid_request"},
+		{name: "item bad time", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1, "starts_at": "tomorrow"}, status: 400, code: "invalid_request"},
+		{name: "item bad id", method: "PUT", path: "/api/admin/items/bad$id", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
+		{name: "item unknown field", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1, "colour": "red"}, status: 400, code: "invalid_request"},
+		{name: "item id mismatch", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"id": "x2", "name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
+		// Admin: stock.
+		{name: "restock", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{"delta":5}`, status: 200, check: func(t *testing.T, r reply) {
+			if it := r.Body["item"].(map[string]any); it["stock_total"] != 15.0 || it["stock_left"] != 5.0 {
+				t.Errorf("restock: %s", r.Raw)
+			}
+		}},
+		{name: "withdraw", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{"delta":-2}`, status: 200},
+		{name: "withdraw below zero", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{"delta":-4}`, status: 409, code: "invalid_state"},
+		{name: "delta zero", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{"delta":0}`, status: 400, code: "invalid_request"},
+		{name: "delta missing", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{}`, status: 400, code: "invalid_request"},
+		{name: "delta fraction", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{"delta":1.5}`, status: 400, code: "invalid_request"},
+		{name: "stock of unknown item", method: "POST", path: "/api/admin/items/nope/stock", token: testAdminToken, body: `{"delta":1}`, status: 404, code: "not_found"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := a.do(tc.method, tc.path, tc.token, tc.body, tc.headers...)
+			if r.Status != tc.status || r.code() != tc.code {
+				t.Fatalf("got %d %q, want %d %q: %s", r.Status, r.code(), tc.status, tc.code, r.Raw)
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+		})
+	}
+
+	// Bad input changed nothing: phone has 15 loaded, 2 withdrawn, 10 reserved.
+	it, err := a.inv.Get(t.Context(), "phone")
+	if err != nil || it.StockTotal != 13 || it.StockLeft != 3 || it.Reserved != 10 {
+		t.Fatalf("phone after the table: %+v %v", it, err)
+	}
+	if _, err := a.inv.Get(t.Context(), "x1"); err == nil {
+		t.Fatalf("a refused PUT created x1")
+	}
+}
+
+// TestImportContract covers CSV and JSON imports with per-line errors.
+func TestImportContract(t *testing.T) {
+	a := newTestAPI(t, nil)
+	a.item("dup", 5, 1)
+	csv := "id,name,category,price_cents,stock,per_user_limit,starts_at,ends_at\n" +
+		"c1,One,phones,100,10,2,,\n" +
+		"bad id,Two,phones,100,10,2,,\n" + // line 3: bad id
+		"c3,Three,phones,abc,10,2,,\n" + // line 4: bad price
+		"c4,Four,phones,100,10,0,,\n" + // line 5: limit 0
+		"dup,Dup,phones,100,6,1,,\n" + // line 6: stock change on update
+		"dup,Dup,phones,100,5,1,,\n" + // line 7: update ok
+		"c8,Eight,phones,100,1,1,2026-01-01T00:00:00Z,2027-01-01T00:00:00Z\n" +
+		"c9,Nine,phones,100,1\n" // line 9: too few fields
+	req := func(ct, body string) reply {
+		return a.do("POST", "/api/admin/items/import", testAdminToken, body, "Content-Type", ct)
+	}
+	r := req("text/csv", csv)
+	if r.Status != 200 || r.Body["created"] != 2.0 || r.Body["updated"] != 1.0 {
+		t.Fatalf("csv import: %d %s", r.Status, r.Raw)
+	}
+	lines := map[float64]bool{}
+	for _, e := range r.Body["errors"].([]any) {
+		lines[e.(map[string]any)["line"].(float64)] = true
+	}
+	for _, l := range []float64{3, 4, 5, 6, 9} {
+		if !lines[l] {
+			t.Errorf("line %v not reported: %s", l, r.Raw)
+		}
+	}
+	if len(lines) != 5 {
+		t.Errorf("want 5 errors: %s", r.Raw)
+	}
+
+	r = req("application/json", `[{"id":"j1","name":"J","price_cents":1,"stock":3,"per_user_limit":1},{"id":"j2","name":"","price_cents":1,"per_user_limit":1},{"id":"j3","name":"J3","price_cents":1,"per_user_limit":1,"oops":1}]`)
+	if r.Status != 200 || r.Body["created"] != 1.0 || len(r.Body["errors"].([]any)) != 2 {
+		t.Fatalf("json import: %d %s", r.Status, r.Raw)
+	}
+	if e := r.Body["errors"].([]any)[0].(map[string]any); e["line"] != 2.0 {
+		t.Fatalf("json errors use 1-based positions: %s", r.Raw)
+	}
+	for _, bad := range []struct{ ct, body string }{
+		{"text/csv", "wrong,header\n1,2\n"},
+		{"text/csv", ""},
+		{"application/json", `{"id":"x"}`},
+		{"text/plain", "hello"},
+	} {
+		if r := req(bad.ct, bad.body); r.Status != 400 || r.code() != "invalid_request" {
+			t.Errorf("import %q %q: %d %s", bad.ct, bad.body, r.Status, r.Raw)
+		}
+	}
+	big := "id,name,category,price_cents,stock,per_user_limit,starts_at,ends_at\n" + strings.Repeat("x,y,z,1,1,1,,\n", 9<<20/14)
+	if r := req("text/csv", big); r.Status != http.StatusRequestEntityTooLarge {
+		t.Errorf("9 MiB import: %d", r.Status)
+	}
+	if r := a.do("POST", "/api/admin/items/import", a.token("eve"), "[]"); r.Status != 403 {
+		t.Errorf("shopper import: %d", r.Status)
+	}
+	items := a.do("GET", "/api/items", "", nil).Body["items"].([]any)
+	if len(items) != 5 { // dup, c1, c8, j1 + ... dup counted once
+		names := []string{}
+		for _, it := range items {
+			names = append(names, fmt.Sprint(it.(map[string]any)["id"]))
+		}
+		if len(items) != 4 {
+			t.Fatalf("items after imports: %v", names)
+		}
+	}
+}
