@@ -1,0 +1,359 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// TestScriptReplies is the table of limit.lua's replies: bad ARGV is an error that writes
+// nothing; a fresh key allows a burst; a refusal writes nothing.
+func TestScriptReplies(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	key := keys.RateLimit("t", "bad")
+	bad := [][]any{
+		{0, 1000, 1, 1},       // rate 0
+		{-1, 1000, 1, 1},      // negative rate
+		{"x", 1000, 1, 1},     // not a number
+		{1, 0, 1, 1},          // period 0
+		{1, 1000, 0, 1},       // burst 0
+		{1, 1000, 1.5, 1},     // fractional burst
+		{1, 1000, 2, 0},       // cost 0 would be a free write
+		{1, 1000, 2, 3},       // cost over burst can never pass
+		{1, 1000, 2, "1e999"}, // inf
+	}
+	for _, args := range bad {
+		if err := script.Run(ctx, rdb, []string{key}, args...).Err(); err == nil || !strings(err) {
+			t.Errorf("ARGV %v: want an ERR limit reply, got %v", args, err)
+		}
+	}
+	if n := rdb.Exists(ctx, key).Val(); n != 0 {
+		t.Fatalf("bad ARGV wrote the key")
+	}
+
+	// rate 1 per minute, burst 3: three pass at once, each leaving one fewer.
+	key = keys.RateLimit("t", "fresh")
+	run := func() []string {
+		t.Helper()
+		r, err := script.Run(ctx, rdb, []string{key}, 1, 60000, 3, 1).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for i := 2; i >= 0; i-- {
+		r := run()
+		if r[0] != "1" || r[1] != strconv.Itoa(i) || r[2] != "0.000" {
+			t.Fatalf("allowed call: got %q, want remaining %d", r, i)
+		}
+		reset, _ := strconv.ParseFloat(r[3], 64)
+		if want := float64(3-i) * 60000; math.Abs(reset-want) > 50 {
+			t.Fatalf("reset %v ms, want about %v", reset, want)
+		}
+	}
+	before := rdb.Get(ctx, key).Val()
+	ttl := rdb.PTTL(ctx, key).Val()
+	r := run()
+	retry, _ := strconv.ParseFloat(r[2], 64)
+	if r[0] != "0" || r[1] != "0" || retry < 59000 || retry > 60000 {
+		t.Fatalf("refusal: got %q", r)
+	}
+	if after := rdb.Get(ctx, key).Val(); after != before {
+		t.Fatalf("refusal wrote the key: %s -> %s", before, after)
+	}
+	if ttl <= 0 || ttl > 3*time.Minute+time.Second {
+		t.Fatalf("key TTL %v: must cover the time to refill fully and no more", ttl)
+	}
+}
+
+func strings(err error) bool {
+	return err != nil && len(err.Error()) > 9 && err.Error()[:9] == "ERR limit"
+}
+
+// timedCall is one decision with the Redis server time it was taken at: TIME and the script
+// run inside one MULTI, so nothing runs between them.
+type timedCall struct {
+	at      time.Duration // server time since the epoch
+	allowed bool
+}
+
+func decideTimed(ctx context.Context, rdb redis.UniversalClient, key string, p Policy) (timedCall, error) {
+	pipe := rdb.TxPipeline()
+	tm := pipe.Time(ctx)
+	res := script.EvalSha(ctx, pipe, []string{key}, p.Rate, p.Period.Milliseconds(), p.Burst, 1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return timedCall{}, err
+	}
+	r, err := res.StringSlice()
+	if err != nil {
+		return timedCall{}, err
+	}
+	d, err := decode(p, r)
+	return timedCall{at: time.Duration(tm.Val().UnixNano()), allowed: d.Allowed}, err
+}
+
+// TestAccuracy drives one key from many goroutines for a few periods: over the span E from the
+// first to the last decision (server time), the allowed count is within 1 of
+// burst + rate*E/period, and never above it. The lower bound needs demand without pauses
+// longer than (burst-1) emission intervals (GCRA does not bank unused time beyond the burst),
+// so every case keeps that slack at 50ms or more; the largest pause is logged.
+func TestAccuracy(t *testing.T) {
+	cases := []struct {
+		rate, burst int
+		period      time.Duration
+		periods     int
+	}{
+		{rate: 4, burst: 4, period: 100 * time.Millisecond, periods: 10},
+		{rate: 10, burst: 5, period: 200 * time.Millisecond, periods: 6},
+		{rate: 3, burst: 10, period: 300 * time.Millisecond, periods: 5},
+		{rate: 50, burst: 20, period: time.Second, periods: 3},
+		{rate: 7, burst: 7, period: 700 * time.Millisecond, periods: 3},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%d per %s burst %d", tc.rate, tc.period, tc.burst), func(t *testing.T) {
+			t.Parallel()
+			rdb, keys := testenv.Redis(t)
+			p := Policy{Rate: tc.rate, Period: tc.period, Burst: tc.burst}
+			key := keys.RateLimit("acc", "one")
+			ctx := context.Background()
+			deadline := time.Now().Add(time.Duration(tc.periods) * tc.period)
+			const workers = 16
+			var (
+				mu    sync.Mutex
+				calls []timedCall
+				wg    sync.WaitGroup
+				fail  atomic.Value
+			)
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var mine []timedCall
+					for time.Now().Before(deadline) {
+						c, err := decideTimed(ctx, rdb, key, p)
+						if err != nil {
+							fail.Store(err)
+							return
+						}
+						mine = append(mine, c)
+					}
+					mu.Lock()
+					calls = append(calls, mine...)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			if err, _ := fail.Load().(error); err != nil {
+				t.Fatal(err)
+			}
+			sort.Slice(calls, func(i, j int) bool { return calls[i].at < calls[j].at })
+			allowed, pause := 0, time.Duration(0)
+			for i, c := range calls {
+				if c.allowed {
+					allowed++
+				}
+				if i > 0 {
+					pause = max(pause, c.at-calls[i-1].at)
+				}
+			}
+			elapsed := calls[len(calls)-1].at - calls[0].at
+			bound := float64(tc.burst) + float64(tc.rate)*elapsed.Seconds()/tc.period.Seconds()
+			t.Logf("%d calls, %d allowed over %v (longest pause %v): bound %.2f", len(calls), allowed, elapsed, pause, bound)
+			// 0.01 absorbs the millisecond fractions the script rounds TAT to.
+			if float64(allowed) > bound+0.01 {
+				t.Fatalf("allowed %d > burst + rate*elapsed = %.3f", allowed, bound)
+			}
+			if float64(allowed) < bound-1 {
+				t.Fatalf("allowed %d < burst + rate*elapsed - 1 = %.3f", allowed, bound-1)
+			}
+		})
+	}
+}
+
+// TestAllowNeverMoreThanPolicy races the public Allow on one subject and bounds the allowed
+// count by the server time around the whole run.
+func TestAllowNeverMoreThanPolicy(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	p := Policy{Rate: 20, Period: 200 * time.Millisecond, Burst: 4}
+	l, err := NewLimiter(rdb, keys, map[string]Policy{"buy": p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := rdb.Time(ctx).Val()
+	deadline := time.Now().Add(600 * time.Millisecond)
+	var allowed, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				d, err := l.Allow(ctx, "buy", "bot")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				} else {
+					refused.Add(1)
+					if d.RetryAfter <= 0 || d.Remaining != 0 || d.Limit != p.Burst {
+						t.Errorf("refusal %+v", d)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := rdb.Time(ctx).Val().Sub(start)
+	bound := float64(p.Burst) + float64(p.Rate)*elapsed.Seconds()/p.Period.Seconds()
+	if float64(allowed.Load()) > bound+0.01 || refused.Load() == 0 {
+		t.Fatalf("allowed %d, refused %d over %v: bound %.2f", allowed.Load(), refused.Load(), elapsed, bound)
+	}
+}
+
+// TestRetryAfterHonoured: waiting the refusal's RetryAfter always lets the next call through.
+func TestRetryAfterHonoured(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	l, err := NewLimiter(rdb, keys, map[string]Policy{"pay": {Rate: 1, Period: 250 * time.Millisecond, Burst: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{"alice", "bob"} {
+		for round := 0; round < 3; round++ {
+			var d Decision
+			for d, err = l.Allow(ctx, "pay", subject); err == nil && d.Allowed; d, err = l.Allow(ctx, "pay", subject) {
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.RetryAfter <= 0 || d.RetryAfter > 250*time.Millisecond {
+				t.Fatalf("retry after %v, want within one emission interval", d.RetryAfter)
+			}
+			time.Sleep(d.RetryAfter.Round(time.Millisecond) + time.Millisecond)
+			if d, err = l.Allow(ctx, "pay", subject); err != nil || !d.Allowed {
+				t.Fatalf("after waiting RetryAfter: %+v %v", d, err)
+			}
+		}
+	}
+}
+
+// TestSeparateKeys: subjects and policies each have their own budget.
+func TestSeparateKeys(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	p := Policy{Rate: 1, Period: time.Minute, Burst: 2}
+	l, err := NewLimiter(rdb, keys, map[string]Policy{"pay": p, "cancel": p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func(policy, subject string) bool {
+		d, err := l.Allow(ctx, policy, subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+	var wg sync.WaitGroup
+	for _, subject := range []string{"a", "b", "c", "10.0.0.1", "::1"} {
+		for _, policy := range []string{"pay", "cancel"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if !take(policy, subject) || !take(policy, subject) || take(policy, subject) {
+					t.Errorf("%s/%s: want exactly the burst of 2", policy, subject)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if n := len(rdb.Keys(ctx, keys.Prefix+"*").Val()); n != 10 {
+		t.Fatalf("%d limiter keys, want one per policy and subject (10)", n)
+	}
+}
+
+// TestPolicies: off and unknown policies allow without Redis; a reload takes effect at once;
+// a bad policy is refused and leaves the old ones in place.
+func TestPolicies(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	l, err := NewLimiter(rdb, keys, map[string]Policy{"pay": {Rate: 1, Period: time.Minute, Burst: 1}, "off": {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"off", "unknown"} {
+		if d, err := l.Allow(ctx, name, "u"); err != nil || !d.Allowed || d.Limit != 0 {
+			t.Fatalf("%s: %+v %v", name, d, err)
+		}
+	}
+	if d, _ := l.Allow(ctx, "pay", "u"); !d.Allowed {
+		t.Fatal("first call refused")
+	}
+	if d, _ := l.Allow(ctx, "pay", "u"); d.Allowed || d.Limit != 1 {
+		t.Fatalf("second call: %+v", d)
+	}
+	// A reload to burst 5 reinterprets the stored state: room for more at once.
+	if err := l.SetPolicies(map[string]Policy{"pay": {Rate: 1, Period: time.Minute, Burst: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Allow(ctx, "pay", "u"); !d.Allowed || d.Limit != 5 || d.Remaining != 3 {
+		t.Fatalf("after reload: %+v", d)
+	}
+	for _, bad := range []Policy{{Rate: 1, Period: 0, Burst: 1}, {Rate: 1, Period: time.Second, Burst: 0}, {Rate: -1, Period: time.Second, Burst: 1}} {
+		if err := l.SetPolicies(map[string]Policy{"pay": bad}); !errors.Is(err, ErrBadPolicy) {
+			t.Fatalf("%+v: %v", bad, err)
+		}
+	}
+	if p, on := l.Policy("pay"); !on || p.Burst != 5 {
+		t.Fatalf("a refused reload changed the policy: %+v", p)
+	}
+	if _, err := l.AllowN(ctx, "pay", "u", 6); !errors.Is(err, ErrBadPolicy) {
+		t.Fatalf("cost over burst: %v", err)
+	}
+
+	// Reloads race with decisions without tearing a policy.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				if i%2 == 0 {
+					_ = l.SetPolicies(map[string]Policy{"pay": {Rate: 1 + j, Period: time.Second, Burst: 1 + j}})
+				} else if _, err := l.Allow(ctx, "pay", "racer"); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestFailClosed: with Redis unreachable, Allow reports an error, never an allowance.
+func TestFailClosed(t *testing.T) {
+	_, keys := testenv.Redis(t)
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer dead.Close()
+	l, err := NewLimiter(dead, keys, map[string]Policy{"pay": {Rate: 1, Period: time.Second, Burst: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.Allow(context.Background(), "pay", "u")
+	if err == nil || d.Allowed {
+		t.Fatalf("dead Redis: %+v %v, want an error", d, err)
+	}
+}
