@@ -19,6 +19,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
@@ -57,6 +58,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		return err
 	}
 	defer rdb.Close()
+	metrics.InstrumentRedis(rdb) // script calls and latency by script name
 	if err := lua.Load(ctx, rdb); err != nil {
 		return err
 	}
@@ -85,6 +87,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		Inventory: inv,
 		Orders:    ord,
 		Limiter:   limiter,
+		Metrics:   metrics.Handler(),
 		Ready: func(ctx context.Context) error {
 			ok, err := lua.Loaded(ctx, rdb)
 			if err != nil {
@@ -103,6 +106,13 @@ func run(ctx context.Context, cfg config.Config) error {
 	defer cancelBG()
 	go inv.RunSnapshot(bg)
 	go expirer.Run(bg)
+
+	// pprof (and /metrics) for operators on FLASHSALE_ADMIN_ADDR; off when empty.
+	stopAdmin, err := metrics.StartAdmin(cfg.AdminAddr)
+	if err != nil {
+		return err
+	}
+	defer stopAdmin()
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
