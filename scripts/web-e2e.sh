@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The browser suite: the shopper and admin pages in headless Chromium against a real api and
+# the real Redis. Installs Debian's chromium (and node/npm) with apt-get and the npm packages of
+# web/e2e when they are missing, starts bin/api on a free port under a random Redis key prefix,
+# runs web/e2e/e2e.mjs, then stops the api and deletes the prefix's keys.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+need_apt=()
+[ -x /usr/lib/chromium/chromium ] || [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+command -v node >/dev/null || need_apt+=(nodejs)
+command -v npm >/dev/null || need_apt+=(npm)
+command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+command -v curl >/dev/null || need_apt+=(curl)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "web-e2e: installing ${need_apt[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -d web/e2e/node_modules/playwright-core ]; then
+  echo "web-e2e: installing npm packages in web/e2e" >&2
+  (cd web/e2e && { npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error; })
+fi
+
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  echo "web-e2e: Redis does not answer on 127.0.0.1:6379; start it with ./scripts/services.sh" >&2
+  exit 1
+fi
+
+go build -o bin/api ./cmd/api
+
+free_port() {
+  node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
+}
+port=$(free_port)
+kafka_port=$(free_port)
+prefix="e2e$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n'):"
+admin_token="e2e-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+log=$(mktemp)
+
+api_pid=""
+cleanup() {
+  status=$?
+  if [ -n "$api_pid" ] && kill -0 "$api_pid" 2>/dev/null; then
+    kill "$api_pid" 2>/dev/null || true
+    wait "$api_pid" 2>/dev/null || true
+  fi
+  redis-cli -h 127.0.0.1 -p 6379 --scan --pattern "${prefix}*" |
+    xargs -r -n 500 redis-cli -h 127.0.0.1 -p 6379 del >/dev/null || true
+  if [ $status -ne 0 ]; then
+    echo "web-e2e: api log (last 40 lines):" >&2
+    tail -n 40 "$log" >&2 || true
+  fi
+  rm -f "$log"
+  exit $status
+}
+trap cleanup EXIT INT TERM
+
+FLASHSALE_HTTP_ADDR="127.0.0.1:$port" \
+FLASHSALE_REDIS_PREFIX="$prefix" \
+FLASHSALE_ADMIN_TOKEN="$admin_token" \
+FLASHSALE_JWT_SECRET="e2e-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')" \
+FLASHSALE_EMBEDDED_KAFKA_ADDR="127.0.0.1:$kafka_port" \
+FLASHSALE_RESERVATION_TTL="5m" \
+FLASHSALE_SNAPSHOT_INTERVAL="200ms" \
+FLASHSALE_LIMIT_PURCHASE="1/1m:4" \
+  ./bin/api >"$log" 2>&1 &
+api_pid=$!
+
+base="http://127.0.0.1:$port"
+for _ in $(seq 100); do
+  curl -fsS "$base/readyz" >/dev/null 2>&1 && break
+  kill -0 "$api_pid" 2>/dev/null || { echo "web-e2e: the api exited" >&2; exit 1; }
+  sleep 0.1
+done
+curl -fsS "$base/readyz" >/dev/null
+
+echo "== web e2e (headless Chromium) against $base"
+E2E_BASE_URL="$base" E2E_ADMIN_TOKEN="$admin_token" \
+E2E_ARTIFACTS="$root/test-artifacts" E2E_SCREENSHOTS="$root/docs/screenshots" \
+  node web/e2e/e2e.mjs

@@ -1,0 +1,373 @@
+// The admin page: the admin token (this tab's session storage only), the create/edit item
+// form, restock, CSV import with its per-line report, and the latest reconciliation report.
+// The catalogue table polls GET /api/items every 2 s and is updated in place.
+'use strict';
+
+(() => {
+  const { api, describe, money, el, say } = window.flashsale;
+  const $ = (id) => document.getElementById(id);
+  const TOKEN_KEY = 'flashsale.admin-token';
+  const STATUS_TEXT = { upcoming: 'Upcoming', live: 'Live', sold_out: 'Sold out', ended: 'Ended' };
+
+  const state = {
+    token: sessionStorage.getItem(TOKEN_KEY),
+    items: new Map(),
+    rows: new Map(),
+    editing: null, // item id being edited, or null for a new item
+  };
+
+  // ---- token -------------------------------------------------------------------------------
+
+  function showToken() {
+    $('token-form').hidden = !!state.token;
+    $('token-set').hidden = !state.token;
+  }
+
+  $('token-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const tok = $('token').value.trim();
+    if (!tok) {
+      say($('notice'), 'Enter the admin token printed by the api at start-up (or FLASHSALE_ADMIN_TOKEN).', 'bad');
+      return;
+    }
+    // The reconciliation route is admin-only and read-only: a 401/403 there means a wrong token.
+    const r = await api('GET', '/api/admin/reconciliation', { token: tok });
+    if (r.status === 401 || r.status === 403) {
+      say($('notice'), 'That token was refused. Check it and try again.', 'bad');
+      $('token').setAttribute('aria-invalid', 'true');
+      $('token').focus();
+      return;
+    }
+    $('token').removeAttribute('aria-invalid');
+    $('token').value = '';
+    state.token = tok;
+    sessionStorage.setItem(TOKEN_KEY, tok);
+    showToken();
+    say($('notice'), 'Admin token accepted for this tab.', 'ok');
+    showReport(r);
+    $('f-id').focus();
+  });
+
+  $('forget').addEventListener('click', () => forget('Token forgotten.'));
+
+  function forget(message) {
+    state.token = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    showToken();
+    say($('notice'), message, 'warn');
+    $('token').focus();
+  }
+
+  // needToken tells the admin to enter the token first; true when it is missing.
+  function needToken(msgNode) {
+    if (state.token) return false;
+    say(msgNode, 'Enter the admin token first (top of the page).', 'bad');
+    $('token').focus();
+    return true;
+  }
+
+  function handleAuth(r) {
+    if (r.status === 401 || r.status === 403) forget('The admin token was refused. Enter it again.');
+  }
+
+  // ---- item form ---------------------------------------------------------------------------
+
+  const fields = ['id', 'name', 'category', 'price', 'stock', 'limit', 'starts', 'ends'];
+
+  function fieldError(name, text) {
+    const input = $('f-' + name);
+    $('f-' + name + '-err').textContent = text || '';
+    if (text) input.setAttribute('aria-invalid', 'true');
+    else input.removeAttribute('aria-invalid');
+  }
+
+  // parsePrice turns "19.99" into 1999 cents without floating point; null when malformed.
+  function parsePrice(s) {
+    const m = /^(\d{1,10})(?:[.,](\d{1,2}))?$/.exec(s.trim());
+    if (!m) return null;
+    return Number(m[1]) * 100 + Number((m[2] || '0').padEnd(2, '0'));
+  }
+
+  function toRFC3339(local) {
+    if (!local) return null;
+    const d = new Date(local);
+    if (Number.isNaN(d.getTime())) return undefined;
+    return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+  }
+
+  function toLocalInput(iso) {
+    if (!iso) return '';
+    const d = new Date(iso);
+    const two = (n) => String(n).padStart(2, '0');
+    return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())}T${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+  }
+
+  // readForm validates every field and returns the PUT body, or null after marking the errors.
+  function readForm() {
+    fields.forEach((f) => fieldError(f, ''));
+    const errs = {};
+    const id = $('f-id').value.trim();
+    if (!/^[A-Za-z0-9_-]{1,64}$/.test(id)) errs.id = 'Use 1 to 64 letters, digits, - or _.';
+    const name = $('f-name').value.trim();
+    if (!name) errs.name = 'A name is required.';
+    else if (new TextEncoder().encode(name).length > 200) errs.name = 'At most 200 bytes.';
+    const category = $('f-category').value.trim();
+    if (new TextEncoder().encode(category).length > 64) errs.category = 'At most 64 bytes.';
+    const price = parsePrice($('f-price').value);
+    if (price === null) errs.price = 'Enter a price such as 19.99 (0 or more, up to 2 decimals).';
+    const stockText = $('f-stock').value.trim();
+    const stock = Number(stockText);
+    if (!state.editing && (stockText === '' || !Number.isInteger(stock) || stock < 0 || stock > 1e12)) {
+      errs.stock = 'Stock is a whole number, 0 or more.';
+    }
+    const limit = Number($('f-limit').value);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1e9) errs.limit = 'At least 1, a whole number.';
+    const starts = toRFC3339($('f-starts').value);
+    if (starts === undefined) errs.starts = 'Not a valid date and time.';
+    const ends = toRFC3339($('f-ends').value);
+    if (ends === undefined) errs.ends = 'Not a valid date and time.';
+    else if (ends && starts && Date.parse(ends) <= Date.parse(starts)) errs.ends = 'The end must be after the start.';
+    const bad = Object.keys(errs);
+    if (bad.length) {
+      bad.forEach((f) => fieldError(f, errs[f]));
+      $('f-' + fields.find((f) => errs[f])).focus();
+      return null;
+    }
+    const body = { name, category, price_cents: price, per_user_limit: limit };
+    if (!state.editing) body.stock = stock;
+    if (starts) body.starts_at = starts;
+    if (ends) body.ends_at = ends;
+    return { id, body };
+  }
+
+  function setMode(item) {
+    state.editing = item ? item.id : null;
+    $('editor-h').textContent = item ? `Edit ${item.name}` : 'New item';
+    $('item-save').textContent = item ? 'Save changes' : 'Create item';
+    $('f-id').readOnly = !!item;
+    $('f-stock').disabled = !!item;
+    $('f-stock-help').textContent = item ? 'Change stock with Restock in the table below.' : 'Initial stock. After creation use Restock.';
+    fields.forEach((f) => fieldError(f, ''));
+    if (item) {
+      $('f-id').value = item.id;
+      $('f-name').value = item.name;
+      $('f-category').value = item.category || '';
+      $('f-price').value = (item.price_cents / 100).toFixed(2);
+      $('f-stock').value = String(item.stock_total);
+      $('f-limit').value = String(item.per_user_limit);
+      $('f-starts').value = toLocalInput(item.starts_at);
+      $('f-ends').value = toLocalInput(item.ends_at);
+    } else {
+      $('item-form').reset();
+    }
+  }
+
+  $('item-new').addEventListener('click', () => {
+    setMode(null);
+    say($('item-msg'), '');
+    $('f-id').focus();
+  });
+
+  $('item-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const msg = $('item-msg');
+    const form = readForm();
+    if (!form) {
+      say(msg, 'Please fix the marked fields.', 'bad');
+      return;
+    }
+    if (needToken(msg)) return;
+    const btn = $('item-save');
+    btn.disabled = true;
+    const r = await api('PUT', '/api/admin/items/' + encodeURIComponent(form.id), { token: state.token, body: form.body });
+    btn.disabled = false;
+    if (!r.ok) {
+      say(msg, describe(r, { admin: true, what: 'item' }), 'bad');
+      handleAuth(r);
+      return;
+    }
+    const it = r.data.item;
+    say(msg, r.status === 201 ? `Created ${it.name} (${it.id}) with ${it.stock_total} in stock.` : `Saved ${it.name} (${it.id}).`, 'ok');
+    setMode(null);
+    refreshItems();
+  });
+
+  // ---- catalogue and restock ---------------------------------------------------------------
+
+  function makeRow(item) {
+    const id = item.id;
+    const row = { id, cells: {} };
+    const labels = { id: 'Id', name: 'Name', category: 'Category', price: 'Price', stock: 'Left / total', limit: 'Limit', status: 'Status' };
+    for (const [k, label] of Object.entries(labels)) row.cells[k] = el('td', { 'data-label': label });
+    for (const k of ['price', 'stock', 'limit']) row.cells[k].className = 'num';
+    const edit = el('button', { type: 'button', class: 'secondary' }, 'Edit');
+    row.edit = edit;
+    edit.addEventListener('click', () => {
+      setMode(state.items.get(id));
+      say($('item-msg'), '');
+      $('f-name').focus();
+    });
+    row.delta = el('input', { id: 'delta-' + id, type: 'number', step: '1', placeholder: '+/-', inputmode: 'numeric' });
+    row.deltaLabel = el('label', { for: 'delta-' + id, class: 'sr-only' });
+    const apply = el('button', { type: 'submit' }, 'Restock');
+    row.apply = apply;
+    const form = el('form', { class: 'restock', 'data-item': id }, row.deltaLabel, row.delta, apply);
+    form.addEventListener('submit', (ev) => { ev.preventDefault(); restock(row); });
+    row.root = el('tr', { 'data-item': id },
+      row.cells.id, row.cells.name, row.cells.category, row.cells.price, row.cells.stock,
+      row.cells.limit, row.cells.status, el('td', { class: 'actions' }, el('div', { class: 'restock' }, edit, form)));
+    return row;
+  }
+
+  function updateRow(row, item) {
+    row.cells.id.textContent = item.id;
+    row.cells.name.textContent = item.name;
+    row.cells.category.textContent = item.category || '—';
+    row.cells.price.textContent = money(item.price_cents);
+    row.cells.stock.textContent = `${item.stock_left} / ${item.stock_total}`;
+    row.cells.limit.textContent = String(item.per_user_limit);
+    row.cells.status.textContent = STATUS_TEXT[item.status] || item.status;
+    row.edit.setAttribute('aria-label', `Edit ${item.name}`);
+    row.deltaLabel.textContent = `Stock change for ${item.name}`;
+  }
+
+  function renderItems(list) {
+    const body = $('catalogue').tBodies[0];
+    const seen = new Set();
+    let prev = null;
+    for (const item of list) {
+      seen.add(item.id);
+      state.items.set(item.id, item);
+      let row = state.rows.get(item.id);
+      if (!row) {
+        row = makeRow(item);
+        state.rows.set(item.id, row);
+      }
+      updateRow(row, item);
+      const want = prev ? prev.nextSibling : body.firstChild;
+      if (want !== row.root) body.insertBefore(row.root, want);
+      prev = row.root;
+    }
+    for (const [id, row] of state.rows) {
+      if (!seen.has(id)) {
+        row.root.remove();
+        state.rows.delete(id);
+        state.items.delete(id);
+      }
+    }
+    $('catalogue-empty').hidden = list.length > 0;
+    const cats = [...new Set(list.map((i) => i.category).filter(Boolean))].sort();
+    $('categories').replaceChildren(...cats.map((c) => el('option', { value: c })));
+  }
+
+  async function refreshItems() {
+    const r = await api('GET', '/api/items');
+    if (r.ok) renderItems(r.data.items || []);
+  }
+
+  async function restock(row) {
+    const msg = $('stock-msg');
+    const text = row.delta.value.trim();
+    const delta = Number(text);
+    if (text === '' || !Number.isInteger(delta) || delta === 0) {
+      row.delta.setAttribute('aria-invalid', 'true');
+      say(msg, 'Enter a whole number of units to add (negative to withdraw), not 0.', 'bad');
+      row.delta.focus();
+      return;
+    }
+    row.delta.removeAttribute('aria-invalid');
+    if (needToken(msg)) return;
+    row.apply.disabled = true;
+    const r = await api('POST', `/api/admin/items/${encodeURIComponent(row.id)}/stock`, { token: state.token, body: { delta } });
+    row.apply.disabled = false;
+    if (!r.ok) {
+      say(msg, describe(r, { admin: true, what: 'stock' }), 'bad');
+      handleAuth(r);
+      return;
+    }
+    const it = r.data.item;
+    row.delta.value = '';
+    updateRow(row, it);
+    say(msg, `${it.name}: ${delta > 0 ? 'added ' + delta : 'withdrew ' + -delta}; now ${it.stock_left} left of ${it.stock_total}.`, 'ok');
+  }
+
+  // ---- CSV import --------------------------------------------------------------------------
+
+  $('import-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const msg = $('import-msg');
+    const out = $('import-errors');
+    out.replaceChildren();
+    const file = $('csv-file').files[0];
+    const text = file ? await file.text() : $('csv-text').value;
+    if (!text.trim()) {
+      say(msg, 'Choose a CSV file or paste CSV text first.', 'bad');
+      return;
+    }
+    if (needToken(msg)) return;
+    const btn = $('import-go');
+    btn.disabled = true;
+    const r = await api('POST', '/api/admin/items/import', { token: state.token, raw: text, headers: { 'Content-Type': 'text/csv' } });
+    btn.disabled = false;
+    if (!r.ok) {
+      say(msg, 'Import refused. ' + describe(r, { admin: true, what: 'import' }), 'bad');
+      handleAuth(r);
+      return;
+    }
+    const { created, updated, errors = [] } = r.data;
+    say(msg, `Created ${created}, updated ${updated}` + (errors.length ? `; ${errors.length} line${errors.length === 1 ? '' : 's'} skipped (see below).` : '; no errors.'),
+      errors.length ? 'warn' : 'ok');
+    if (errors.length) {
+      out.append(el('div', { class: 'table-wrap' }, el('table', { id: 'import-report' },
+        el('caption', { class: 'sr-only', text: 'Lines that were not imported' }),
+        el('thead', {}, el('tr', {}, el('th', { scope: 'col', class: 'num', text: 'Line' }), el('th', { scope: 'col', text: 'Problem' }))),
+        el('tbody', {}, ...errors.map((e) => el('tr', {}, el('td', { class: 'num', text: String(e.line) }), el('td', { text: e.message })))))));
+    }
+    refreshItems();
+  });
+
+  // ---- reconciliation ----------------------------------------------------------------------
+
+  function showReport(r) {
+    const msg = $('recon-msg');
+    const out = $('recon-out');
+    out.replaceChildren();
+    if (r.ok) {
+      say(msg, '');
+      const rep = r.data;
+      const scalars = rep && typeof rep === 'object' ? Object.entries(rep).filter(([, v]) => v === null || typeof v !== 'object') : [];
+      if (scalars.length) {
+        out.append(el('dl', { class: 'summary' }, ...scalars.flatMap(([k, v]) => [el('dt', { text: k.replace(/_/g, ' ') }), el('dd', { text: String(v) })])));
+      }
+      out.append(el('pre', { class: 'report', text: JSON.stringify(rep, null, 2) }));
+      return;
+    }
+    if (r.status === 503 || r.status === 404) {
+      say(msg, 'No reconciliation report yet: the reconciler has not produced one, or PostgreSQL is unreachable. Try again later.', 'warn');
+      return;
+    }
+    say(msg, describe(r, { admin: true }), 'bad');
+    handleAuth(r);
+  }
+
+  $('recon-load').addEventListener('click', async () => {
+    if (needToken($('recon-msg'))) return;
+    const btn = $('recon-load');
+    btn.disabled = true;
+    const r = await api('GET', '/api/admin/reconciliation', { token: state.token });
+    btn.disabled = false;
+    showReport(r);
+  });
+
+  // every runs fn now and then ms after each run ends, so slow answers never pile up.
+  function every(fn, ms) {
+    const loop = async () => {
+      try { await fn(); } finally { setTimeout(loop, ms); }
+    };
+    loop();
+  }
+
+  showToken();
+  setMode(null);
+  every(() => (document.hidden ? null : refreshItems()), 2000);
+})();

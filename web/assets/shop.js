@@ -1,0 +1,466 @@
+// The shopper page: dev login, the live item grid, buying, My orders (pay, cancel, rate) and
+// the leaderboards.
+//
+// Live stock is polling, not server-sent events: GET /api/items every second while the page is
+// visible (the api answers it from its in-memory catalogue snapshot, so it costs Redis nothing),
+// orders every 3 s and leaderboards every 5 s. A hidden tab stops asking until it is shown again.
+// Cards and order rows are updated in place, so a poll never steals focus or a typed quantity.
+'use strict';
+
+(() => {
+  const { api, describe, money, countdown, now, newKey, el, say } = window.flashsale;
+  const $ = (id) => document.getElementById(id);
+
+  const ITEMS_EVERY = 1000;
+  const ORDERS_EVERY = 3000;
+  const BOARDS_EVERY = 5000;
+  const STATUS_TEXT = { upcoming: 'Upcoming', live: 'Live', sold_out: 'Sold out', ended: 'Ended' };
+  const ORDER_TEXT = { reserved: 'Reserved', paid: 'Paid', cancelled: 'Cancelled', expired: 'Expired' };
+
+  const state = {
+    token: sessionStorage.getItem('flashsale.token'),
+    user: sessionStorage.getItem('flashsale.user'),
+    items: new Map(), // id -> Item
+    cards: new Map(), // id -> {root, parts..., inFlight, pendingKey, pendingQty, waitUntil}
+    rows: new Map(), // order id -> {root, status}
+    category: sessionStorage.getItem('flashsale.category') || '',
+  };
+
+  // ---- login -------------------------------------------------------------------------------
+
+  function showLogin() {
+    const inside = !!state.token;
+    $('login').hidden = inside;
+    $('who').hidden = !inside;
+    $('who-name').textContent = state.user || '';
+    $('orders-login').hidden = inside;
+    if (!inside) {
+      $('orders').replaceChildren();
+      state.rows.clear();
+      $('orders-empty').hidden = true;
+    }
+    for (const c of state.cards.values()) updateButton(c);
+  }
+
+  $('login').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const input = $('user');
+    const user = input.value.trim();
+    if (!/^[A-Za-z0-9_-]{1,64}$/.test(user)) {
+      input.setAttribute('aria-invalid', 'true');
+      say($('notice'), 'A name is 1 to 64 letters, digits, dashes or underscores.', 'bad');
+      input.focus();
+      return;
+    }
+    input.removeAttribute('aria-invalid');
+    const btn = ev.submitter || $('login').querySelector('button');
+    btn.disabled = true;
+    const r = await api('POST', '/api/login', { body: { user } });
+    btn.disabled = false;
+    if (!r.ok) {
+      say($('notice'), 'Could not log in. ' + describe(r), 'bad');
+      return;
+    }
+    state.token = r.data.token;
+    state.user = r.data.user;
+    sessionStorage.setItem('flashsale.token', state.token);
+    sessionStorage.setItem('flashsale.user', state.user);
+    say($('notice'), `Welcome, ${state.user}! Pick something below.`, 'ok');
+    showLogin();
+    refreshOrders();
+  });
+
+  function logout(message) {
+    state.token = null;
+    state.user = null;
+    sessionStorage.removeItem('flashsale.token');
+    sessionStorage.removeItem('flashsale.user');
+    showLogin();
+    if (message) say($('notice'), message, 'warn');
+    $('user').focus();
+  }
+  $('logout').addEventListener('click', () => logout('You are logged out.'));
+
+  // handleAuth logs out on 401 so the shopper sees why and can log in again.
+  function handleAuth(r) {
+    if (r.status === 401) logout(describe(r));
+  }
+
+  // ---- item grid ---------------------------------------------------------------------------
+
+  function makeCard(item) {
+    const id = item.id;
+    const c = { id, inFlight: false, pendingKey: null, pendingQty: 0, waitUntil: 0 };
+    c.name = el('h3', { id: 'item-' + id + '-name' });
+    c.badge = el('span', { class: 'badge' });
+    c.category = el('span', { class: 'category' });
+    c.price = el('span', { class: 'price' });
+    c.fill = el('span');
+    c.bar = el('div', { class: 'bar', 'aria-hidden': 'true' }, c.fill);
+    c.stock = el('p', { class: 'stock-text' });
+    c.clock = el('p', { class: 'clock' });
+    c.qty = el('input', {
+      id: 'qty-' + id, type: 'number', min: '1', value: '1', inputmode: 'numeric', required: true,
+      'aria-describedby': 'limit-' + id,
+    });
+    c.limit = el('span', { id: 'limit-' + id, class: 'sr-only' });
+    c.button = el('button', { type: 'submit' }, 'Buy');
+    c.msg = el('p', { class: 'msg', role: 'status', 'aria-live': 'polite' });
+    c.form = el('form', { class: 'buy', 'aria-label': 'Buy' },
+      el('label', { for: 'qty-' + id }, 'Quantity', c.qty), c.limit, c.button);
+    c.form.addEventListener('submit', (ev) => { ev.preventDefault(); buy(c); });
+    c.root = el('article', { class: 'card', 'data-item': id, 'aria-labelledby': 'item-' + id + '-name' },
+      el('header', {}, c.name, c.badge),
+      el('p', { class: 'meta' }, c.price, ' ', c.category),
+      c.bar, c.stock, c.clock, c.form, c.msg);
+    return c;
+  }
+
+  function updateCard(c, item) {
+    c.name.textContent = item.name;
+    c.badge.textContent = STATUS_TEXT[item.status] || item.status;
+    c.badge.className = 'badge ' + item.status;
+    c.category.textContent = item.category ? '· ' + item.category : '';
+    c.price.textContent = money(item.price_cents);
+    const total = Math.max(item.stock_total, 0);
+    const left = Math.max(item.stock_left, 0);
+    const pct = total > 0 ? Math.round((left / total) * 100) : 0;
+    c.fill.style.width = pct + '%';
+    c.bar.classList.toggle('low', pct <= 20);
+    c.stock.textContent = left === 0 ? `None left of ${total}` : `${left} of ${total} left`;
+    c.qty.max = String(item.per_user_limit);
+    c.limit.textContent = `At most ${item.per_user_limit} per customer.`;
+    c.qty.title = `At most ${item.per_user_limit} per customer`;
+    if (item.status === 'upcoming' && item.starts_at) {
+      c.clock.dataset.deadline = String(Date.parse(item.starts_at));
+      c.clock.dataset.prefix = 'Starts in ';
+    } else if ((item.status === 'live' || item.status === 'sold_out') && item.ends_at) {
+      c.clock.dataset.deadline = String(Date.parse(item.ends_at));
+      c.clock.dataset.prefix = 'Ends in ';
+    } else {
+      delete c.clock.dataset.deadline;
+      c.clock.textContent = item.status === 'ended' ? 'This sale has ended.' : 'No end time.';
+    }
+    tickNode(c.clock);
+    updateButton(c);
+  }
+
+  // updateButton: buying is offered while the sale window is open. A sold-out item stays
+  // buyable because cancelled and expired reservations put stock back within seconds; the
+  // server answers "sold out" if there is still none.
+  function updateButton(c) {
+    const item = state.items.get(c.id);
+    if (!item) return;
+    const waiting = c.waitUntil > Date.now();
+    const closed = item.status === 'upcoming' || item.status === 'ended';
+    c.button.disabled = c.inFlight || waiting || closed;
+    if (c.inFlight) c.button.textContent = 'Buying…';
+    else if (waiting) c.button.textContent = `Wait ${Math.ceil((c.waitUntil - Date.now()) / 1000)} s`;
+    else if (item.status === 'upcoming') c.button.textContent = 'Not started';
+    else if (item.status === 'ended') c.button.textContent = 'Sale ended';
+    else c.button.textContent = state.token ? 'Buy' : 'Log in to buy';
+  }
+
+  function renderItems(list) {
+    const seen = new Set();
+    const grid = $('items');
+    let prev = null;
+    for (const item of list) {
+      seen.add(item.id);
+      state.items.set(item.id, item);
+      let c = state.cards.get(item.id);
+      if (!c) {
+        c = makeCard(item);
+        state.cards.set(item.id, c);
+      }
+      updateCard(c, item);
+      // Keep the server's order (by id) without moving nodes that are already in place.
+      const want = prev ? prev.nextSibling : grid.firstChild;
+      if (want !== c.root) grid.insertBefore(c.root, want);
+      prev = c.root;
+    }
+    for (const [id, c] of state.cards) {
+      if (!seen.has(id)) {
+        c.root.remove();
+        state.cards.delete(id);
+        state.items.delete(id);
+      }
+    }
+    $('items-empty').hidden = list.length > 0;
+    renderCategories();
+  }
+
+  async function refreshItems() {
+    if (document.hidden) return;
+    const r = await api('GET', '/api/items');
+    if (r.ok) renderItems(r.data.items || []);
+  }
+
+  async function buy(c) {
+    const item = state.items.get(c.id);
+    if (!item || c.inFlight || c.waitUntil > Date.now()) return;
+    if (!state.token) {
+      say(c.msg, 'Log in first (top of the page), then buy.', 'warn');
+      $('user').focus();
+      return;
+    }
+    const qty = Number(c.qty.value);
+    if (!Number.isInteger(qty) || qty < 1) {
+      c.qty.setAttribute('aria-invalid', 'true');
+      say(c.msg, 'Enter a quantity of at least 1.', 'bad');
+      c.qty.focus();
+      return;
+    }
+    if (qty > item.per_user_limit) {
+      c.qty.setAttribute('aria-invalid', 'true');
+      say(c.msg, `At most ${item.per_user_limit} per customer.`, 'bad');
+      c.qty.focus();
+      return;
+    }
+    c.qty.removeAttribute('aria-invalid');
+    // One key per intended purchase. A purchase whose answer was lost to the network keeps
+    // its key, so pressing Buy again cannot create a second order; any answer ends it.
+    if (!c.pendingKey || c.pendingQty !== qty) {
+      c.pendingKey = newKey();
+      c.pendingQty = qty;
+    }
+    c.inFlight = true;
+    updateButton(c);
+    say(c.msg, '');
+    const r = await api('POST', `/api/items/${encodeURIComponent(c.id)}/purchase`, {
+      token: state.token, body: { quantity: qty }, headers: { 'Idempotency-Key': c.pendingKey },
+    });
+    if (r.status !== 0) c.pendingKey = null;
+    c.inFlight = false;
+    if (r.ok) {
+      const o = r.data.order;
+      say(c.msg, `Reserved ${o.quantity} × ${item.name}. Pay within ${countdown(Date.parse(o.expires_at) - now())} in My orders.`, 'ok');
+      refreshOrders();
+    } else {
+      if (r.status === 429) c.waitUntil = Date.now() + r.retryAfter * 1000;
+      say(c.msg, describe(r, { item, quantity: qty, what: 'purchase' }), r.status === 429 ? 'warn' : 'bad');
+      handleAuth(r);
+    }
+    updateButton(c);
+  }
+
+  // ---- orders ------------------------------------------------------------------------------
+
+  async function refreshOrders() {
+    if (!state.token || document.hidden) return;
+    const r = await api('GET', '/api/orders', { token: state.token });
+    if (r.ok) renderOrders(r.data.orders || []);
+    else handleAuth(r);
+  }
+
+  function itemName(id) {
+    const it = state.items.get(id);
+    return it ? it.name : id;
+  }
+
+  function renderOrders(list) {
+    if (!state.token) return;
+    const ul = $('orders');
+    const seen = new Set();
+    let prev = null;
+    for (const o of list) {
+      seen.add(o.id);
+      let row = state.rows.get(o.id);
+      if (!row || row.status !== o.status) {
+        const fresh = makeOrderRow(o);
+        if (row) {
+          fresh.msg.textContent = row.msg.textContent;
+          fresh.msg.className = row.msg.className;
+          row.root.replaceWith(fresh.root);
+        }
+        row = fresh;
+        state.rows.set(o.id, row);
+      }
+      const want = prev ? prev.nextSibling : ul.firstChild;
+      if (want !== row.root) ul.insertBefore(row.root, want);
+      prev = row.root;
+    }
+    for (const [id, row] of state.rows) {
+      if (!seen.has(id)) {
+        row.root.remove();
+        state.rows.delete(id);
+      }
+    }
+    $('orders-empty').hidden = list.length > 0;
+  }
+
+  function makeOrderRow(o) {
+    const row = { id: o.id, status: o.status };
+    row.msg = el('p', { class: 'msg', role: 'status', 'aria-live': 'polite' });
+    const total = money(o.price_cents * o.quantity);
+    const what = el('div', { class: 'what' },
+      el('strong', { text: `${o.quantity} × ${itemName(o.item_id)}` }), ' ',
+      el('span', { class: 'badge ' + o.status, text: ORDER_TEXT[o.status] || o.status }),
+      el('div', { class: 'hint', text: `${total} · order ${o.id}` }));
+    const actions = el('div', { class: 'actions' });
+    if (o.status === 'reserved') {
+      const clock = el('span', { class: 'clock', 'data-deadline': String(Date.parse(o.expires_at)), 'data-prefix': 'Pay within ', 'data-expires': '1' });
+      const pay = el('button', { type: 'button' }, 'Pay');
+      const cancel = el('button', { type: 'button', class: 'danger' }, 'Cancel');
+      pay.setAttribute('aria-label', `Pay for ${o.quantity} × ${itemName(o.item_id)}`);
+      cancel.setAttribute('aria-label', `Cancel ${o.quantity} × ${itemName(o.item_id)}`);
+      pay.addEventListener('click', () => changeOrder(row, o, 'pay', [pay, cancel]));
+      cancel.addEventListener('click', () => changeOrder(row, o, 'cancel', [pay, cancel]));
+      actions.append(clock, pay, cancel);
+      tickNode(clock);
+    } else if (o.status === 'paid') {
+      actions.append(makeStars(o, row));
+    }
+    row.root = el('li', { class: 'order', 'data-order': o.id, 'data-item': o.item_id, 'data-status': o.status }, what, actions, row.msg);
+    return row;
+  }
+
+  async function changeOrder(row, o, what, buttons) {
+    buttons.forEach((b) => { b.disabled = true; });
+    const r = await api('POST', `/api/orders/${encodeURIComponent(o.id)}/${what}`, { token: state.token });
+    if (r.ok) {
+      say(row.msg, what === 'pay' ? 'Paid, thank you! You can rate it now.' : 'Cancelled. The stock went back on sale.', 'ok');
+      refreshOrders();
+      refreshBoards();
+    } else {
+      buttons.forEach((b) => { b.disabled = false; });
+      say(row.msg, describe(r, { what }), r.status === 429 ? 'warn' : 'bad');
+      handleAuth(r);
+      if (r.error && (r.error.code === 'order_expired' || r.error.code === 'invalid_state')) refreshOrders();
+    }
+  }
+
+  // ---- ratings -----------------------------------------------------------------------------
+
+  function ratedKey(itemID) { return `flashsale.rated.${state.user}.${itemID}`; }
+
+  function makeStars(o, row) {
+    const name = itemName(o.item_id);
+    const mine = Number(sessionStorage.getItem(ratedKey(o.item_id)) || 0);
+    const note = el('span', { class: 'rating-note', text: mine ? `You rated it ${mine} of 5.` : 'Rate it:' });
+    const group = el('div', { class: 'stars', role: 'group', 'aria-label': `Rate ${name}` });
+    const buttons = [];
+    for (let n = 1; n <= 5; n++) {
+      const b = el('button', { type: 'button', 'aria-label': `${n} star${n > 1 ? 's' : ''}`, 'aria-pressed': String(n === mine), 'data-stars': String(n) }, '★');
+      if (n <= mine) b.classList.add('lit');
+      b.addEventListener('click', async () => {
+        buttons.forEach((x) => { x.disabled = true; });
+        const r = await api('POST', `/api/items/${encodeURIComponent(o.item_id)}/rating`, { token: state.token, body: { stars: n } });
+        buttons.forEach((x) => { x.disabled = false; });
+        if (r.ok) {
+          sessionStorage.setItem(ratedKey(o.item_id), String(n));
+          buttons.forEach((x, i) => {
+            x.setAttribute('aria-pressed', String(i + 1 === n));
+            x.classList.toggle('lit', i < n);
+          });
+          const avg = Number(r.data.average);
+          note.textContent = `You rated it ${n} of 5.`;
+          say(row.msg, `Thanks! Average ${Number.isFinite(avg) ? avg.toFixed(1) : r.data.average} from ${r.data.count} rating${r.data.count === 1 ? '' : 's'}.`, 'ok');
+          refreshBoards();
+        } else {
+          say(row.msg, describe(r, { what: 'rating' }), r.status === 429 ? 'warn' : 'bad');
+          handleAuth(r);
+        }
+      });
+      buttons.push(b);
+      group.append(b);
+    }
+    return el('div', { class: 'actions' }, note, group);
+  }
+
+  // ---- leaderboards ------------------------------------------------------------------------
+
+  function renderCategories() {
+    const sel = $('lb-cat');
+    const cats = [...new Set([...state.items.values()].map((i) => i.category).filter(Boolean))].sort();
+    const have = [...sel.options].map((o) => o.value);
+    if (have.join('\n') === cats.join('\n')) return;
+    sel.replaceChildren(...cats.map((c) => el('option', { value: c, text: c })));
+    if (!cats.includes(state.category)) state.category = cats[0] || '';
+    sel.value = state.category;
+    sel.disabled = cats.length === 0;
+    refreshBoards();
+  }
+
+  $('lb-cat').addEventListener('change', (ev) => {
+    state.category = ev.target.value;
+    sessionStorage.setItem('flashsale.category', state.category);
+    refreshBoards();
+  });
+
+  async function loadBoard(path, listID, msgID, fmt, emptyText) {
+    const r = await api('GET', path);
+    const ol = $(listID);
+    if (!r.ok) {
+      ol.replaceChildren();
+      say($(msgID), r.error.code === 'unavailable' ? 'Not available right now.' : describe(r), 'warn');
+      return;
+    }
+    const entries = r.data.entries || [];
+    ol.replaceChildren(...entries.map((e) => el('li', { 'data-item': e.item_id, value: String(e.rank) },
+      el('span', { class: 'name', text: e.name || e.item_id }), ' ',
+      el('span', { class: 'score', text: fmt(e.score) }))));
+    say($(msgID), entries.length ? '' : emptyText, 'warn');
+  }
+
+  const stars = (s) => `${Number(s).toFixed(2)} ★`;
+  const sold = (s) => `${Number(s)} sold`;
+  async function refreshBoards() {
+    if (document.hidden) return;
+    const jobs = [
+      loadBoard('/api/leaderboards/top-rated?limit=10', 'lb-top', 'lb-top-msg', stars, 'No ratings yet.'),
+      loadBoard('/api/leaderboards/best-sellers?limit=10', 'lb-best', 'lb-best-msg', sold, 'Nothing paid yet.'),
+    ];
+    if (state.category) {
+      jobs.push(loadBoard('/api/leaderboards/top-rated?limit=10&category=' + encodeURIComponent(state.category),
+        'lb-cat-list', 'lb-cat-msg', stars, 'No ratings in this category yet.'));
+    } else {
+      $('lb-cat-list').replaceChildren();
+      say($('lb-cat-msg'), 'No categories yet.', 'warn');
+    }
+    await Promise.all(jobs);
+  }
+
+  // ---- countdowns --------------------------------------------------------------------------
+
+  // tickNode rewrites one countdown from its data-deadline (server-clock ms).
+  function tickNode(n) {
+    if (!n.dataset.deadline) return;
+    const left = Number(n.dataset.deadline) - now();
+    n.textContent = (n.dataset.prefix || '') + countdown(left);
+    if (left <= 0 && n.dataset.expires && !n.dataset.fired) {
+      n.dataset.fired = '1';
+      n.textContent = 'Expiring…';
+      setTimeout(refreshOrders, 500); // the server expires it; show that soon
+    }
+  }
+
+  setInterval(() => {
+    document.querySelectorAll('[data-deadline]').forEach(tickNode);
+    for (const c of state.cards.values()) if (c.waitUntil) {
+      if (c.waitUntil <= Date.now()) c.waitUntil = 0;
+      updateButton(c);
+    }
+  }, 500);
+
+  document.addEventListener('visibilitychange', () => {
+    if (!document.hidden) { refreshItems(); refreshOrders(); refreshBoards(); }
+  });
+
+  // A hook for tests and curious developers.
+  window.flashsale.shop = { state };
+
+  // every runs fn now and then ms after each run ends, so slow answers never pile up.
+  // Refreshes after an action call fn directly and do not start another loop.
+  function every(fn, ms) {
+    const loop = async () => {
+      try { await fn(); } finally { setTimeout(loop, ms); }
+    };
+    loop();
+  }
+
+  showLogin();
+  every(refreshItems, ITEMS_EVERY);
+  every(refreshOrders, ORDERS_EVERY);
+  every(refreshBoards, BOARDS_EVERY);
+})();

@@ -1,0 +1,384 @@
+// End-to-end test of the shopper and admin pages in headless Chromium (Debian's chromium driven
+// by playwright-core) against a real api and Redis. scripts/web-e2e.sh starts the api and sets:
+//   E2E_BASE_URL     the api, e.g. http://127.0.0.1:41234
+//   E2E_ADMIN_TOKEN  its FLASHSALE_ADMIN_TOKEN
+//   E2E_ARTIFACTS    where screenshots (and failure screenshots) go, e.g. test-artifacts/
+//   E2E_SCREENSHOTS  docs/screenshots/: refreshed when a file is missing or E2E_UPDATE_SCREENSHOTS=1
+// The api must run with FLASHSALE_LIMIT_PURCHASE=1/1m:4 so the rate-limit step is deterministic.
+// Steps run in order and share state; a failed step is reported and the run goes on. The last
+// line is "N passed, M failed"; the exit code is 1 when anything failed.
+import { chromium } from 'playwright-core';
+import fs from 'node:fs';
+import path from 'node:path';
+
+const BASE = process.env.E2E_BASE_URL || 'http://127.0.0.1:8080';
+const ADMIN = process.env.E2E_ADMIN_TOKEN || '';
+const ARTIFACTS = process.env.E2E_ARTIFACTS || 'test-artifacts';
+const SHOTS = process.env.E2E_SCREENSHOTS || '';
+const UPDATE_SHOTS = process.env.E2E_UPDATE_SCREENSHOTS === '1';
+const TIMEOUT = 10_000;
+
+const CHROMIUM = ['/usr/lib/chromium/chromium', '/usr/bin/chromium'].find((p) => fs.existsSync(p));
+const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--no-zygote', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+const run = Math.random().toString(36).slice(2, 8);
+const ITEM = { id: `e2e-phone-${run}`, name: `Pocket Phone ${run}`, category: 'phones' };
+const RL_ITEM = { id: `e2e-cable-${run}`, name: `USB Cable ${run}`, category: 'cables' };
+const SOON_ITEM = { id: `e2e-watch-${run}`, name: `Smart Watch ${run}`, category: 'watches' };
+
+// ---- a tiny runner ---------------------------------------------------------------------------
+
+let passed = 0;
+let failed = 0;
+const failures = [];
+let pages = {};
+
+async function step(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+  } catch (e) {
+    failed++;
+    failures.push(name);
+    console.log(`FAIL ${name}\n     ${String(e && e.stack || e).split('\n').slice(0, 4).join('\n     ')}`);
+    const slug = name.replace(/[^a-z0-9]+/gi, '-').slice(0, 60);
+    for (const [who, p] of Object.entries(pages)) {
+      await p.screenshot({ path: path.join(ARTIFACTS, `fail-${slug}-${who}.png`), fullPage: true }).catch(() => {});
+    }
+  }
+}
+
+function assert(cond, msg) { if (!cond) throw new Error(msg); }
+
+// eventually retries fn until it stops throwing (the pages poll, so state arrives within seconds).
+async function eventually(fn, what, timeout = TIMEOUT) {
+  const end = Date.now() + timeout;
+  let last;
+  for (;;) {
+    try { return await fn(); } catch (e) { last = e; }
+    if (Date.now() > end) throw new Error(`${what}: ${last && last.message}`);
+    await new Promise((r) => setTimeout(r, 150));
+  }
+}
+
+async function textOf(locator) { return (await locator.innerText({ timeout: TIMEOUT })).replace(/\s+/g, ' ').trim(); }
+
+async function expectText(locator, re, what) {
+  return eventually(async () => {
+    const t = await textOf(locator);
+    assert(re.test(t), `${what}: got "${t}", want ${re}`);
+    return t;
+  }, what);
+}
+
+async function apiJSON(method, p, token, body) {
+  const res = await fetch(BASE + p, {
+    method,
+    headers: Object.assign({ 'Content-Type': 'application/json' }, token ? { Authorization: 'Bearer ' + token } : {}),
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, data: await res.json().catch(() => null) };
+}
+
+const card = (page, id) => page.locator(`article.card[data-item="${id}"]`);
+const orderRows = (page, id) => page.locator(`#orders li.order[data-item="${id}"]`);
+const tokenOf = (page) => page.evaluate(() => sessionStorage.getItem('flashsale.token'));
+
+async function saveShot(page, name, opts = {}) {
+  const file = path.join(ARTIFACTS, name);
+  await page.screenshot({ path: file, fullPage: true, ...opts });
+  if (SHOTS) {
+    const dest = path.join(SHOTS, name);
+    if (UPDATE_SHOTS || !fs.existsSync(dest)) {
+      fs.mkdirSync(SHOTS, { recursive: true });
+      fs.copyFileSync(file, dest);
+    }
+  }
+}
+
+// ---- the scenario ----------------------------------------------------------------------------
+
+async function main() {
+  assert(CHROMIUM, 'chromium not found at /usr/lib/chromium/chromium or /usr/bin/chromium (apt-get install chromium)');
+  assert(ADMIN, 'E2E_ADMIN_TOKEN is not set; run scripts/web-e2e.sh');
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS, headless: true });
+  const desktop = { viewport: { width: 1280, height: 900 } };
+  const phone = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
+  const admin = await (await browser.newContext(desktop)).newPage();
+  const alice = await (await browser.newContext(desktop)).newPage();
+  const bob = await (await browser.newContext(phone)).newPage();
+  pages = { admin, alice, bob };
+  const pageErrors = [];
+  for (const [who, p] of Object.entries(pages)) {
+    p.setDefaultTimeout(TIMEOUT);
+    p.on('pageerror', (e) => { console.log(`     [${who}] page error: ${e.message}`); pageErrors.push(`${who}: ${e.message}`); });
+  }
+
+  try {
+    await step('admin page: the admin token is accepted and kept in session storage only', async () => {
+      await admin.goto(BASE + '/admin');
+      await admin.fill('#token', 'wrong-token');
+      await admin.click('#token-form button[type=submit]');
+      await expectText(admin.locator('#notice'), /refused/i, 'wrong token message');
+      await admin.fill('#token', ADMIN);
+      await admin.press('#token', 'Enter');
+      await admin.locator('#token-set').waitFor({ state: 'visible' });
+      const stored = await admin.evaluate(() => ({ s: sessionStorage.getItem('flashsale.admin-token'), l: localStorage.length }));
+      assert(stored.s === ADMIN && stored.l === 0, 'token should be in sessionStorage only');
+    });
+
+    await step('admin form: validation refuses bad input and sends nothing', async () => {
+      await admin.fill('#f-id', 'bad id!');
+      await admin.fill('#f-price', '12.345');
+      await admin.fill('#f-limit', '0');
+      await admin.fill('#f-starts', '2030-01-02T10:00:00');
+      await admin.fill('#f-ends', '2030-01-01T10:00:00');
+      await admin.click('#item-save');
+      await expectText(admin.locator('#item-msg'), /fix the marked fields/i, 'form error summary');
+      for (const f of ['id', 'name', 'price', 'limit', 'ends']) {
+        assert(await admin.getAttribute('#f-' + f, 'aria-invalid') === 'true', `#f-${f} should be marked invalid`);
+        assert((await textOf(admin.locator(`#f-${f}-err`))).length > 0, `#f-${f} should explain the problem`);
+      }
+      assert(await admin.evaluate(() => document.activeElement.id) === 'f-id', 'focus should move to the first bad field');
+    });
+
+    await step('admin creates an item with stock 3 through the form', async () => {
+      await admin.click('#item-new');
+      await admin.fill('#f-id', ITEM.id);
+      await admin.fill('#f-name', ITEM.name);
+      await admin.fill('#f-category', ITEM.category);
+      await admin.fill('#f-price', '199.99');
+      await admin.fill('#f-stock', '3');
+      await admin.fill('#f-limit', '2');
+      await admin.click('#item-save');
+      await expectText(admin.locator('#item-msg'), new RegExp(`Created ${ITEM.name}.*3 in stock`), 'create message');
+      const r = await apiJSON('GET', `/api/items/${ITEM.id}`);
+      assert(r.status === 200 && r.data.item.stock_total === 3 && r.data.item.price_cents === 19999 && r.data.item.per_user_limit === 2,
+        `item as stored: ${JSON.stringify(r.data)}`);
+      await expectText(admin.locator(`#catalogue tr[data-item="${ITEM.id}"]`), /3 \/ 3/, 'catalogue row');
+    });
+
+    await step('admin edits the item (name) without touching its stock', async () => {
+      await admin.click(`#catalogue tr[data-item="${ITEM.id}"] button:has-text("Edit")`);
+      assert(await admin.isDisabled('#f-stock'), 'stock is changed by restock, not by the edit form');
+      ITEM.name = `Pocket Phone ${run} Pro`;
+      await admin.fill('#f-name', ITEM.name);
+      await admin.click('#item-save');
+      await expectText(admin.locator('#item-msg'), /Saved/, 'save message');
+      const r = await apiJSON('GET', `/api/items/${ITEM.id}`);
+      assert(r.data.item.name === ITEM.name && r.data.item.stock_total === 3, `after edit: ${JSON.stringify(r.data)}`);
+    });
+
+    await step('two shoppers log in (one by keyboard only, one on a phone-width screen)', async () => {
+      await alice.goto(BASE + '/');
+      await alice.focus('#user');
+      await alice.keyboard.type('alice-' + run);
+      await alice.keyboard.press('Enter');
+      await expectText(alice.locator('#who-name'), new RegExp('alice-' + run), 'alice signed in');
+      await bob.goto(BASE + '/');
+      await bob.fill('#user', 'bob-' + run);
+      await bob.tap('#login button[type=submit]');
+      await expectText(bob.locator('#who-name'), new RegExp('bob-' + run), 'bob signed in');
+      for (const p of [alice, bob]) assert(await p.isHidden('#login'), 'the login form hides once signed in');
+    });
+
+    await step('the item card shows name, price, a full stock bar and Live status', async () => {
+      for (const p of [alice, bob]) {
+        const c = card(p, ITEM.id);
+        await expectText(c, /3 of 3 left/, 'stock text');
+        const t = await textOf(c);
+        assert(t.includes(ITEM.name) && /199\.99/.test(t) && /Live/.test(t), `card: ${t}`);
+        const w = await c.locator('.bar > span').evaluate((n) => n.style.width);
+        assert(w === '100%', `stock bar width ${w}`);
+      }
+    });
+
+    await step('alice buys 2; her order shows in My orders with a countdown to expiry', async () => {
+      const c = card(alice, ITEM.id);
+      await c.locator('input[type=number]').fill('2');
+      await c.locator('button[type=submit]').click();
+      await expectText(c.locator('.msg'), /Reserved 2 ×/, 'purchase message');
+      const row = orderRows(alice, ITEM.id).first();
+      await expectText(row, /Reserved/, 'order row');
+      await expectText(row.locator('.clock'), /Pay within [45]:\d\d/, 'expiry countdown');
+    });
+
+    await step("bob's page updates the stock bar live (no reload): 1 of 3 left", async () => {
+      await expectText(card(bob, ITEM.id).locator('.stock-text'), /^1 of 3 left$/, 'bob sees the new stock');
+    });
+
+    await step('bob buys the last one', async () => {
+      const c = card(bob, ITEM.id);
+      await c.locator('button[type=submit]').tap();
+      await expectText(c.locator('.msg'), /Reserved 1 ×/, 'purchase message');
+      await expectText(orderRows(bob, ITEM.id).first(), /Reserved/, 'bob order row');
+    });
+
+    await step('the third purchase shows "sold out"', async () => {
+      const c = card(bob, ITEM.id);
+      await c.locator('button[type=submit]').tap();
+      await expectText(c.locator('.msg'), /sold out/i, 'sold-out message');
+      await expectText(card(alice, ITEM.id).locator('.badge'), /Sold out/, 'sold-out badge on the other page');
+    });
+
+    await step('alice pays her reservation', async () => {
+      const row = orderRows(alice, ITEM.id).first();
+      await row.locator('button:has-text("Pay")').click();
+      await expectText(orderRows(alice, ITEM.id).first().locator('.badge'), /Paid/, 'paid badge');
+    });
+
+    await step('alice rates the item 5 stars', async () => {
+      const row = orderRows(alice, ITEM.id).first();
+      await row.locator('.stars button[data-stars="5"]').click();
+      await expectText(orderRows(alice, ITEM.id).first().locator('.msg'), /Average 5\.0 from 1 rating/, 'rating answer');
+      assert(await row.locator('.stars button[data-stars="5"]').getAttribute('aria-pressed') === 'true', 'the 5th star is pressed');
+    });
+
+    await step('the leaderboards show the item (top rated, top rated in its category, best sellers)', async () => {
+      await expectText(alice.locator('#lb-top'), new RegExp(ITEM.name), 'top-rated board');
+      await alice.selectOption('#lb-cat', ITEM.category);
+      await expectText(alice.locator('#lb-cat-list'), new RegExp(ITEM.name), 'category board');
+      await expectText(alice.locator('#lb-best'), new RegExp(`${ITEM.name} 2 sold`), 'best-sellers board');
+    });
+
+    await step("bob cancels; the stock comes back on alice's page", async () => {
+      const row = orderRows(bob, ITEM.id).first();
+      await row.locator('button:has-text("Cancel")').tap();
+      await expectText(orderRows(bob, ITEM.id).first().locator('.badge'), /Cancelled/, 'cancelled badge');
+      await expectText(card(alice, ITEM.id).locator('.stock-text'), /^1 of 3 left$/, 'stock back on alice page');
+      await expectText(card(alice, ITEM.id).locator('.badge'), /Live/, 'live again');
+    });
+
+    await step('admin restocks +5 from the catalogue table', async () => {
+      const row = admin.locator(`#catalogue tr[data-item="${ITEM.id}"]`);
+      await row.locator('input[type=number]').fill('5');
+      await row.locator('button:has-text("Restock")').click();
+      await expectText(admin.locator('#stock-msg'), /added 5; now 6 left of 8/, 'restock message');
+      await expectText(card(bob, ITEM.id).locator('.stock-text'), /^6 of 8 left$/, 'bob sees the restock');
+    });
+
+    await step('a double click on Buy sends one request and creates one order', async () => {
+      const tok = await tokenOf(bob);
+      const before = (await apiJSON('GET', '/api/orders', tok)).data.orders.filter((o) => o.item_id === ITEM.id).length;
+      let posts = 0;
+      const count = (req) => { if (req.method() === 'POST' && req.url().endsWith(`/api/items/${ITEM.id}/purchase`)) posts++; };
+      bob.on('request', count);
+      const c = card(bob, ITEM.id);
+      await c.locator('input[type=number]').fill('1');
+      await c.locator('button[type=submit]').dblclick();
+      await expectText(c.locator('.msg'), /Reserved 1 ×/, 'purchase message');
+      await bob.waitForTimeout(1000); // a second request, if any, would have been sent by now
+      bob.off('request', count);
+      const after = (await apiJSON('GET', '/api/orders', tok)).data.orders.filter((o) => o.item_id === ITEM.id);
+      assert(after.length === before + 1, `orders for the item: ${before} before, ${after.length} after`);
+      assert(posts === 1, `purchase requests sent: ${posts}`);
+      const it = (await apiJSON('GET', `/api/items/${ITEM.id}`)).data.item;
+      assert(it.stock_left === 5, `stock_left ${it.stock_left}, want 5`);
+    });
+
+    await step('CSV import loads good lines and reports bad ones by line number', async () => {
+      const starts = new Date(Date.now() + 3600_000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+      const csv = [
+        'id,name,category,price_cents,stock,per_user_limit,starts_at,ends_at',
+        `${SOON_ITEM.id},${SOON_ITEM.name},${SOON_ITEM.category},4999,10,1,${starts},`,
+        `bad-price-${run},Broken,misc,abc,5,1,,`,
+        `${RL_ITEM.id},${RL_ITEM.name},${RL_ITEM.category},599,100,50,,`,
+        `bad-limit-${run},Broken too,misc,100,5,0,,`,
+      ].join('\n') + '\n';
+      await admin.fill('#csv-text', csv);
+      await admin.click('#import-go');
+      await expectText(admin.locator('#import-msg'), /Created 2, updated 0; 2 lines skipped/, 'import summary');
+      const report = await textOf(admin.locator('#import-report tbody'));
+      assert(/^3 .*price_cents/.test(report) && /5 .*per_user_limit/.test(report), `report: ${report}`);
+      assert((await apiJSON('GET', `/api/items/bad-price-${run}`)).status === 404, 'a bad line must not load');
+    });
+
+    await step('an upcoming item shows a countdown to its start and cannot be bought yet', async () => {
+      const c = card(bob, SOON_ITEM.id);
+      await expectText(c.locator('.clock'), /Starts in (1:00:00|59:\d\d)/, 'start countdown');
+      await expectText(c.locator('.badge'), /Upcoming/, 'upcoming badge');
+      assert(await c.locator('button[type=submit]').isDisabled(), 'buy is disabled before the start');
+    });
+
+    await step('rate limited purchases show the retry time and hold the button', async () => {
+      const c = card(bob, RL_ITEM.id);
+      await expectText(c, /100 of 100 left/, 'cable card');
+      let msg = '';
+      for (let i = 0; i < 10 && !/wait/i.test(msg); i++) {
+        await c.locator('button[type=submit]').tap();
+        msg = await eventually(async () => {
+          const t = await textOf(c.locator('.msg'));
+          assert(t && !(await c.locator('button[type=submit]').textContent()).includes('Buying'), 'waiting for the answer');
+          return t;
+        }, 'purchase answer');
+      }
+      assert(/Too many requests\. Please wait \d+ s/.test(msg), `message: ${msg}`);
+      assert(await c.locator('button[type=submit]').isDisabled(), 'buy is held while rate limited');
+      assert(/Wait \d+ s/.test(await textOf(c.locator('button[type=submit]'))), 'button says how long');
+    });
+
+    await step('every error code of the contract has its own sentence', async () => {
+      const out = await alice.evaluate(() => {
+        const f = window.flashsale;
+        return f.codes.map((code) => [code, f.describe({ status: 409, error: { code, message: 'zzz' }, retryAfter: 7 }, {})]);
+      });
+      for (const [code, text] of out) assert(text && !/zzz \(HTTP/.test(text), `${code} falls back to the raw message: ${text}`);
+      const rl = out.find(([c]) => c === 'rate_limited')[1];
+      assert(/7 s/.test(rl), `rate_limited message should carry the retry time: ${rl}`);
+    });
+
+    await step('admin sees the reconciliation report or a friendly message', async () => {
+      await admin.click('#recon-load');
+      await eventually(async () => {
+        const msg = await textOf(admin.locator('#recon-msg')).catch(() => '');
+        const out = await admin.locator('#recon-out').innerText();
+        assert(/No reconciliation report yet/.test(msg) || out.trim().length > 0, `recon view: "${msg}" "${out}"`);
+      }, 'reconciliation view');
+    });
+
+    await step('pages are accessible: every control has a label, no horizontal scroll on a phone', async () => {
+      for (const [who, p] of Object.entries(pages)) {
+        const unlabeled = await p.evaluate(() => [...document.querySelectorAll('input, select, textarea, button')]
+          .filter((n) => n.type !== 'hidden' && n.offsetParent !== null)
+          .filter((n) => !(n.labels && n.labels.length) && !n.getAttribute('aria-label') && !n.textContent.trim())
+          .map((n) => n.outerHTML.slice(0, 80)));
+        assert(unlabeled.length === 0, `${who}: unlabeled controls ${unlabeled.join(', ')}`);
+      }
+      const phoneAdmin = await (await browser.newContext(phone)).newPage();
+      pages.phoneAdmin = phoneAdmin;
+      await phoneAdmin.goto(BASE + '/admin');
+      for (const [who, p] of [['bob', bob], ['admin (phone)', phoneAdmin]]) {
+        const over = await p.evaluate((w) => document.documentElement.scrollWidth - w, phone.viewport.width);
+        assert(over <= 0, `${who}: page is ${over}px wider than the screen`);
+      }
+      await saveShot(phoneAdmin, 'admin-phone.png');
+    });
+
+    await step('screenshots of both pages', async () => {
+      for (const p of [alice, bob, admin]) await p.evaluate(() => { window.getSelection().removeAllRanges(); window.scrollTo(0, 0); });
+      await saveShot(alice, 'shop.png');
+      await saveShot(bob, 'shop-phone.png');
+      await saveShot(admin, 'admin.png');
+    });
+
+    await step('no script errors on any page', async () => {
+      assert(pageErrors.length === 0, pageErrors.join('; '));
+    });
+  } finally {
+    await browser.close();
+  }
+}
+
+try {
+  await main();
+} catch (e) {
+  failed++;
+  console.log('FAIL setup: ' + (e && e.stack || e));
+}
+if (failures.length) console.log('failed steps: ' + failures.join(' | '));
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
