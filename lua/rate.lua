@@ -24,24 +24,27 @@
 -- If the item's category changed since its last rating, it moves between category boards.
 --
 -- Reply: {'ok', average, count}: average is the plain mean sum/count as a string (%.17g, exact),
---        or {'stale', stored category} when the stats hash's category is not ARGV[5] (a concurrent
---        call moved the item; nothing was written: retry with the stored category).
+--        or {'stale', stored category} when the stats hash's category is neither ARGV[5] nor
+--        ARGV[4] (a concurrent call moved the item; nothing written: retry with the stored one).
 -- A malformed argument is an error reply and writes nothing.
 
 local item, user, cat, seen = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local stars, m, c, n = tonumber(ARGV[3]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local moved = seen ~= '' and seen ~= cat
-local nkeys = 5 + (cat ~= '' and 2 or 0) + (moved and 2 or 0)
+local has_seen = seen ~= '' and seen ~= cat -- the keys of the seen category's board follow
+local nkeys = 5 + (cat ~= '' and 2 or 0) + (has_seen and 2 or 0)
 if not item or item == '' or not user or user == '' or not cat or not seen
     or not whole(stars, 1) or stars > 5 or not m or not (m >= 1 and m <= 5)
     or not c or not (c >= 0 and c < math.huge) or not whole(n, 1) or #KEYS ~= nkeys then
   return redis.error_reply('ERR rate: invalid arguments')
 end
 
+-- Where the item is ranked now: already where it belongs, or where the caller saw it (whose
+-- board keys were passed); anywhere else, a concurrent call moved it and the keys are wrong.
 local stored = redis.call('HGET', KEYS[2], 'cat') or ''
-if stored ~= seen then
+if stored ~= seen and stored ~= cat then
   return {'stale', stored}
 end
+local moved = stored ~= '' and stored ~= cat
 
 local prev = tonumber(redis.call('HGET', KEYS[1], user))
 redis.call('HSET', KEYS[1], user, stars)

@@ -8,12 +8,13 @@
 -- ARGV[1] item id   ARGV[2] the item's category now   ARGV[3] the category the caller read
 -- from the stats hash   ARGV[4] board size N (>= 1)
 -- Reply: {'ok'}, {'unrated'} (never rated: its first rating places it), or {'stale', stored}
--- when the stats hash's category is not ARGV[3] (nothing written: retry with the stored one).
+-- when the stats hash's category is neither ARGV[3] nor ARGV[2] (nothing written: retry with
+-- the stored one).
 -- A malformed argument is an error reply and writes nothing.
 
 local item, cat, seen, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local moved = seen ~= cat
-local nkeys = 2 + (cat ~= '' and moved and 2 or 0) + (seen ~= '' and moved and 2 or 0)
+local has_seen = seen ~= cat -- then the board keys of both categories (where not '') follow
+local nkeys = 2 + (cat ~= '' and has_seen and 2 or 0) + (seen ~= '' and has_seen and 2 or 0)
 if not item or item == '' or not cat or not seen or not whole(n, 1) or #KEYS ~= nkeys then
   return redis.error_reply('ERR recategorize: invalid arguments')
 end
@@ -22,11 +23,11 @@ if not count then
   return {'unrated'}
 end
 local stored = redis.call('HGET', KEYS[1], 'cat') or ''
+if stored == cat then
+  return {'ok'} -- already there (a rating or a concurrent call moved it)
+end
 if stored ~= seen then
   return {'stale', stored}
-end
-if not moved then
-  return {'ok'}
 end
 local member = rated_member(count, item)
 local score = tonumber(redis.call('ZSCORE', KEYS[2], member))

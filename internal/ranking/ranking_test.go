@@ -99,9 +99,9 @@ func (m *model) stats(item string) (count, sum int64) {
 
 func (m *model) topRated(category string) []ranking.Entry {
 	type row struct {
-		id           string
-		count        int64
-		score        float64
+		id    string
+		count int64
+		score float64
 	}
 	var rows []row
 	for id, cat := range m.ranked {
