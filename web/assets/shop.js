@@ -266,7 +266,8 @@
     for (const o of list) {
       seen.add(o.id);
       let row = state.rows.get(o.id);
-      if (!row || row.status !== o.status) {
+      // Rebuilt only when its status changes (or its item's name arrives), so focus stays put.
+      if (!row || row.status !== o.status || row.name !== itemName(o.item_id)) {
         const fresh = makeOrderRow(o);
         if (row) {
           fresh.msg.textContent = row.msg.textContent;
@@ -290,7 +291,7 @@
   }
 
   function makeOrderRow(o) {
-    const row = { id: o.id, status: o.status };
+    const row = { id: o.id, status: o.status, name: itemName(o.item_id) };
     row.msg = el('p', { class: 'msg', role: 'status', 'aria-live': 'polite' });
     const total = money(o.price_cents * o.quantity);
     const what = el('div', { class: 'what' },
