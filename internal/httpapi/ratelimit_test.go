@@ -1,0 +1,383 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// limitRecorder is a go-redis hook: it keeps the last reply of the limiter script and counts
+// every command (pipelines included).
+type limitRecorder struct {
+	commands atomic.Int64
+	mu       sync.Mutex
+	last     []string
+}
+
+func (h *limitRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *limitRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.commands.Add(1)
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if c, ok := cmd.(*redis.Cmd); ok && strings.HasPrefix(cmd.Name(), "eval") && len(args) > 3 &&
+			strings.Contains(fmt.Sprint(args[3]), "{rl:") {
+			if r, err := c.StringSlice(); err == nil {
+				h.mu.Lock()
+				h.last = r
+				h.mu.Unlock()
+			}
+		}
+		return err
+	}
+}
+
+func (h *limitRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.commands.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+func (h *limitRecorder) reply() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last
+}
+
+// limitedAPI is the real router with the limiter over the real Redis.
+type limitedAPI struct {
+	t    testing.TB
+	srv  *Server
+	rdb  redis.UniversalClient
+	keys keyspace.Space
+	rec  *limitRecorder
+	lim  *limits.Limiter
+	inv  *inventory.Store
+}
+
+// newLimitedAPI builds the api like cmd/api does; env sets FLASHSALE_* variables.
+func newLimitedAPI(t testing.TB, env map[string]string) *limitedAPI {
+	t.Helper()
+	rdb, keys := testenv.Redis(t)
+	cfg := limitConfig(t, env)
+	a := &limitedAPI{t: t, rdb: rdb, keys: keys, rec: &limitRecorder{}}
+	rdb.AddHook(a.rec)
+	var err error
+	if a.lim, err = limits.NewLimiter(rdb, keys, RatePolicies(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	a.inv = inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: inventory.PurchaseLimit{
+		Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst}})
+	a.srv = New(Deps{
+		Config: cfg, Auth: NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
+		Inventory: a.inv, Orders: orders.NewStore(rdb, keys), Limiter: a.lim,
+	})
+	return a
+}
+
+func limitConfig(t testing.TB, env map[string]string) config.Config {
+	t.Helper()
+	cfg, err := config.Parse(func(k string) string {
+		if k == "FLASHSALE_JWT_SECRET" {
+			return "limit-test-secret"
+		}
+		return env[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func (a *limitedAPI) token(user string) string {
+	tok, _, err := a.srv.Auth.Mint(user)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return tok
+}
+
+type limitReply struct {
+	status int
+	header http.Header
+	code   string
+	body   map[string]any
+}
+
+// send serves one request; remote is the peer address ("" for httptest's default).
+func (a *limitedAPI) send(method, path, token, body, remote string, headers ...string) limitReply {
+	a.t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if remote != "" {
+		req.RemoteAddr = remote
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	w := httptest.NewRecorder()
+	a.srv.ServeHTTP(w, req)
+	r := limitReply{status: w.Code, header: w.Header()}
+	_ = json.Unmarshal(w.Body.Bytes(), &r.body)
+	if w.Code >= 400 {
+		e, _ := r.body["error"].(map[string]any)
+		r.code, _ = e["code"].(string)
+		if len(r.body) != 1 || len(e) != 2 || r.code == "" || e["message"] == "" {
+			a.t.Errorf("%s %s: error body is not the contract's: %s", method, path, w.Body.String())
+		}
+	}
+	return r
+}
+
+func ceilMS(s string) int {
+	f, _ := strconv.ParseFloat(s, 64)
+	return int(math.Ceil(f / 1000))
+}
+
+// TestLimitHeadersAgreeWithScript: every limited answer carries the headers, with the figures
+// of the script's reply for that request; the refusal is 429 rate_limited with Retry-After.
+func TestLimitHeadersAgreeWithScript(t *testing.T) {
+	a := newLimitedAPI(t, map[string]string{"FLASHSALE_LIMIT_PAY": "1/2s:3"})
+	tok := a.token("alice")
+	for i := 0; i < 4; i++ {
+		r := a.send("POST", "/api/orders/nothing.1/pay", tok, "", "")
+		script := a.rec.reply()
+		if len(script) != 4 {
+			t.Fatalf("request %d: no limiter reply recorded", i)
+		}
+		allowed := script[0] == "1"
+		want := map[string]string{
+			"RateLimit-Limit":     "3",
+			"RateLimit-Remaining": script[1],
+			"RateLimit-Reset":     strconv.Itoa(ceilMS(script[3])),
+			"RateLimit-Policy":    `"pay";q=3;w=6`,
+			"RateLimit":           fmt.Sprintf(`"pay";r=%s;t=%d`, script[1], ceilMS(script[3])),
+			"Retry-After":         "",
+		}
+		if !allowed {
+			want["Retry-After"] = strconv.Itoa(max(1, ceilMS(script[2])))
+		}
+		for h, v := range want {
+			if got := r.header.Get(h); got != v {
+				t.Errorf("request %d: %s = %q, script says %q (reply %q)", i, h, got, v, script)
+			}
+		}
+		switch {
+		case i < 3 && (!allowed || r.status != http.StatusNotFound):
+			t.Fatalf("request %d within the burst: %d %s, script %q", i, r.status, r.code, script)
+		case i == 3 && (allowed || r.status != http.StatusTooManyRequests || r.code != "rate_limited"):
+			t.Fatalf("request over the burst: %d %s, script %q", r.status, r.code, script)
+		}
+	}
+	// Another user has a budget of their own.
+	if r := a.send("POST", "/api/orders/nothing.1/pay", a.token("bob"), "", ""); r.status != http.StatusNotFound || r.header.Get("RateLimit-Remaining") != "2" {
+		t.Fatalf("bob: %d %v", r.status, r.header)
+	}
+}
+
+// TestLimitRetryAfterHonoured: a client that waits Retry-After seconds gets through.
+func TestLimitRetryAfterHonoured(t *testing.T) {
+	a := newLimitedAPI(t, map[string]string{"FLASHSALE_LIMIT_CANCEL": "1/1s:1"})
+	tok := a.token("carol")
+	if r := a.send("POST", "/api/orders/x.1/cancel", tok, "", ""); r.status != http.StatusNotFound {
+		t.Fatalf("first cancel: %d %s", r.status, r.code)
+	}
+	r := a.send("POST", "/api/orders/x.1/cancel", tok, "", "")
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("second cancel: %d %s", r.status, r.code)
+	}
+	wait, err := strconv.Atoi(r.header.Get("Retry-After"))
+	if err != nil || wait < 1 {
+		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	time.Sleep(time.Duration(wait) * time.Second)
+	if r := a.send("POST", "/api/orders/x.1/cancel", tok, "", ""); r.status != http.StatusNotFound {
+		t.Fatalf("after Retry-After: %d %s", r.status, r.code)
+	}
+}
+
+// TestLimitLogin: login is limited per client IP and per requested user; the handler still
+// reads the whole body; X-Forwarded-For counts only from a configured proxy.
+func TestLimitLogin(t *testing.T) {
+	env := map[string]string{"FLASHSALE_LIMIT_LOGIN_IP": "3/1m:3", "FLASHSALE_LIMIT_LOGIN_USER": "2/1m:2"}
+	a := newLimitedAPI(t, env)
+	login := func(user, remote string, headers ...string) limitReply {
+		return a.send("POST", "/api/login", "", `{"user":"`+user+`"}`, remote, headers...)
+	}
+
+	// One IP, three names, then refused by the IP policy.
+	for _, u := range []string{"u1", "u2", "u3"} {
+		r := login(u, "10.0.0.1:5000")
+		if r.status != http.StatusOK || r.body["user"] != u {
+			t.Fatalf("login %s: %d %v (the handler must see the body)", u, r.status, r.body)
+		}
+	}
+	r := login("u4", "10.0.0.1:5001")
+	if r.status != http.StatusTooManyRequests || !strings.HasPrefix(r.header.Get("RateLimit-Policy"), `"login_ip"`) {
+		t.Fatalf("fourth login from one IP: %d %v", r.status, r.header)
+	}
+
+	// Many IPs, one name: refused by the user policy.
+	for i := 0; i < 2; i++ {
+		if r := login("zed", fmt.Sprintf("10.0.1.%d:5000", i)); r.status != http.StatusOK {
+			t.Fatalf("zed from IP %d: %d", i, r.status)
+		}
+	}
+	r = login("zed", "10.0.1.9:5000")
+	if r.status != http.StatusTooManyRequests || !strings.HasPrefix(r.header.Get("RateLimit-Policy"), `"login_user"`) {
+		t.Fatalf("third zed: %d %v", r.status, r.header)
+	}
+
+	// X-Forwarded-For from an untrusted peer is ignored: one IP however the header varies.
+	for i := 0; i < 4; i++ {
+		r := login(fmt.Sprintf("x%d", i), "10.0.2.1:5000", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i))
+		if want := map[bool]int{true: 429, false: 200}[i == 3]; r.status != want {
+			t.Fatalf("spoofed XFF %d: %d, want %d", i, r.status, want)
+		}
+	}
+
+	// Bad bodies are still the handler's to answer, and still count for the IP.
+	big := `{"user":"` + strings.Repeat("a", maxBody) + `"}`
+	if r := a.send("POST", "/api/login", "", big, "10.0.3.1:1"); r.status != http.StatusRequestEntityTooLarge || r.header.Get("RateLimit-Remaining") != "2" {
+		t.Fatalf("oversized login: %d %s %v", r.status, r.code, r.header)
+	}
+	if r := a.send("POST", "/api/login", "", `{"user":`, "10.0.3.1:1"); r.status != http.StatusBadRequest {
+		t.Fatalf("malformed login: %d %s", r.status, r.code)
+	}
+	if r := a.send("POST", "/api/login", "", `{"user":"ok","extra":1}`, "10.0.3.1:1"); r.status != http.StatusBadRequest {
+		t.Fatalf("unknown field: %d %s", r.status, r.code)
+	}
+
+	// Behind a configured proxy, each forwarded client has its own budget.
+	env["FLASHSALE_TRUSTED_PROXIES"] = "10.9.0.0/16"
+	b := newLimitedAPI(t, env)
+	for i := 0; i < 5; i++ {
+		r := b.send("POST", "/api/login", "", fmt.Sprintf(`{"user":"p%d"}`, i), "10.9.0.1:5000",
+			"X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i))
+		if r.status != http.StatusOK {
+			t.Fatalf("forwarded client %d: %d", i, r.status)
+		}
+	}
+}
+
+// TestLimitPoliciesReload: a new configuration replaces the policies while serving.
+func TestLimitPoliciesReload(t *testing.T) {
+	a := newLimitedAPI(t, map[string]string{"FLASHSALE_LIMIT_PAY": "1/1m:1"})
+	tok := a.token("dora")
+	pay := func() limitReply { return a.send("POST", "/api/orders/x.1/pay", tok, "", "") }
+	if r := pay(); r.status != http.StatusNotFound {
+		t.Fatalf("first: %d", r.status)
+	}
+	if r := pay(); r.status != http.StatusTooManyRequests {
+		t.Fatalf("second: %d", r.status)
+	}
+	if err := a.lim.SetPolicies(RatePolicies(limitConfig(t, map[string]string{"FLASHSALE_LIMIT_PAY": "1/1m:4"}))); err != nil {
+		t.Fatal(err)
+	}
+	if r := pay(); r.status != http.StatusNotFound || r.header.Get("RateLimit-Limit") != "4" {
+		t.Fatalf("after reload to burst 4: %d %v", r.status, r.header)
+	}
+	if err := a.lim.SetPolicies(RatePolicies(limitConfig(t, map[string]string{"FLASHSALE_LIMIT_PAY": "off"}))); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if r := pay(); r.status != http.StatusNotFound || r.header.Get("RateLimit-Limit") != "" {
+			t.Fatalf("policy off: %d %v", r.status, r.header)
+		}
+	}
+}
+
+// TestLimitFailsClosed: with Redis unreachable, limited routes answer 503 unavailable and the
+// handler never runs.
+func TestLimitFailsClosed(t *testing.T) {
+	_, keys := testenv.Redis(t)
+	cfg := limitConfig(t, nil)
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer dead.Close()
+	lim, err := limits.NewLimiter(dead, keys, RatePolicies(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reached atomic.Bool
+	srv := New(Deps{Config: cfg, Auth: NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL), Limiter: lim})
+	srv.Engine().POST("/test/limited", srv.Auth.requireUser, srv.limit(policyPay), func(c *gin.Context) { reached.Store(true) })
+	a := &limitedAPI{t: t, srv: srv}
+	tok := a.token("erin")
+	for _, path := range []string{"/test/limited", "/api/login"} {
+		r := a.send("POST", path, tok, `{"user":"erin"}`, "")
+		if r.status != http.StatusServiceUnavailable || r.code != "unavailable" {
+			t.Fatalf("%s with Redis down: %d %s", path, r.status, r.code)
+		}
+	}
+	if reached.Load() {
+		t.Fatal("a handler ran although the limiter could not decide")
+	}
+}
+
+// TestSoldOutShortCutOverHTTP: once sold out, purchases are answered 409 sold_out without a single
+// Redis command; a restock on another instance sells again within a second.
+func TestSoldOutShortCutOverHTTP(t *testing.T) {
+	a := newLimitedAPI(t, nil)
+	ctx := context.Background()
+	two := int64(2)
+	if _, _, err := a.inv.Upsert(ctx, inventory.Input{ID: "gpu", Name: "GPU", PriceCents: 1, Stock: &two, PerUserLimit: 5}); err != nil {
+		t.Fatal(err)
+	}
+	tok := a.token("frank")
+	for i := 0; i < 3; i++ {
+		r := a.send("POST", "/api/items/gpu/purchase", tok, "", "")
+		if want := map[bool]int{true: 201, false: 409}[i < 2]; r.status != want {
+			t.Fatalf("purchase %d: %d %s", i, r.status, r.code)
+		}
+	}
+	a.rec.commands.Store(0)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				if r := a.send("POST", "/api/items/gpu/purchase", tok, `{"quantity":1}`, ""); r.code != "sold_out" {
+					t.Errorf("sold-out purchase: %d %s", r.status, r.code)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := a.rec.commands.Load(); n != 0 {
+		t.Fatalf("400 sold-out purchases sent %d Redis commands, want 0", n)
+	}
+	other := inventory.NewStore(a.rdb, a.keys, inventory.Options{})
+	restocked := time.Now()
+	if _, err := other.AdjustStock(ctx, "gpu", 1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(restocked.Add(time.Second)))
+	if r := a.send("POST", "/api/items/gpu/purchase", tok, "", ""); r.status != http.StatusCreated {
+		t.Fatalf("a second after the restock: %d %s", r.status, r.code)
+	}
+}
