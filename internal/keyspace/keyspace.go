@@ -98,3 +98,14 @@ func (s Space) ItemRatingStats(item string) string { return s.Rank() + "rstats:"
 func (s Space) RateLimit(policy, subject string) string {
 	return s.Prefix + "{rl:" + policy + ":" + subject + "}"
 }
+
+// Lock is a cluster-wide job lock and its fencing counter; both share the lock's hash tag so
+// obtaining the lock and taking the next fencing number is one script.
+func (s Space) Lock(name string) (key, fence string) {
+	base := s.Prefix + "{lock:" + name + "}"
+	return base, base + ":fence"
+}
+
+// RestoreFence is the fencing number of the newest restore that wrote this item, kept in the
+// item's slot so every restore script of the item can refuse a stale restorer.
+func (k Item) RestoreFence() string { return k.base + "restore:fence" }
