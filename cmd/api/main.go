@@ -21,6 +21,7 @@ import (
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/web"
@@ -75,6 +76,10 @@ func run(ctx context.Context, cfg config.Config) error {
 	})
 	ord := orders.NewStore(rdb, keys)
 	ord.Hooks.StockReturned = inv.ForgetSoldOut
+	rank := ranking.NewStore(rdb, keys, ranking.Options{
+		Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
+	})
+	ord.Hooks.PaidChanged = rank.PaidChanged
 	limiter, err := limits.NewLimiter(rdb, keys, httpapi.RatePolicies(cfg))
 	if err != nil {
 		return err
@@ -88,6 +93,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		Orders:    ord,
 		Limiter:   limiter,
 		Metrics:   metrics.Handler(),
+		Ranking:   rank,
 		Ready: func(ctx context.Context) error {
 			ok, err := lua.Loaded(ctx, rdb)
 			if err != nil {

@@ -1,0 +1,253 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/httpapi"
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// ratingAPI is the real router wired as cmd/api wires it, ranking included.
+type ratingAPI struct {
+	t    *testing.T
+	h    http.Handler
+	rdb  redis.UniversalClient
+	keys keyspace.Space
+	auth *httpapi.Auth
+	inv  *inventory.Store
+}
+
+func newRatingAPI(t *testing.T, size int) *ratingAPI {
+	t.Helper()
+	rdb, keys := testenv.Redis(t)
+	cfg, err := config.Parse(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AdminToken, cfg.JWTSecret = "rating-admin", "rating-secret"
+	cfg.LeaderboardSize = size
+	cfg.LimitPurchase = config.Limit{}
+	cfg.LimitRating = config.Limit{Rate: 1000, Period: 1e9, Burst: 1000}
+	inv := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: cfg.SnapshotInterval})
+	ord := orders.NewStore(rdb, keys)
+	rank := ranking.NewStore(rdb, keys, ranking.Options{
+		Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
+	})
+	ord.Hooks.PaidChanged = rank.PaidChanged
+	limiter, err := limits.NewLimiter(rdb, keys, httpapi.RatePolicies(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL)
+	srv := httpapi.New(httpapi.Deps{Config: cfg, Auth: auth, Inventory: inv, Orders: ord,
+		Limiter: limiter, Ranking: rank})
+	return &ratingAPI{t: t, h: srv, rdb: rdb, keys: keys, auth: auth, inv: inv}
+}
+
+// do sends a request as user ("" = none, "admin" = the admin token) and decodes the JSON body.
+func (a *ratingAPI) do(method, path, user, body string) (int, map[string]any) {
+	a.t.Helper()
+	req := httptest.NewRequest(method, path, bytes.NewBufferString(body))
+	req.Header.Set("Content-Type", "application/json")
+	switch user {
+	case "":
+	case "admin":
+		req.Header.Set("Authorization", "Bearer rating-admin")
+	default:
+		tok, _, err := a.auth.Mint(user)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	w := httptest.NewRecorder()
+	a.h.ServeHTTP(w, req)
+	var out map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+		a.t.Fatalf("%s %s: body %q: %v", method, path, w.Body.String(), err)
+	}
+	return w.Code, out
+}
+
+func (a *ratingAPI) item(id, name, category string) {
+	a.t.Helper()
+	body := fmt.Sprintf(`{"name":%q,"category":%q,"price_cents":100,"stock":1000,"per_user_limit":100}`, name, category)
+	if code, out := a.do(http.MethodPut, "/api/admin/items/"+id, "admin", body); code != http.StatusCreated {
+		a.t.Fatalf("create %s: %d %v", id, code, out)
+	}
+}
+
+// buyer records a paid order directly (as the pay script would).
+func (a *ratingAPI) buyer(item, user string) {
+	a.t.Helper()
+	if err := a.rdb.HSet(context.Background(), a.keys.Item(item).PaidBy(), user, 1).Err(); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+func errCode(out map[string]any) string {
+	e, _ := out["error"].(map[string]any)
+	code, _ := e["code"].(string)
+	return code
+}
+
+func entries(t *testing.T, out map[string]any) []map[string]any {
+	t.Helper()
+	raw, ok := out["entries"].([]any)
+	if !ok {
+		t.Fatalf("no entries in %v", out)
+	}
+	es := make([]map[string]any, len(raw))
+	for i, r := range raw {
+		es[i] = r.(map[string]any)
+	}
+	return es
+}
+
+// The whole path: purchase, pay (the hook feeds best sellers), rate, read both boards.
+func TestRatingFlow(t *testing.T) {
+	a := newRatingAPI(t, 100)
+	a.item("phone1", "Phone One", "phones")
+	a.item("phone2", "Phone Two", "phones")
+	a.item("book1", "Book One", "books")
+
+	code, out := a.do(http.MethodPost, "/api/items/phone1/purchase", "alice", `{"quantity":3}`)
+	if code != http.StatusCreated {
+		t.Fatalf("purchase: %d %v", code, out)
+	}
+	oid := out["order"].(map[string]any)["id"].(string)
+	if code, out := a.do(http.MethodPost, "/api/items/phone1/rating", "alice", `{"stars":5}`); code != http.StatusConflict || errCode(out) != "not_a_buyer" {
+		t.Fatalf("rating before paying: %d %v", code, out)
+	}
+	if code, out := a.do(http.MethodPost, "/api/orders/"+oid+"/pay", "alice", ``); code != http.StatusOK {
+		t.Fatalf("pay: %d %v", code, out)
+	}
+	code, out = a.do(http.MethodPost, "/api/items/phone1/rating", "alice", `{"stars":5}`)
+	if code != http.StatusOK || out["item_id"] != "phone1" || out["average"] != 5.0 || out["count"] != 1.0 {
+		t.Fatalf("rating: %d %v", code, out)
+	}
+	a.buyer("phone1", "bob")
+	code, out = a.do(http.MethodPost, "/api/items/phone1/rating", "bob", `{"stars":4}`)
+	if code != http.StatusOK || out["average"] != 4.5 || out["count"] != 2.0 {
+		t.Fatalf("second rating: %d %v", code, out)
+	}
+	code, out = a.do(http.MethodPost, "/api/items/phone1/rating", "bob", `{"stars":2}`) // replaces
+	if code != http.StatusOK || out["average"] != 3.5 || out["count"] != 2.0 {
+		t.Fatalf("re-rating: %d %v", code, out)
+	}
+	a.buyer("phone2", "carol")
+	a.do(http.MethodPost, "/api/items/phone2/rating", "carol", `{"stars":1}`)
+	a.buyer("book1", "carol")
+	a.do(http.MethodPost, "/api/items/book1/rating", "carol", `{"stars":4}`)
+
+	code, out = a.do(http.MethodGet, "/api/leaderboards/top-rated", "", "")
+	if code != http.StatusOK || out["board"] != "top-rated" {
+		t.Fatalf("top-rated: %d %v", code, out)
+	}
+	es := entries(t, out)
+	// (35+7)/12 = 3.5, (35+4)/11 = 3.545..., (35+1)/11 = 3.27...
+	want := []struct{ id, name string }{{"book1", "Book One"}, {"phone1", "Phone One"}, {"phone2", "Phone Two"}}
+	if len(es) != len(want) {
+		t.Fatalf("entries %v", es)
+	}
+	for i, w := range want {
+		if es[i]["rank"] != float64(i+1) || es[i]["item_id"] != w.id || es[i]["name"] != w.name {
+			t.Fatalf("entry %d: %v, want %v", i, es[i], w)
+		}
+	}
+	if es[1]["score"] != 3.5 {
+		t.Fatalf("phone1 score %v, want (10*3.5+7)/(10+2)", es[1]["score"])
+	}
+	code, out = a.do(http.MethodGet, "/api/leaderboards/top-rated?category=phones&limit=1", "", "")
+	if es := entries(t, out); code != http.StatusOK || len(es) != 1 || es[0]["item_id"] != "phone1" {
+		t.Fatalf("phones: %d %v", code, out)
+	}
+	code, out = a.do(http.MethodGet, "/api/leaderboards/best-sellers", "", "")
+	es = entries(t, out)
+	if code != http.StatusOK || out["board"] != "best-sellers" || len(es) != 1 ||
+		es[0]["item_id"] != "phone1" || es[0]["name"] != "Phone One" || es[0]["score"] != 3.0 {
+		t.Fatalf("best-sellers: %d %v", code, out)
+	}
+}
+
+// Every error of the rating and leaderboard routes, and that none of them changed anything.
+func TestRatingErrors(t *testing.T) {
+	a := newRatingAPI(t, 20)
+	a.item("it", "Item", "")
+	a.buyer("it", "alice")
+	cases := []struct {
+		name, method, path, user, body string
+		status                         int
+		code                           string
+	}{
+		{"stars -1", "POST", "/api/items/it/rating", "alice", `{"stars":-1}`, 400, "invalid_request"},
+		{"stars 0", "POST", "/api/items/it/rating", "alice", `{"stars":0}`, 400, "invalid_request"},
+		{"stars 6", "POST", "/api/items/it/rating", "alice", `{"stars":6}`, 400, "invalid_request"},
+		{"stars 4.5", "POST", "/api/items/it/rating", "alice", `{"stars":4.5}`, 400, "invalid_request"},
+		{"stars string", "POST", "/api/items/it/rating", "alice", `{"stars":"4"}`, 400, "invalid_request"},
+		{"no stars", "POST", "/api/items/it/rating", "alice", `{}`, 400, "invalid_request"},
+		{"unknown field", "POST", "/api/items/it/rating", "alice", `{"stars":4,"x":1}`, 400, "invalid_request"},
+		{"empty body", "POST", "/api/items/it/rating", "alice", ``, 400, "invalid_request"},
+		{"no token", "POST", "/api/items/it/rating", "", `{"stars":4}`, 401, "unauthorized"},
+		{"unknown item", "POST", "/api/items/nope/rating", "alice", `{"stars":4}`, 404, "not_found"},
+		{"non-buyer", "POST", "/api/items/it/rating", "mallory", `{"stars":4}`, 409, "not_a_buyer"},
+		{"limit 0", "GET", "/api/leaderboards/top-rated?limit=0", "", ``, 400, "invalid_request"},
+		{"limit -1", "GET", "/api/leaderboards/top-rated?limit=-1", "", ``, 400, "invalid_request"},
+		{"limit N+1", "GET", "/api/leaderboards/top-rated?limit=21", "", ``, 400, "invalid_request"},
+		{"limit text", "GET", "/api/leaderboards/best-sellers?limit=ten", "", ``, 400, "invalid_request"},
+		{"limit empty", "GET", "/api/leaderboards/best-sellers?limit=", "", ``, 400, "invalid_request"},
+		{"long category", "GET", "/api/leaderboards/top-rated?category=" + string(bytes.Repeat([]byte("c"), 65)), "", ``, 400, "invalid_request"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := a.do(tc.method, tc.path, tc.user, tc.body)
+			if code != tc.status || errCode(out) != tc.code {
+				t.Fatalf("got %d %v, want %d %s", code, out, tc.status, tc.code)
+			}
+			if e, _ := out["error"].(map[string]any); len(out) != 1 || e["message"] == "" {
+				t.Fatalf("error body %v", out)
+			}
+		})
+	}
+	if ks := a.rdb.Keys(context.Background(), a.keys.Rank()+"*").Val(); len(ks) != 0 {
+		t.Fatalf("refused requests wrote %v", ks)
+	}
+	// limit=N is allowed and an empty board is an empty list, not null.
+	code, out := a.do(http.MethodGet, "/api/leaderboards/top-rated?limit=20&category=none", "", "")
+	if es := entries(t, out); code != http.StatusOK || len(es) != 0 {
+		t.Fatalf("empty board: %d %v", code, out)
+	}
+}
+
+// Without ?limit= a board returns 10 entries, or N when N is smaller.
+func TestLeaderboardDefaultLimit(t *testing.T) {
+	for _, size := range []int{3, 100} {
+		a := newRatingAPI(t, size)
+		for i := range 12 {
+			id := fmt.Sprintf("i%02d", i)
+			a.item(id, "Item "+id, "")
+			a.buyer(id, "u")
+			if code, out := a.do(http.MethodPost, "/api/items/"+id+"/rating", "u", fmt.Sprintf(`{"stars":%d}`, 1+i%5)); code != 200 {
+				t.Fatalf("rate: %d %v", code, out)
+			}
+		}
+		_, out := a.do(http.MethodGet, "/api/leaderboards/top-rated", "", "")
+		if n := len(entries(t, out)); n != min(10, size) {
+			t.Fatalf("N=%d: %d entries", size, n)
+		}
+	}
+}
