@@ -4,6 +4,7 @@
 //   E2E_ADMIN_TOKEN  its FLASHSALE_ADMIN_TOKEN
 //   E2E_ARTIFACTS    where screenshots (and failure screenshots) go, e.g. test-artifacts/
 //   E2E_SCREENSHOTS  docs/screenshots/: refreshed when a file is missing or E2E_UPDATE_SCREENSHOTS=1
+//   E2E_RESERVATION_TTL_S  the api's FLASHSALE_RESERVATION_TTL in seconds (30)
 // The api must run with FLASHSALE_LIMIT_PURCHASE=1/1m:4 so the rate-limit step is deterministic.
 // Steps run in order and share state; a failed step is reported and the run goes on. The last
 // line is "N passed, M failed"; the exit code is 1 when anything failed.
@@ -17,6 +18,9 @@ const ARTIFACTS = process.env.E2E_ARTIFACTS || 'test-artifacts';
 const SHOTS = process.env.E2E_SCREENSHOTS || '';
 const UPDATE_SHOTS = process.env.E2E_UPDATE_SCREENSHOTS === '1';
 const TIMEOUT = 10_000;
+// The api's FLASHSALE_RESERVATION_TTL: short, so the expiry step waits little, yet long enough
+// for the pay step.
+const TTL_MS = 1000 * Number(process.env.E2E_RESERVATION_TTL_S || 30);
 
 const CHROMIUM = ['/usr/lib/chromium/chromium', '/usr/bin/chromium'].find((p) => fs.existsSync(p));
 const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--no-zygote', '--no-first-run',
@@ -66,12 +70,12 @@ async function eventually(fn, what, timeout = TIMEOUT) {
 
 async function textOf(locator) { return (await locator.innerText({ timeout: TIMEOUT })).replace(/\s+/g, ' ').trim(); }
 
-async function expectText(locator, re, what) {
+async function expectText(locator, re, what, timeout = TIMEOUT) {
   return eventually(async () => {
     const t = await textOf(locator);
     assert(re.test(t), `${what}: got "${t}", want ${re}`);
     return t;
-  }, what);
+  }, what, timeout);
 }
 
 async function apiJSON(method, p, token, body) {
@@ -204,7 +208,7 @@ async function main() {
       await expectText(c.locator('.msg'), /Reserved 2 ×/, 'purchase message');
       const row = orderRows(alice, ITEM.id).first();
       await expectText(row, /Reserved/, 'order row');
-      await expectText(row.locator('.clock'), /Pay within [45]:\d\d/, 'expiry countdown');
+      await expectText(row.locator('.clock'), /Pay within 0:[0-3]\d/, 'expiry countdown');
     });
 
     await step("bob's page updates the stock bar live (no reload): 1 of 3 left", async () => {
@@ -363,6 +367,13 @@ async function main() {
       await saveShot(alice, 'shop.png');
       await saveShot(bob, 'shop-phone.png');
       await saveShot(admin, 'admin.png');
+    });
+
+    await step('an unpaid reservation expires when its countdown ends and its stock returns', async () => {
+      const row = () => bob.locator(`#orders li.order[data-item="${ITEM.id}"]`).first();
+      await expectText(row().locator('.badge'), /Reserved/, 'the double-click order is still reserved');
+      await expectText(row().locator('.badge'), /Expired/, 'expired badge', 2 * TTL_MS + TIMEOUT);
+      await expectText(card(bob, ITEM.id).locator('.stock-text'), /^6 of 8 left$/, 'stock back after expiry');
     });
 
     await step('no script errors on any page', async () => {
