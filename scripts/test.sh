@@ -6,6 +6,7 @@ echo "== gofmt / go vet"
 bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$bad" ]; then echo "gofmt would change: $bad"; exit 1; fi
 go vet ./...
+echo "== docker-compose config"; ./scripts/compose-check.sh
 echo "== go test -race"
 go test -race -count=1 -timeout 8m ./...
 echo "== web e2e"

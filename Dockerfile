@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1
+# Both binaries (bin/api, bin/reconciler) in one small image; compose picks one with `command`.
+# Build: docker build -t flashsale .
+
+ARG GO_VERSION=1.26
+
+FROM golang:${GO_VERSION}-bookworm AS build
+WORKDIR /src
+# Modules first: this layer stays cached until go.mod/go.sum change.
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+ARG TARGETOS=linux
+ARG TARGETARCH=amd64
+# Static binaries (no cgo: pgx, go-redis and kafka-go are pure Go), as `make build` names them.
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -ldflags="-s -w" -o /out/bin/ ./cmd/...
+
+# Alpine rather than distroless/static: busybox wget lets compose health-check /readyz.
+FROM alpine:3.20
+RUN addgroup -S -g 10001 flashsale && adduser -S -D -H -u 10001 -G flashsale flashsale
+COPY --from=build /out/bin/ /app/bin/
+ENV PATH=/app/bin:$PATH \
+    FLASHSALE_HTTP_ADDR=0.0.0.0:8080
+WORKDIR /app
+USER 10001:10001
+# 8080: the api (contract, /metrics, web pages); 6060: admin listener (pprof) when
+# FLASHSALE_ADMIN_ADDR is set, never to be published to the internet.
+EXPOSE 8080 6060
+CMD ["api"]
