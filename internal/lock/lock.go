@@ -1,0 +1,195 @@
+// Package lock owns cluster-wide job locks in Redis: one holder at a time for jobs such as
+// batch reconciliation and restore, whichever instance starts them.
+//
+// A lock is SET NX PX with a value random per holder, obtained together with a fencing number
+// from a counter that only grows. It is refreshed while the job runs and released only by its
+// owner. A holder that stalls (GC pause, stopped VM) past its TTL loses the lock without knowing
+// it; writes that matter therefore carry the fencing number, and the store that receives them
+// refuses a number lower than the newest it has seen.
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/lua"
+)
+
+var (
+	obtainScript  = lua.New("lock_obtain", "lock_obtain.lua")
+	refreshScript = lua.New("lock_refresh", "lock_refresh.lua")
+	releaseScript = lua.New("lock_release", "lock_release.lua")
+)
+
+// Sentinel errors.
+var (
+	// ErrHeld means another holder has the lock (the error is a *HeldError saying who).
+	ErrHeld = errors.New("lock: held by another runner")
+	// ErrNotHeld means the lock had expired: nobody holds it now.
+	ErrNotHeld = errors.New("lock: not held (it expired)")
+	// ErrTaken means the lock expired and another holder took it.
+	ErrTaken = errors.New("lock: taken over by another holder")
+)
+
+// HeldError is returned by Obtain when another holder has the lock.
+type HeldError struct {
+	Name   string
+	Holder string        // the holder's value: "<host>/<pid>/<random>"
+	TTL    time.Duration // how long the holder keeps it without a refresh
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("lock %q is held by %s for another %s", e.Name, e.Holder, e.TTL.Round(time.Millisecond))
+}
+
+func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// Locker obtains locks under one key space.
+type Locker struct {
+	rdb  redis.UniversalClient
+	keys keyspace.Space
+}
+
+// New returns a Locker.
+func New(rdb redis.UniversalClient, keys keyspace.Space) *Locker {
+	return &Locker{rdb: rdb, keys: keys}
+}
+
+// Lock is one holding of a named lock.
+type Lock struct {
+	locker *Locker
+	name   string
+	key    string
+	value  string
+	ttl    time.Duration
+	// Fence is this holding's fencing number: larger than every earlier holding's.
+	Fence int64
+}
+
+// Obtain takes the named lock for ttl (whole milliseconds, at least 1ms), or returns a
+// *HeldError (errors.Is ErrHeld) when another holder has it.
+func (l *Locker) Obtain(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
+	if ttl < time.Millisecond {
+		return nil, fmt.Errorf("lock: obtain %q: ttl %s is below 1ms", name, ttl)
+	}
+	key, fence := l.keys.Lock(name)
+	value := ownerValue()
+	reply, err := obtainScript.Run(ctx, l.rdb, []string{key, fence}, value, ttl.Milliseconds()).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("lock: obtain %q: %w", name, err)
+	}
+	if len(reply) != 3 {
+		return nil, fmt.Errorf("lock: obtain %q: unexpected reply %v", name, reply)
+	}
+	switch reply[0] {
+	case "obtained":
+		n, ok := reply[1].(int64)
+		if !ok {
+			return nil, fmt.Errorf("lock: obtain %q: unexpected reply %v", name, reply)
+		}
+		return &Lock{locker: l, name: name, key: key, value: value, ttl: ttl, Fence: n}, nil
+	case "held":
+		holder, _ := reply[1].(string)
+		ms, _ := reply[2].(int64)
+		return nil, &HeldError{Name: name, Holder: holder, TTL: time.Duration(ms) * time.Millisecond}
+	}
+	return nil, fmt.Errorf("lock: obtain %q: unexpected reply %v", name, reply)
+}
+
+// ownerValue is random per holding (so nobody else's release matches it) and names the
+// process, so a refused runner can say who has the lock.
+func ownerValue() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// Name is the lock's name.
+func (lk *Lock) Name() string { return lk.name }
+
+// Owner is this holding's lock value.
+func (lk *Lock) Owner() string { return lk.value }
+
+// Refresh extends the lock to a full TTL from now. ErrNotHeld: it expired; ErrTaken: it
+// expired and another holder has it. Either way this holding is over.
+func (lk *Lock) Refresh(ctx context.Context) error {
+	reply, err := refreshScript.Run(ctx, lk.locker.rdb, []string{lk.key}, lk.value, lk.ttl.Milliseconds()).Text()
+	if err != nil {
+		return fmt.Errorf("lock: refresh %q: %w", lk.name, err)
+	}
+	return lk.outcome("refresh", "refreshed", reply)
+}
+
+// Release gives the lock back. ErrNotHeld: it had already expired (nothing was deleted);
+// ErrTaken: another holder has it now (nothing was deleted).
+func (lk *Lock) Release(ctx context.Context) error {
+	reply, err := releaseScript.Run(ctx, lk.locker.rdb, []string{lk.key}, lk.value).Text()
+	if err != nil {
+		return fmt.Errorf("lock: release %q: %w", lk.name, err)
+	}
+	return lk.outcome("release", "released", reply)
+}
+
+func (lk *Lock) outcome(op, ok, reply string) error {
+	switch reply {
+	case ok:
+		return nil
+	case "not_held":
+		return fmt.Errorf("lock: %s %q: %w", op, lk.name, ErrNotHeld)
+	case "other":
+		return fmt.Errorf("lock: %s %q: %w", op, lk.name, ErrTaken)
+	}
+	return fmt.Errorf("lock: %s %q: unexpected reply %q", op, lk.name, reply)
+}
+
+// Keep refreshes the lock every third of its TTL until stop is called or the returned
+// context ends. The returned context is cancelled, with the reason as its cause, as soon as
+// the lock is lost or cannot be confirmed before its TTL runs out (Redis unreachable), so the
+// job stops instead of running unprotected. stop waits for the refresh loop to end.
+func (lk *Lock) Keep(ctx context.Context) (context.Context, func()) {
+	jobCtx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		every := lk.ttl / 3
+		// Valid until: the last moment the lock is known to be ours (measured before the
+		// request, so a slow reply never extends it).
+		validUntil := time.Now().Add(lk.ttl)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-jobCtx.Done():
+				return
+			case <-t.C:
+			}
+			sent := time.Now()
+			rctx, rcancel := context.WithDeadline(jobCtx, validUntil)
+			err := lk.Refresh(rctx)
+			rcancel()
+			switch {
+			case err == nil:
+				validUntil = sent.Add(lk.ttl)
+			case errors.Is(err, ErrNotHeld), errors.Is(err, ErrTaken):
+				cancel(err)
+				return
+			case time.Now().After(validUntil):
+				cancel(fmt.Errorf("lock: %q could not be refreshed before its ttl: %w", lk.name, err))
+				return
+			}
+		}
+	}()
+	return jobCtx, func() {
+		cancel(context.Canceled)
+		<-done
+	}
+}

@@ -1,0 +1,21 @@
+-- lock_obtain.lua: take a job lock and, only when taken, the next fencing number.
+-- One script so the lock and its fencing number cannot part: a holder always has a number
+-- larger than every earlier holder's, and a refused caller never consumes one.
+--
+-- KEYS[1] lock key   KEYS[2] fencing counter (same hash tag)
+-- ARGV[1] owner value (random per holder, non-empty)   ARGV[2] ttl ms (integer >= 1)
+-- Reply: {'obtained', fencing number, ttl ms}
+--        {'held', the holder's value, the holder's remaining ms}
+-- Bad arguments: an error reply, nothing written.
+
+local owner, ttl = ARGV[1], tonumber(ARGV[2])
+if not owner or owner == '' or not ttl or ttl < 1 or ttl ~= math.floor(ttl) then
+  return redis.error_reply('ERR lock_obtain: bad owner or ttl')
+end
+local holder = redis.call('GET', KEYS[1])
+if holder then
+  return {'held', holder, redis.call('PTTL', KEYS[1])}
+end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], owner, 'PX', ttl)
+return {'obtained', fence, ttl}
