@@ -1,0 +1,287 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"gorm.io/gorm"
+
+	"github.com/flashsale/flashsale/internal/metrics"
+)
+
+// ConsumerOptions configure a Consumer; zero values take the defaults.
+type ConsumerOptions struct {
+	Brokers []string
+	Topic   string
+	// GroupID is the Kafka consumer group (default "reconciler"): several reconcilers share
+	// the topic's partitions.
+	GroupID string
+	// BatchSize is the most messages written in one transaction (default 2000).
+	BatchSize int
+	// BatchWait is how long, after the first message, a batch waits to fill (default 20ms).
+	BatchWait time.Duration
+	// DrainTimeout bounds the last batch's write and offset commit at shutdown (default 10s).
+	DrainTimeout time.Duration
+	// LagInterval is how often consumer lag is measured and exported (default 5s).
+	LagInterval time.Duration
+	// AfterCommit, when set, runs after a batch's transaction committed and before its
+	// offsets are committed; a non-nil error stops Run with it and the offsets stay
+	// uncommitted, as if the process died there (tests use it to prove duplicates are absorbed).
+	AfterCommit func(Result) error
+}
+
+// Consumer reads the event topic in a consumer group and writes it to the record in batched
+// transactions. Offsets are committed only after the batch's transaction committed, so a
+// crash re-delivers at most the batches in flight, and the Writer absorbs them.
+type Consumer struct {
+	w      *Writer
+	r      *kafka.Reader
+	client *kafka.Client
+	opt    ConsumerOptions
+
+	lag                     atomic.Int64
+	applied, dupes, invalid atomic.Int64
+	batches, commitFailures atomic.Int64
+}
+
+// ConsumerStats are the consumer's counters since it started.
+type ConsumerStats struct {
+	Applied, Duplicates, Invalid int64
+	Batches                      int64
+	CommitFailures               int64 // offset commits that failed (the batch will be re-delivered)
+}
+
+// NewConsumer returns a consumer writing to db.
+func NewConsumer(db *gorm.DB, opt ConsumerOptions) *Consumer {
+	if opt.GroupID == "" {
+		opt.GroupID = "reconciler"
+	}
+	if opt.BatchSize <= 0 {
+		opt.BatchSize = 2000
+	}
+	if opt.BatchWait <= 0 {
+		opt.BatchWait = 20 * time.Millisecond
+	}
+	if opt.DrainTimeout <= 0 {
+		opt.DrainTimeout = 10 * time.Second
+	}
+	if opt.LagInterval <= 0 {
+		opt.LagInterval = 5 * time.Second
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:     opt.Brokers,
+		Topic:       opt.Topic,
+		GroupID:     opt.GroupID,
+		StartOffset: kafka.FirstOffset, // a new group reads the topic from the start
+		MinBytes:    1,
+		MaxBytes:    16 << 20,
+		MaxWait:     250 * time.Millisecond,
+		// Offsets are committed by Run, synchronously, after the transaction.
+		CommitInterval: 0,
+		QueueCapacity:  opt.BatchSize,
+		ReadBackoffMin: 50 * time.Millisecond,
+		ReadBackoffMax: time.Second,
+	})
+	return &Consumer{
+		w:      NewWriter(db),
+		r:      r,
+		client: &kafka.Client{Addr: kafka.TCP(opt.Brokers...), Timeout: 5 * time.Second},
+		opt:    opt,
+	}
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() ConsumerStats {
+	return ConsumerStats{
+		Applied: c.applied.Load(), Duplicates: c.dupes.Load(), Invalid: c.invalid.Load(),
+		Batches: c.batches.Load(), CommitFailures: c.commitFailures.Load(),
+	}
+}
+
+// Lag is the consumer group's lag as last measured (messages not yet committed).
+func (c *Consumer) Lag() int64 { return c.lag.Load() }
+
+// Run consumes until ctx ends: then the batch being collected is written and its offsets
+// committed (within DrainTimeout), the group is left, and Run returns nil. Postgres errors
+// are retried with backoff without committing; only AfterCommit's error stops Run early.
+func (c *Consumer) Run(ctx context.Context) error {
+	defer func() {
+		if err := c.r.Close(); err != nil {
+			slog.Warn("reconciler: closing the Kafka reader", "err", err)
+		}
+	}()
+	lagCtx, stopLag := context.WithCancel(ctx)
+	defer stopLag()
+	go c.watchLag(lagCtx)
+	slog.Info("reconciler consuming", "topic", c.opt.Topic, "group", c.opt.GroupID, "brokers", c.opt.Brokers)
+
+	for {
+		batch, err := c.collect(ctx)
+		if len(batch) > 0 {
+			if perr := c.process(ctx, batch); perr != nil {
+				return perr
+			}
+		}
+		if ctx.Err() != nil {
+			st := c.Stats()
+			slog.Info("reconciler stopped", "applied", st.Applied, "duplicates", st.Duplicates, "invalid", st.Invalid)
+			return nil
+		}
+		if err != nil {
+			slog.Warn("reconciler: fetch failed; retrying", "err", err)
+			sleep(ctx, 500*time.Millisecond)
+		}
+	}
+}
+
+// collect waits for one message, then gathers more for up to BatchWait.
+func (c *Consumer) collect(ctx context.Context) ([]kafka.Message, error) {
+	first, err := c.r.FetchMessage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	batch := []kafka.Message{first}
+	fctx, cancel := context.WithTimeout(ctx, c.opt.BatchWait)
+	defer cancel()
+	for len(batch) < c.opt.BatchSize {
+		m, err := c.r.FetchMessage(fctx)
+		if err != nil {
+			break // the wait is over (or shutdown): write what we have
+		}
+		batch = append(batch, m)
+	}
+	return batch, nil
+}
+
+// process writes a batch (retrying while Postgres fails) and then commits its offsets.
+func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
+	var res Result
+	for attempt := 1; ; attempt++ {
+		// The write is not cancelled by shutdown: a batch already fetched is finished.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.DrainTimeout)
+		start := time.Now()
+		var err error
+		res, err = c.w.Apply(wctx, batch)
+		cancel()
+		if err == nil {
+			metrics.ReconcilerCommitDuration.Observe(time.Since(start).Seconds())
+			break
+		}
+		if ctx.Err() != nil {
+			// Shutting down with Postgres failing: leave the offsets uncommitted; the next
+			// consumer of these partitions re-delivers the batch.
+			slog.Error("reconciler: batch not written at shutdown; it will be re-delivered", "err", err, "messages", len(batch))
+			return nil
+		}
+		slog.Warn("reconciler: writing a batch failed; retrying", "err", err, "attempt", attempt, "messages", len(batch))
+		sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second))
+	}
+	c.applied.Add(int64(res.Applied))
+	c.dupes.Add(int64(res.Duplicates))
+	c.invalid.Add(int64(res.Invalid))
+	c.batches.Add(1)
+	metrics.ConsumerEvents.WithLabelValues("applied").Add(float64(res.Applied))
+	metrics.ConsumerEvents.WithLabelValues("duplicate").Add(float64(res.Duplicates))
+	metrics.ConsumerEvents.WithLabelValues("invalid").Add(float64(res.Invalid))
+	metrics.ReconcilerBatchSize.Observe(float64(len(batch)))
+
+	if c.opt.AfterCommit != nil {
+		if err := c.opt.AfterCommit(res); err != nil {
+			return fmt.Errorf("record: AfterCommit: %w", err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.DrainTimeout)
+	defer cancel()
+	if err := c.r.CommitMessages(cctx, batch...); err != nil {
+		// The rows are committed; a re-delivery of this batch is absorbed as duplicates.
+		c.commitFailures.Add(1)
+		slog.Warn("reconciler: offset commit failed; the batch may be re-delivered", "err", err)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// watchLag measures the lag every LagInterval, exports it and logs it while it is not zero.
+func (c *Consumer) watchLag(ctx context.Context) {
+	t := time.NewTicker(c.opt.LagInterval)
+	defer t.Stop()
+	var last int64 = -1
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lag, err := c.MeasureLag(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				slog.Warn("reconciler: measuring consumer lag", "err", err)
+			}
+			continue
+		}
+		if lag > 0 || last > 0 {
+			slog.Info("reconciler: consumer lag", "messages", lag)
+		}
+		last = lag
+	}
+}
+
+// ErrNoTopic means the event topic does not exist (yet) on the brokers.
+var ErrNoTopic = errors.New("record: event topic not found")
+
+// MeasureLag asks the brokers for the group's lag now: the sum over the topic's partitions of
+// the log end offset minus the committed offset (the log start when nothing was committed).
+func (c *Consumer) MeasureLag(ctx context.Context) (int64, error) {
+	meta, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{c.opt.Topic}})
+	if err != nil {
+		return 0, fmt.Errorf("record: lag: metadata: %w", err)
+	}
+	if len(meta.Topics) == 0 || meta.Topics[0].Error != nil {
+		return 0, ErrNoTopic
+	}
+	var reqs []kafka.OffsetRequest
+	var ids []int
+	for _, p := range meta.Topics[0].Partitions {
+		ids = append(ids, p.ID)
+		reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
+	}
+	ends, err := c.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{c.opt.Topic: reqs}})
+	if err != nil {
+		return 0, fmt.Errorf("record: lag: list offsets: %w", err)
+	}
+	committed, err := c.client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: c.opt.GroupID, Topics: map[string][]int{c.opt.Topic: ids}})
+	if err != nil {
+		return 0, fmt.Errorf("record: lag: offset fetch: %w", err)
+	}
+	at := map[int]int64{}
+	for _, p := range committed.Topics[c.opt.Topic] {
+		at[p.Partition] = p.CommittedOffset
+	}
+	var lag int64
+	for _, p := range ends.Topics[c.opt.Topic] {
+		if p.Error != nil {
+			return 0, fmt.Errorf("record: lag: partition %d: %w", p.Partition, p.Error)
+		}
+		from, ok := at[p.Partition]
+		if !ok || from < 0 {
+			from = p.FirstOffset
+		}
+		lag += max(p.LastOffset-from, 0)
+	}
+	c.lag.Store(lag)
+	metrics.ConsumerLag.Set(float64(lag))
+	return lag, nil
+}

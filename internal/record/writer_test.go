@@ -1,0 +1,191 @@
+package record_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"gorm.io/gorm"
+
+	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+func openDB(t testing.TB) *gorm.DB {
+	t.Helper()
+	db, err := record.Open(testenv.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s, err := db.DB(); err == nil {
+			s.Close()
+		}
+	})
+	return db
+}
+
+func i64(v int64) *int64 { return &v }
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+// ev builds an event of item "a" at stream entry "<ms>-0".
+func ev(typ string, ms int64, mod func(*events.Event)) events.Event {
+	e := events.Event{EventID: events.ItemEventID("a", fmt.Sprintf("%d-0", ms)), Type: typ,
+		At: t0.Add(time.Duration(ms) * time.Millisecond), ItemID: "a"}
+	switch typ {
+	case events.ItemUpserted:
+		e.Name, e.Category, e.PriceCents, e.StockTotal, e.PerUserLimit = "A", "c", i64(500), i64(10), i64(2)
+	case events.StockAdjusted:
+		e.Delta, e.StockTotal = i64(5), i64(15)
+	case events.RatingSet:
+		e.EventID = events.RatingEventID(fmt.Sprintf("%d-0", ms))
+		e.UserID, e.Stars = "u", i64(4)
+	default:
+		e.OrderID, e.UserID, e.Quantity, e.PriceCents = "a.1", "u", i64(2), i64(500)
+	}
+	if mod != nil {
+		mod(&e)
+	}
+	return e
+}
+
+func msgs(t testing.TB, evs ...events.Event) []kafka.Message {
+	out := make([]kafka.Message, len(evs))
+	for i, e := range evs {
+		b, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = kafka.Message{Topic: "t", Partition: 0, Offset: int64(i), Key: []byte(e.ItemID), Value: b}
+	}
+	return out
+}
+
+// TestApplyOrderIndependent: whatever order and however often events arrive, the record ends
+// the same: status only moves forward, the newest attributes, stock total and stars win.
+func TestApplyOrderIndependent(t *testing.T) {
+	upsert := ev(events.ItemUpserted, 1, nil)
+	rename := ev(events.ItemUpserted, 5, func(e *events.Event) { e.Name = "A2"; e.StockTotal = i64(15) })
+	adjust := ev(events.StockAdjusted, 4, nil)
+	reserved := ev(events.OrderReserved, 2, nil)
+	paid := ev(events.OrderPaid, 3, nil)
+	rate1 := ev(events.RatingSet, 6, func(e *events.Event) { e.Stars = i64(2) })
+	rate2 := ev(events.RatingSet, 7, func(e *events.Event) { e.Stars = i64(5) })
+	cases := map[string][][]events.Event{
+		"in order, one batch":        {{upsert, reserved, paid, adjust, rename, rate1, rate2}},
+		"reversed, one batch":        {{rate2, rate1, rename, adjust, paid, reserved, upsert}},
+		"reversed, one per batch":    {{rate2}, {rate1}, {rename}, {adjust}, {paid}, {reserved}, {upsert}},
+		"late reserved, re-delivery": {{upsert, paid, adjust, rename}, {reserved, paid, rate2}, {reserved, rate1, upsert}},
+		"duplicates in a batch":      {{upsert, upsert, reserved, paid, paid, adjust, rename, rate1, rate2, rate2}},
+	}
+	for name, batches := range cases {
+		t.Run(name, func(t *testing.T) {
+			db := openDB(t)
+			w := record.NewWriter(db)
+			ctx := context.Background()
+			applied := 0
+			for _, b := range batches {
+				res, err := w.Apply(ctx, msgs(t, b...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				applied += res.Applied
+			}
+			if applied != 7 {
+				t.Fatalf("applied %d events, want 7 (each exactly once)", applied)
+			}
+			var it record.Item
+			var o record.Order
+			var r record.Rating
+			var moves []record.StockMovement
+			db.First(&it, "id = ?", "a")
+			db.First(&o, "id = ?", "a.1")
+			db.First(&r, "item_id = ? AND user_id = ?", "a", "u")
+			db.Order("event_id").Find(&moves)
+			if it.Name != "A2" || it.StockTotal != 15 || it.PerUserLimit != 2 || it.PriceCents != 500 {
+				t.Errorf("item %+v", it)
+			}
+			if o.Status != "paid" || o.Quantity != 2 || o.UserID != "u" || !o.CreatedAt.Equal(reserved.At) || !o.UpdatedAt.Equal(paid.At) {
+				t.Errorf("order %+v", o)
+			}
+			if r.Stars != 5 {
+				t.Errorf("rating %+v", r)
+			}
+			if len(moves) != 2 || moves[0].Kind != "reserved" || moves[0].Delta != -2 || moves[1].Kind != "adjusted" || moves[1].Delta != 5 {
+				t.Errorf("movements %+v", moves)
+			}
+		})
+	}
+}
+
+// TestApplyTerminalStatuses: each terminal status wins over reserved, and a cancel or expiry
+// returns stock as a movement.
+func TestApplyTerminalStatuses(t *testing.T) {
+	db := openDB(t)
+	w := record.NewWriter(db)
+	ctx := context.Background()
+	var batch []events.Event
+	for i, typ := range []string{events.OrderPaid, events.OrderCancelled, events.OrderExpired} {
+		oid := fmt.Sprintf("a.%d", i+1)
+		at := int64(10 * (i + 1))
+		batch = append(batch,
+			ev(typ, at+1, func(e *events.Event) { e.OrderID = oid }),
+			ev(events.OrderReserved, at, func(e *events.Event) { e.OrderID = oid }))
+	}
+	if _, err := w.Apply(ctx, msgs(t, batch...)); err != nil {
+		t.Fatal(err)
+	}
+	var got []record.Order
+	db.Order("id").Find(&got)
+	want := []string{"paid", "cancelled", "expired"}
+	for i, o := range got {
+		if o.Status != want[i] {
+			t.Errorf("%s: %s, want %s", o.ID, o.Status, want[i])
+		}
+	}
+	var sum int64
+	db.Model(&record.StockMovement{}).Select("coalesce(sum(delta), 0)").Scan(&sum)
+	if sum != -2 { // three reservations of 2, two returned
+		t.Fatalf("sum of movements %d, want -2", sum)
+	}
+}
+
+// TestApplyParksPoison: malformed and invalid messages go to dead_letters, once per offset,
+// and the valid events of the same batch are applied.
+func TestApplyParksPoison(t *testing.T) {
+	db := openDB(t)
+	w := record.NewWriter(db)
+	ctx := context.Background()
+	good := msgs(t, ev(events.ItemUpserted, 1, nil), ev(events.OrderReserved, 2, nil))
+	bad := []kafka.Message{
+		{Value: []byte("not json")},
+		{Value: []byte(`{"event_id":"a/3-0","type":"order.teleported","at":"2026-11-22T10:00:00Z","item_id":"a"}`)},
+		{Value: []byte(`{"event_id":"a/4-0","type":"order.paid","at":"2026-11-22T10:00:00Z","item_id":"a","order_id":"b.1","user_id":"u","quantity":1,"price_cents":1}`)},
+		{Value: []byte(`{"event_id":"nope","type":"rating.set","at":"2026-11-22T10:00:00Z","item_id":"a","user_id":"u","stars":3}`)},
+		{Value: []byte(`{"event_id":"rating:5-0","type":"rating.set","at":"2026-11-22T10:00:00Z","item_id":"a","user_id":"u","stars":9}`)},
+	}
+	for i := range bad {
+		bad[i].Topic, bad[i].Partition, bad[i].Offset = "t", 1, int64(100+i)
+	}
+	batch := append(append([]kafka.Message{}, bad[:3]...), good[0], bad[3], good[1], bad[4])
+	for range 2 { // re-delivered: parked once
+		res, err := w.Apply(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Invalid != 5 {
+			t.Fatalf("invalid %d, want 5", res.Invalid)
+		}
+	}
+	var dead, orders int64
+	db.Model(&record.DeadLetter{}).Count(&dead)
+	db.Model(&record.Order{}).Count(&orders)
+	if dead != 5 || orders != 1 {
+		t.Fatalf("dead letters %d (want 5), orders %d (want 1)", dead, orders)
+	}
+}
