@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// The baselines are the naive ceilings the issue measures against, each served by a child
+// process of this binary (FLASHSALE_BENCH_SERVE selects which), so that each server, like the
+// real api, has a process of its own beside the load generator.
+const (
+	serveEnv  = "FLASHSALE_BENCH_SERVE"
+	addrEnv   = "FLASHSALE_BENCH_ADDR"
+	prefixEnv = "FLASHSALE_BENCH_PREFIX"
+)
+
+// serveBaseline runs the baseline named by FLASHSALE_BENCH_SERVE until killed.
+func serveBaseline(mode string) error {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	switch mode {
+	case "hello":
+		// The bare ceiling: Gin answering a small JSON body.
+		r.GET("/hello", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"hello": "world"}) })
+	case "evalsha":
+		h, err := evalshaHandler()
+		if err != nil {
+			return err
+		}
+		r.POST("/purchase/:user", h)
+	default:
+		return fmt.Errorf("bench: unknown %s=%q", serveEnv, mode)
+	}
+	return http.ListenAndServe(os.Getenv(addrEnv), r)
+}
+
+// evalshaHandler is the one-EVALSHA-per-request purchase: the same purchase.lua and the same
+// purchase rate limit the api applies, with the user from the path and no auth, coalescing,
+// sold-out short cut or metrics.
+func evalshaHandler() (gin.HandlerFunc, error) {
+	ctx := context.Background()
+	rdb, err := redisconn.Open(ctx, []string{redisAddr()}, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := lua.Load(ctx, rdb); err != nil {
+		return nil, err
+	}
+	lim, err := config.ParseLimit(purchaseLimit)
+	if err != nil {
+		return nil, err
+	}
+	k := keyspace.Space{Prefix: os.Getenv(prefixEnv)}.Item(benchItem)
+	return func(c *gin.Context) {
+		u := c.Param("user")
+		res, err := lua.Purchase.Run(c.Request.Context(), rdb,
+			[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u)},
+			600000, 86400000, lim.Rate, lim.Period.Milliseconds(), lim.Burst, benchItem, u, 1, "").Slice()
+		if err != nil || len(res) != 1 {
+			c.JSON(http.StatusServiceUnavailable, gin.H{"error": fmt.Sprint(err)})
+			return
+		}
+		c.JSON(http.StatusCreated, gin.H{"reply": res[0]})
+	}, nil
+}
+
+func redisAddr() string {
+	if a := os.Getenv("FLASHSALE_REDIS_ADDRS"); a != "" {
+		return strings.Split(a, ",")[0]
+	}
+	return "127.0.0.1:6379"
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,80 @@
+// Command bench measures flashsale against naive ceilings on this machine, in one run, and
+// prints a table of rates, latencies and ratios:
+//
+//   - purchase attempts/s through the real api (auth, rate limit, coalescing, outbox relay to
+//     the embedded Kafka broker) beside a bare Gin handler doing one EVALSHA of the same
+//     purchase script per request;
+//   - sold-out answers/s and catalogue/leaderboard reads/s beside a bare Gin hello handler;
+//   - the reconciler's write path (internal/record) in rows/s beside pgx CopyFrom of the same
+//     rows;
+//   - purchase -> Postgres latency (response sent to row committed) at the api's peak rate with
+//     cmd/reconciler running.
+//
+// Every server is a child process of its own (the api and reconciler binaries are built from
+// this module; the baselines are this binary re-executed), and one load generator (load.go)
+// drives them all. `-short` runs every row tiny: CI checks the rows appear, not the numbers.
+//
+//	go run ./cmd/bench            # full run (about two minutes)
+//	go run ./cmd/bench -short     # seconds
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if mode := os.Getenv(serveEnv); mode != "" {
+		if err := serveBaseline(mode); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var opt options
+	flag.BoolVar(&opt.short, "short", false, "run every row tiny (CI smoke: rows, not numbers)")
+	flag.DurationVar(&opt.dur, "duration", 8*time.Second, "measured time per row")
+	flag.IntVar(&opt.conns, "conns", 64, "keep-alive connections of the load generator")
+	flag.IntVar(&opt.users, "users", 20000, "distinct shoppers (tokens) buying")
+	flag.IntVar(&opt.rows, "rows", 200000, "rows for the reconciler and CopyFrom rows")
+	flag.StringVar(&opt.profileDir, "profile", "", "write CPU profiles of the api during its rows to this directory")
+	flag.BoolVar(&opt.verbose, "v", false, "show the servers' logs")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opt, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	short      bool
+	dur        time.Duration
+	conns      int
+	users      int
+	rows       int
+	profileDir string
+	verbose    bool
+	logw       io.Writer
+}
+
+func (o *options) tiny() {
+	o.dur = 300 * time.Millisecond
+	o.conns = 8
+	o.users = 2000
+	o.rows = 2000
+}
+
+func (o options) warmup() time.Duration {
+	if o.short {
+		return 100 * time.Millisecond
+	}
+	return 2 * time.Second
+}

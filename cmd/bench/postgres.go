@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/record"
+)
+
+// recordBatch is how many events the reconciler row hands the writer per transaction.
+const recordBatch = 1000
+
+// reconciler measures the reconciler's write path (record.Writer: processed_events, orders and
+// stock movements in one transaction per batch) against pgx CopyFrom of the same order rows
+// into a copy of the orders table, batch for batch.
+func (b *bench) reconciler(ctx context.Context) error {
+	progress(b.out, "reconciler write path vs CopyFrom (%d rows)", b.opt.rows)
+	db, err := gorm.Open(postgres.Open(b.pgDSN), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return err
+	}
+	if sqlDB, err := db.DB(); err == nil {
+		defer sqlDB.Close()
+	}
+	n := b.opt.rows
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	msgs := make([]kafka.Message, n)
+	rows := make([][]any, n)
+	one, price := int64(1), int64(100)
+	for i := range msgs {
+		ev := events.Event{
+			EventID: fmt.Sprintf("rec/%d-%d", at.UnixMilli(), i), Type: events.OrderReserved, At: at,
+			ItemID: "rec", OrderID: fmt.Sprintf("rec.%d", i+1), UserID: "u" + itoa(i%b.opt.users),
+			Quantity: &one, PriceCents: &price,
+		}
+		v, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		msgs[i] = kafka.Message{Topic: "flashsale.orders", Partition: 0, Offset: int64(i), Key: []byte("rec"), Value: v}
+		rows[i] = []any{ev.OrderID, ev.ItemID, ev.UserID, one, price, "reserved", at, at}
+	}
+	w := record.NewWriter(db)
+	start := time.Now()
+	for i := 0; i < n; i += recordBatch {
+		res, err := w.Apply(ctx, msgs[i:min(n, i+recordBatch)])
+		if err != nil {
+			return err
+		}
+		if res.Applied != min(n, i+recordBatch)-i {
+			return fmt.Errorf("bench: record.Writer applied %d of %d", res.Applied, min(n, i+recordBatch)-i)
+		}
+	}
+	rec := time.Since(start)
+
+	conn, err := pgx.Connect(ctx, b.pgDSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE TABLE bench_copy_orders (LIKE orders INCLUDING ALL)"); err != nil {
+		return err
+	}
+	cols := []string{"id", "item_id", "user_id", "quantity", "price_cents", "status", "created_at", "updated_at"}
+	start = time.Now()
+	for i := 0; i < n; i += recordBatch {
+		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"bench_copy_orders"}, cols, pgx.CopyFromRows(rows[i:min(n, i+recordBatch)])); err != nil {
+			return err
+		}
+	}
+	cp := time.Since(start)
+	b.rows = append(b.rows, row{
+		name:     fmt.Sprintf("reconciler rows/s (record.Writer, batches of %d)", recordBatch),
+		res:      &result{n: int64(n), elapsed: rec},
+		base:     &result{n: int64(n), elapsed: cp},
+		baseName: "pgx CopyFrom", target: 0.5, noLatency: true,
+	})
+	return nil
+}
+
+// latency runs cmd/reconciler against the api's embedded broker and measures, at the api's
+// peak purchase rate (the same closed-loop load as the purchase row), the time from sending a
+// purchase to its order row committed in Postgres. A trigger notifies the bench of new rows of
+// probe users (every tenth request), so the times are commit times, not polling times.
+func (b *bench) latency(ctx context.Context) error {
+	name := "purchase → Postgres latency (p50 / p99)"
+	if b.recBin == "" {
+		b.rows = append(b.rows, row{name: name, note: "n/a: ./cmd/reconciler not built yet"})
+		return nil
+	}
+	progress(b.out, "purchase -> Postgres with cmd/reconciler running")
+	conn, err := pgx.Connect(ctx, b.pgDSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `
+		CREATE FUNCTION bench_notify() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_notify('bench_orders', NEW.id); RETURN NULL; END $$;
+		CREATE TRIGGER bench_orders_notify AFTER INSERT ON orders FOR EACH ROW
+		WHEN (NEW.user_id LIKE 'lat%') EXECUTE FUNCTION bench_notify();
+		LISTEN bench_orders`); err != nil {
+		return err
+	}
+	recAdm, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	rec, err := start(ctx, "reconciler", b.recBin, nil, []string{
+		"KAFKA_BROKERS=" + b.kafka, "FLASHSALE_EMBEDDED_KAFKA_ADDR=" + b.kafka,
+		"FLASHSALE_POSTGRES_DSN=" + b.pgDSN, "FLASHSALE_ADMIN_ADDR=" + recAdm,
+	}, recAdm, "/metrics", b.logw)
+	if err != nil {
+		return err
+	}
+	defer rec.stop()
+	// Let it drain the backlog the purchase row left, so this row measures the steady path.
+	if err := b.waitDrained(ctx, conn); err != nil {
+		return err
+	}
+
+	var (
+		mu      sync.Mutex
+		sent    = map[string]time.Time{}
+		arrived = map[string]time.Time{}
+	)
+	lctx, stopListen := context.WithCancel(ctx)
+	listened := make(chan struct{})
+	go func() {
+		defer close(listened)
+		for {
+			nf, err := conn.WaitForNotification(lctx)
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			mu.Lock()
+			arrived[nf.Payload] = now
+			mu.Unlock()
+		}
+	}()
+	shoppers := b.purchaseReqs(benchItem, "v", b.opt.users)
+	probes := b.purchaseReqs(benchItem, "lat", max(1, b.opt.users/10))
+	reqs := make([][]byte, 0, len(shoppers)+len(probes))
+	isProbe := map[int]bool{}
+	for i := range shoppers {
+		if i%10 == 9 && len(probes) > 0 {
+			isProbe[len(reqs)] = true
+			reqs = append(reqs, probes[0])
+			probes = probes[1:]
+		}
+		reqs = append(reqs, shoppers[i])
+	}
+	l := b.load(b.api.addr, reqs)
+	l.onReply = func(i, status int, body []byte, at time.Time) {
+		if status != 201 || !isProbe[i] {
+			return
+		}
+		if id := orderID(body); id != "" {
+			mu.Lock()
+			sent[id] = at
+			mu.Unlock()
+		}
+	}
+	res, err := l.run(ctx)
+	if err != nil {
+		stopListen()
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		missing := 0
+		for id := range sent {
+			if _, ok := arrived[id]; !ok {
+				missing++
+			}
+		}
+		mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopListen()
+	<-listened
+	var lat []time.Duration
+	missing := 0
+	for id, t := range sent {
+		if a, ok := arrived[id]; ok {
+			lat = append(lat, a.Sub(t))
+		} else {
+			missing++
+		}
+	}
+	r := row{name: name, noRate: true, wantP99: time.Second}
+	if len(lat) == 0 {
+		r.note = "no probe order reached Postgres within 60 s"
+	} else {
+		slices.Sort(lat)
+		r.res = &result{n: int64(len(lat)), p50: lat[len(lat)/2], p99: lat[min(len(lat)-1, len(lat)*99/100)]}
+		r.note = fmt.Sprintf("%d probe orders at %.0f purchases/s with the reconciler running", len(lat), res.rate())
+		if missing > 0 {
+			r.note += fmt.Sprintf("; %d did not arrive within 60 s", missing)
+		}
+	}
+	b.rows = append(b.rows, r)
+	return nil
+}
+
+// waitDrained waits until Postgres holds every order the api made so far (progress-checked).
+func (b *bench) waitDrained(ctx context.Context, conn *pgx.Conn) error {
+	var last int64 = -1
+	lastMove := time.Now()
+	for {
+		var want, got int64
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM orders WHERE item_id = $1", benchItem).Scan(&got); err != nil {
+			return err
+		}
+		want = b.ordersMade()
+		if got >= want {
+			return nil
+		}
+		if got != last {
+			last, lastMove = got, time.Now()
+		}
+		if time.Since(lastMove) > 30*time.Second {
+			return fmt.Errorf("bench: the reconciler stalled at %d of %d orders", got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// orderID pulls the order id out of {"order":{"id":"...",...}}.
+func orderID(body []byte) string {
+	_, rest, ok := bytes.Cut(body, []byte(`"id":"`))
+	if !ok {
+		return ""
+	}
+	id, _, ok := bytes.Cut(rest, []byte(`"`))
+	if !ok {
+		return ""
+	}
+	return string(id)
+}

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/redisconn"
+)
+
+const (
+	benchItem     = "bench" // the item every purchase row buys (stock never runs out)
+	goneItem      = "gone"  // a live item with no stock: the sold-out row
+	purchaseLimit = "5/1s:10"
+	catalogueSize = 20
+)
+
+// bench holds what one run set up.
+type bench struct {
+	opt     options
+	out     io.Writer
+	logw    io.Writer
+	self    string
+	apiBin  string
+	recBin  string
+	prefix  string
+	pgDSN   string
+	secret  string
+	admin   string
+	api     *child
+	apiAdm  string // the api's pprof listener
+	kafka   string
+	rows    []row
+	helloRS result
+	rdb     redis.UniversalClient
+}
+
+func run(ctx context.Context, opt options, out io.Writer) error {
+	if opt.short {
+		opt.tiny()
+	}
+	b := &bench{opt: opt, out: out, logw: io.Discard, secret: randomHex(32), admin: randomHex(16)}
+	if opt.verbose {
+		b.logw = os.Stderr
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "flashsale-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	progress(out, "building ./cmd/api and ./cmd/reconciler")
+	if b.apiBin, err = build(root, tmp, "api"); err != nil {
+		return err
+	}
+	if b.apiBin == "" {
+		return fmt.Errorf("bench: ./cmd/api not found under %s", root)
+	}
+	if b.recBin, err = build(root, tmp, "reconciler"); err != nil {
+		return err
+	}
+	if b.self, err = os.Executable(); err != nil {
+		return err
+	}
+
+	rdb, err := redisconn.Open(ctx, []string{redisAddr()}, 0)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	b.rdb = rdb
+	b.prefix = "bench" + randomHex(4) + ":"
+	defer deletePrefix(context.Background(), rdb, b.prefix)
+	var drop func()
+	if b.pgDSN, drop, err = scratchPostgres(ctx, adminDSN()); err != nil {
+		return err
+	}
+	defer drop()
+
+	fmt.Fprintf(out, "flashsale bench: %d CPUs (%s), %s, %d connections, %s per row after %s warm-up\n\n",
+		runtime.NumCPU(), cpuModel(), runtime.Version(), opt.conns, opt.dur, opt.warmup())
+
+	steps := []func(context.Context) error{
+		b.hello,
+		b.evalsha,
+		b.startAPI,
+		b.readRows,
+		b.soldOut,
+		b.purchase,
+		b.reconciler,
+		b.latency,
+	}
+	defer func() { b.api.stop() }()
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	b.print()
+	return nil
+}
+
+func progress(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func adminDSN() string {
+	if d := os.Getenv("FLASHSALE_TEST_POSTGRES"); d != "" {
+		return d
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+func (b *bench) load(addr string, reqs [][]byte) load {
+	return load{addr: addr, reqs: reqs, conns: b.opt.conns, warmup: b.opt.warmup(), dur: b.opt.dur}
+}
+
+// startBaseline re-executes this binary as one baseline server.
+func (b *bench) startBaseline(ctx context.Context, mode, prefix string) (*child, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	return start(ctx, mode, b.self, nil, []string{serveEnv + "=" + mode, addrEnv + "=" + addr, prefixEnv + "=" + prefix},
+		addr, "", b.logw)
+}
+
+func (b *bench) hello(ctx context.Context) error {
+	progress(b.out, "bare Gin hello")
+	c, err := b.startBaseline(ctx, "hello", "")
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	b.helloRS, err = b.load(c.addr, [][]byte{request("GET", c.addr, "/hello", nil, "")}).run(ctx)
+	return err
+}
+
+func (b *bench) evalsha(ctx context.Context) error {
+	progress(b.out, "bare Gin + one EVALSHA per purchase")
+	prefix := b.prefix + "e:"
+	rdb, err := redisconn.Open(ctx, []string{redisAddr()}, 0)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	store := inventory.NewStore(rdb, keyspace.Space{Prefix: prefix}, inventory.Options{})
+	stock := int64(1e12)
+	if _, _, err := store.Upsert(ctx, inventory.Input{ID: benchItem, Name: "Bench", PriceCents: 100, Stock: &stock, PerUserLimit: 1e9}); err != nil {
+		return err
+	}
+	c, err := b.startBaseline(ctx, "evalsha", prefix)
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	reqs := make([][]byte, b.opt.users)
+	for i := range reqs {
+		reqs[i] = request("POST", c.addr, "/purchase/u"+itoa(i), nil, `{"quantity":1}`)
+	}
+	res, err := b.load(c.addr, reqs).run(ctx)
+	if err != nil {
+		return err
+	}
+	b.rows = append(b.rows, row{name: "purchase attempts/s", res: &res, baseName: "bare Gin + EVALSHA"})
+	return nil
+}
+
+func (b *bench) startAPI(ctx context.Context) error {
+	progress(b.out, "starting the api (embedded Kafka broker, outbox relay)")
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	if b.kafka, err = freeAddr(); err != nil {
+		return err
+	}
+	if b.apiAdm, err = freeAddr(); err != nil {
+		return err
+	}
+	env := []string{
+		"FLASHSALE_HTTP_ADDR=" + addr,
+		"FLASHSALE_ADMIN_ADDR=" + b.apiAdm,
+		"FLASHSALE_REDIS_PREFIX=" + b.prefix + "a:",
+		"FLASHSALE_EMBEDDED_KAFKA_ADDR=" + b.kafka,
+		"FLASHSALE_JWT_SECRET=" + b.secret,
+		"FLASHSALE_ADMIN_TOKEN=" + b.admin,
+		"FLASHSALE_POSTGRES_DSN=" + b.pgDSN,
+		"FLASHSALE_LIMIT_PURCHASE=" + purchaseLimit,
+		"FLASHSALE_LIMIT_LOGIN_IP=off",
+	}
+	if b.api, err = start(ctx, "api", b.apiBin, nil, env, addr, "/readyz", b.logw); err != nil {
+		return err
+	}
+	// The catalogue: the item every purchase buys, a sold-out item, and ordinary items.
+	items := map[string]map[string]any{
+		benchItem: {"name": "Bench", "category": "bench", "price_cents": 100, "stock": int64(1e12), "per_user_limit": int64(1e9)},
+		goneItem:  {"name": "Gone", "category": "bench", "price_cents": 100, "stock": 0, "per_user_limit": 1},
+	}
+	for i := 0; i < catalogueSize-2; i++ {
+		items[fmt.Sprintf("item-%02d", i)] = map[string]any{
+			"name": fmt.Sprintf("Item %d", i), "category": []string{"phones", "laptops", "audio"}[i%3],
+			"price_cents": 1000 + i, "stock": 100, "per_user_limit": 2,
+			"ends_at": time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339),
+		}
+	}
+	for id, body := range items {
+		if err := b.admin2xx(ctx, "PUT", "/api/admin/items/"+id, body); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// admin2xx sends one admin request to the api and wants a 2xx.
+func (b *bench) admin2xx(ctx context.Context, method, path string, body any) error {
+	j, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, method, "http://"+b.api.addr+path, bytes.NewReader(j))
+	req.Header.Set("Authorization", "Bearer "+b.admin)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("bench: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("bench: %s %s: %d %s", method, path, resp.StatusCode, msg)
+	}
+	return nil
+}
+
+// apiRun measures one load on the api, taking a CPU profile meanwhile when asked.
+func (b *bench) apiRun(ctx context.Context, name string, l load) (result, error) {
+	if b.opt.profileDir == "" {
+		return l.run(ctx)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(l.warmup)
+		secs := max(1, int(l.dur.Seconds())-1)
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.apiAdm, secs))
+		if err != nil {
+			progress(b.out, "profile %s: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		_ = os.MkdirAll(b.opt.profileDir, 0o755)
+		f, err := os.Create(filepath.Join(b.opt.profileDir, name+".pprof"))
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		_, _ = io.Copy(f, resp.Body)
+	}()
+	res, err := l.run(ctx)
+	<-done
+	return res, err
+}
+
+func (b *bench) readRows(ctx context.Context) error {
+	for _, r := range []struct{ name, prof, path string }{
+		{"GET /api/items reads/s", "items", "/api/items"},
+		{"GET /api/items/{id} reads/s", "item", "/api/items/item-01"},
+		{"GET /api/leaderboards/best-sellers reads/s", "board", "/api/leaderboards/best-sellers?limit=10"},
+	} {
+		progress(b.out, "%s", r.path)
+		res, err := b.apiRun(ctx, r.prof, b.load(b.api.addr, [][]byte{request("GET", b.api.addr, r.path, nil, "")}))
+		if err != nil {
+			return err
+		}
+		b.rows = append(b.rows, row{name: r.name, res: &res, base: &b.helloRS, baseName: "bare Gin hello", target: 0.8, want: 200})
+	}
+	return nil
+}
+
+func (b *bench) purchaseReqs(item, userPrefix string, n int) [][]byte {
+	reqs := make([][]byte, n)
+	for i := range reqs {
+		reqs[i] = request("POST", b.api.addr, "/api/items/"+item+"/purchase",
+			map[string]string{"Authorization": "Bearer " + token(b.secret, userPrefix+itoa(i))}, `{"quantity":1}`)
+	}
+	return reqs
+}
+
+func (b *bench) soldOut(ctx context.Context) error {
+	progress(b.out, "sold-out purchases")
+	res, err := b.apiRun(ctx, "soldout", b.load(b.api.addr, b.purchaseReqs(goneItem, "u", b.opt.users)))
+	if err != nil {
+		return err
+	}
+	b.rows = append(b.rows, row{name: "sold-out answers/s", res: &res, base: &b.helloRS, baseName: "bare Gin hello", target: 0.9, want: 409})
+	return nil
+}
+
+func (b *bench) purchase(ctx context.Context) error {
+	progress(b.out, "purchases through the api")
+	res, err := b.apiRun(ctx, "purchase", b.load(b.api.addr, b.purchaseReqs(benchItem, "u", b.opt.users)))
+	if err != nil {
+		return err
+	}
+	r := &b.rows[0] // the EVALSHA baseline measured first
+	base := *r.res
+	r.base, r.res, r.target, r.want = &base, &res, 1.0, 201
+	return nil
+}
