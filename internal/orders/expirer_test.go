@@ -347,3 +347,27 @@ func (e *env) seedDue(item string, n int) {
 		e.t.Fatal(err)
 	}
 }
+
+// TestSweepSkipsItemsWithNothingDue: a sweep calls the expire script only for items that have
+// a due entry, so a large quiet catalogue costs no script calls.
+func TestSweepSkipsItemsWithNothingDue(t *testing.T) {
+	e := newEnv(t, time.Hour)
+	ctx := context.Background()
+	var ids []string
+	for i := range 30 {
+		id := "q" + strconv.Itoa(i)
+		ids = append(ids, id)
+		e.item(id, 5, 5)
+		e.buy(id, "alice", 1) // reserved, due in an hour
+	}
+	ids = append(ids, "never-created")
+	x := orders.NewExpirer(e.ord, func(context.Context) ([]string, error) { return ids, nil }, time.Hour, 10)
+	if n, err := x.Sweep(ctx); err != nil || n != 0 || x.Calls() != 0 {
+		t.Fatalf("quiet sweep: expired %d, %d calls, %v", n, x.Calls(), err)
+	}
+	e.backdate(e.buy("q7", "bob", 2))
+	if n, err := x.Sweep(ctx); err != nil || n != 1 || x.Calls() != 1 {
+		t.Fatalf("sweep with one due: expired %d, %d calls, %v", n, x.Calls(), err)
+	}
+	e.check("q7")
+}

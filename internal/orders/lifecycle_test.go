@@ -207,15 +207,20 @@ func TestLifecycleOnCluster(t *testing.T) {
 	rdb, keys := testenv.Cluster(t)
 	e := newEnvOn(t, rdb, keys, time.Hour)
 	ctx := context.Background()
-	for _, item := range []string{"a", "b", "c", "d"} {
+	items := []string{"a", "b", "c", "d", "e", "f"}
+	for _, item := range items {
 		e.item(item, 10, 10)
 		p, c, x := e.buy(item, "alice", 1), e.buy(item, "alice", 2), e.buy(item, "bob", 3)
 		must(t)(e.ord.Pay(ctx, "alice", p.ID))
 		must(t)(e.ord.Cancel(ctx, "alice", c.ID))
 		e.backdate(x)
-		if r, err := e.ord.ExpireDue(ctx, item, 100); err != nil || r.Expired != 1 {
-			t.Fatalf("expire on %s: %+v %v", item, r, err)
-		}
+	}
+	// One sweep finds the due items across the masters (pipelined) and expires them.
+	x := orders.NewExpirer(e.ord, func(context.Context) ([]string, error) { return items, nil }, time.Hour, 100)
+	if n, err := x.Sweep(ctx); err != nil || n != int64(len(items)) {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	for _, item := range items {
 		l := e.check(item)
 		if l.Left != 9 || l.Paid != 1 {
 			t.Errorf("%s: left %d paid %d", item, l.Left, l.Paid)
