@@ -61,8 +61,9 @@ func (e *Expirer) Run(ctx context.Context) {
 }
 
 // Sweep drains every item's due reservations once: it finds the items with something due,
-// then for each calls the expire script until a call comes back short of a full batch. It returns how many orders it expired; on an
-// error it moves on to the next item and reports the first error at the end.
+// then for each calls the expire script until a call comes back short of a full batch. It
+// returns how many orders it expired; on an error it moves on to the next item and reports
+// the first error at the end.
 func (e *Expirer) Sweep(ctx context.Context) (int64, error) {
 	ids, err := e.items(ctx)
 	if err != nil {
