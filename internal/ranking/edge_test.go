@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/testenv"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -378,5 +379,45 @@ func TestConcurrentRatings(t *testing.T) {
 	}
 	if n := e.rdb.XLen(ctx, e.keys.RankOutbox()).Val(); n != ratings {
 		t.Fatalf("%d events, want %d", n, ratings)
+	}
+}
+
+// On Redis Cluster every ranking script runs in the {rank} slot (no CROSSSLOT), the buyer
+// check reads the item's slot, and a Redis that lost its script cache is served by EVAL.
+func TestClusterAndScriptFlush(t *testing.T) {
+	crdb, ckeys := testenv.Cluster(t)
+	prdb, pkeys, _ := testenv.PrivateRedis(t)
+	for name, e := range map[string]*env{
+		"cluster": {t: t, rdb: crdb, keys: ckeys, opt: defaults, rank: ranking.NewStore(crdb, ckeys, defaults)},
+		"flushed": {t: t, rdb: prdb, keys: pkeys, opt: defaults, rank: ranking.NewStore(prdb, pkeys, defaults)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if name == "flushed" {
+				if err := prdb.ScriptFlush(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.t = t
+			e.buyer("a", "u", 1)
+			e.buyer("b", "u", 1)
+			e.rate("a", "phones", "u", 5)
+			e.rate("b", "phones", "u", 4)
+			e.rate("a", "books", "u", 3) // moves a between category boards
+			if err := e.rank.SetCategory(ctx, "b", "books"); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.rank.SetSold(ctx, "a", 7); err != nil {
+				t.Fatal(err)
+			}
+			if got := ids(e.topRated("books", 2)); !slices.Equal(got, []string{"b", "a"}) {
+				t.Fatalf("books %v", got)
+			}
+			if got := ids(e.topRated("phones", 2)); len(got) != 0 {
+				t.Fatalf("phones %v", got)
+			}
+			if best, err := e.rank.BestSellers(ctx, 1); err != nil || len(best) != 1 || best[0].Score != 7 {
+				t.Fatalf("best sellers %v %v", best, err)
+			}
+		})
 	}
 }
