@@ -29,6 +29,7 @@ import (
 // every command (pipelines included).
 type limitRecorder struct {
 	commands atomic.Int64
+	scripts  atomic.Int64
 	mu       sync.Mutex
 	last     []string
 }
@@ -38,6 +39,9 @@ func (h *limitRecorder) DialHook(next redis.DialHook) redis.DialHook { return ne
 func (h *limitRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.commands.Add(1)
+		if strings.HasPrefix(cmd.Name(), "eval") {
+			h.scripts.Add(1)
+		}
 		err := next(ctx, cmd)
 		args := cmd.Args()
 		if c, ok := cmd.(*redis.Cmd); ok && strings.HasPrefix(cmd.Name(), "eval") && len(args) > 3 &&

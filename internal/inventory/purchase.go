@@ -170,11 +170,12 @@ func (s *Store) purchaseReply(item string, v any, sent time.Time) purchaseReply 
 		sentinel = ErrLimitExceeded
 	case "sold_out":
 		sentinel = ErrSoldOut
-		if left == 0 {
-			s.markSoldOut(item, sent, s.saleEnd(item))
-		}
 	default:
 		return purchaseReply{err: fmt.Errorf("inventory: unknown purchase outcome %q", outcome)}
+	}
+	// These outcomes come after the sale-window checks, so no stock left means sold out now.
+	if left == 0 && (sentinel == ErrSoldOut || sentinel == ErrLimitExceeded || sentinel == limits.ErrRateLimited) {
+		s.markSoldOut(item, sent, s.saleEnd(item))
 	}
 	return purchaseReply{err: &PurchaseError{Err: sentinel, StockLeft: left, Limit: dec}}
 }
