@@ -168,8 +168,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	var lastBacklog time.Time
 	for ctx.Err() == nil {
 		n, err := r.Poll(ctx)
-		if errors.Is(err, errHook) {
-			return errors.Unwrap(err)
+		var stop *hookError
+		if errors.As(err, &stop) {
+			return stop.err
 		}
 		if time.Since(lastBacklog) > 2*time.Second || (err != nil && fails == 0) {
 			lastBacklog = time.Now()
@@ -201,7 +202,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-var errHook = errors.New("outbox: AfterPublish stopped the relay")
+// hookError carries AfterPublish's error out of Poll to stop Run.
+type hookError struct{ err error }
+
+func (h *hookError) Error() string { return "outbox: AfterPublish: " + h.err.Error() }
+func (h *hookError) Unwrap() error { return h.err }
 
 func errString(err error) string {
 	if err == nil {
@@ -262,11 +267,11 @@ func (r *Relay) Poll(ctx context.Context) (int, error) {
 		for _, e := range batch {
 			r.streams[e.stream].retry = true
 		}
-		return 0, fmt.Errorf("outbox: publish %d events: %w", len(batch), err)
+		return 0, fmt.Errorf("outbox: publish %d events: %w", len(batch), summarize(err))
 	}
 	if r.opt.AfterPublish != nil {
 		if err := r.opt.AfterPublish(len(batch)); err != nil {
-			return 0, fmt.Errorf("%w: %w", errHook, err)
+			return 0, &hookError{err}
 		}
 	}
 	if err := r.ack(ctx, batch); err != nil {
@@ -276,6 +281,20 @@ func (r *Relay) Poll(ctx context.Context) (int, error) {
 	r.published.Add(int64(len(batch)))
 	metrics.RelayPublished.Add(float64(len(batch)))
 	return len(batch), nil
+}
+
+// summarize shortens kafka-go's per-message errors (usually one cause repeated) to one line.
+func summarize(err error) error {
+	var we kafka.WriteErrors
+	if !errors.As(err, &we) {
+		return err
+	}
+	for _, e := range we {
+		if e != nil {
+			return fmt.Errorf("%d of %d messages failed, first: %w", we.Count(), len(we), e)
+		}
+	}
+	return err
 }
 
 // appendNew appends the claimed entries not already in batch: after a long Kafka outage this

@@ -1,0 +1,362 @@
+package outbox_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/kafkabroker"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/outbox"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+const topic = "flashsale.orders"
+
+type env struct {
+	t      *testing.T
+	rdb    redis.UniversalClient
+	keys   keyspace.Space
+	inv    *inventory.Store
+	broker *kafkabroker.Broker
+	items  []string
+	events int // events the scripts wrote so far (guarded by mu)
+	mu     sync.Mutex
+}
+
+func newEnv(t *testing.T, items ...string) *env {
+	rdb, keys := testenv.Redis(t)
+	e := &env{t: t, rdb: rdb, keys: keys, broker: testenv.Kafka(t, topic, 3), items: items,
+		inv: inventory.NewStore(rdb, keys, inventory.Options{})}
+	for _, id := range items {
+		stock := int64(1_000_000)
+		if _, _, err := e.inv.Upsert(context.Background(), inventory.Input{
+			ID: id, Name: "Item " + id, Category: "c", PriceCents: 100, Stock: &stock, PerUserLimit: 1_000_000,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		e.events++
+	}
+	return e
+}
+
+// sell makes n purchases spread over the items by workers goroutines (and a stock adjustment
+// every 10th), counting the events they write.
+func (e *env) sell(n, workers int) {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for i := w; i < n; i += workers {
+				item := e.items[i%len(e.items)]
+				var err error
+				if i%10 == 9 {
+					_, err = e.inv.AdjustStock(ctx, item, 1)
+				} else {
+					_, err = e.inv.Purchase(ctx, inventory.PurchaseRequest{ItemID: item, UserID: fmt.Sprintf("u%d", i%50), Quantity: 1})
+				}
+				if err != nil {
+					e.t.Errorf("sell: %v", err)
+					return
+				}
+				e.mu.Lock()
+				e.events++
+				e.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (e *env) relay(opt outbox.Options) (*outbox.Relay, *kafka.Writer) {
+	w := outbox.NewWriter([]string{e.broker.Addr()}, topic)
+	e.t.Cleanup(func() { w.Close() })
+	return outbox.New(e.rdb, e.keys, w, opt), w
+}
+
+// start runs r until the test ends (or stop is called); the returned channel gets Run's error.
+func start(t *testing.T, r *outbox.Relay) (stop func(), done <-chan error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() { ch <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-ch; err != nil {
+				t.Errorf("relay: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop, ch
+}
+
+// backlog is the number of entries left in the outbox streams.
+func (e *env) backlog() int64 {
+	var n int64
+	for _, id := range e.items {
+		n += e.rdb.XLen(context.Background(), e.keys.Item(id).Outbox()).Val()
+	}
+	return n
+}
+
+// waitDrained waits until every outbox stream is empty (everything published and acked).
+func (e *env) waitDrained() {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for e.backlog() > 0 {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("outbox not drained: %d entries left", e.backlog())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readTopic returns every message on the topic, partition by partition, in offset order.
+func readTopic(t *testing.T, addr string) map[int][]kafka.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(addr)}
+	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []kafka.OffsetRequest
+	for _, p := range meta.Topics[0].Partitions {
+		reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
+	}
+	offs, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int][]kafka.Message{}
+	for _, p := range offs.Topics[topic] {
+		if p.LastOffset <= p.FirstOffset {
+			continue
+		}
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{addr}, Topic: topic, Partition: p.Partition, MaxWait: 100 * time.Millisecond})
+		if err := r.SetOffset(p.FirstOffset); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			m, err := r.ReadMessage(ctx)
+			if err != nil {
+				t.Fatalf("read partition %d: %v", p.Partition, err)
+			}
+			out[p.Partition] = append(out[p.Partition], m)
+			if m.Offset >= p.LastOffset-1 {
+				break
+			}
+		}
+		r.Close()
+	}
+	return out
+}
+
+// checkTopic checks the topic against what the scripts wrote: every event is there (at
+// least once, or exactly once when exact), valid, keyed by its item, and (when ordered) each
+// item's first deliveries are in stream order. It returns how many duplicates it saw.
+func (e *env) checkTopic(exact, ordered bool) int {
+	e.t.Helper()
+	seen := map[string]bool{}
+	dups := 0
+	last := map[string]events.Position{}
+	parts := map[string]int{}
+	for p, msgs := range readTopic(e.t, e.broker.Addr()) {
+		for _, m := range msgs {
+			ev, err := events.Parse(m.Value)
+			if err != nil {
+				e.t.Fatalf("partition %d offset %d: %v", p, m.Offset, err)
+			}
+			if string(m.Key) != ev.ItemID {
+				e.t.Fatalf("event %s keyed %q, want its item %q", ev.EventID, m.Key, ev.ItemID)
+			}
+			if q, ok := parts[ev.ItemID]; ok && q != p {
+				e.t.Fatalf("item %s on partitions %d and %d", ev.ItemID, q, p)
+			}
+			parts[ev.ItemID] = p
+			if seen[ev.EventID] {
+				dups++
+				continue
+			}
+			seen[ev.EventID] = true
+			pos, _ := ev.Position()
+			if ordered && pos.Less(last[ev.ItemID]) {
+				e.t.Fatalf("item %s: event %s after a later one", ev.ItemID, ev.EventID)
+			}
+			last[ev.ItemID] = pos
+		}
+	}
+	if len(seen) != e.events {
+		e.t.Fatalf("topic has %d distinct events, the scripts wrote %d", len(seen), e.events)
+	}
+	if exact && dups > 0 {
+		e.t.Fatalf("%d duplicates without any failure", dups)
+	}
+	return dups
+}
+
+// TestRelayPublishesEveryEventOnceInOrder: concurrent sales; every event reaches Kafka once,
+// keyed by item, in stream order per item, and the streams are trimmed.
+func TestRelayPublishesEveryEventOnceInOrder(t *testing.T) {
+	e := newEnv(t, "a", "b", "c", "d")
+	r, _ := e.relay(outbox.Options{})
+	start(t, r)
+	e.sell(3000, 32)
+	e.waitDrained()
+	e.checkTopic(true, true)
+	if got := r.Stats().Published; got != int64(e.events) {
+		t.Fatalf("relay reports %d published, want %d", got, e.events)
+	}
+}
+
+// TestSeveralRelays: three relay instances share the streams through the consumer group;
+// every event is published exactly once. (Across instances an item's events may interleave;
+// the consumer applies them in any order.)
+func TestSeveralRelays(t *testing.T) {
+	e := newEnv(t, "a", "b", "c", "d")
+	var total int64
+	var relays []*outbox.Relay
+	for i := range 3 {
+		r, _ := e.relay(outbox.Options{Consumer: fmt.Sprintf("r%d", i)})
+		start(t, r)
+		relays = append(relays, r)
+	}
+	e.sell(3000, 32)
+	e.waitDrained()
+	e.checkTopic(true, false)
+	for _, r := range relays {
+		total += r.Stats().Published
+	}
+	if total != int64(e.events) {
+		t.Fatalf("relays report %d published, want %d", total, e.events)
+	}
+}
+
+// TestRelayKafkaOutage: with the broker down, sales go on, entries wait in Redis and the
+// backlog is reported; when it is back, the backlog drains in order.
+func TestRelayKafkaOutage(t *testing.T) {
+	e := newEnv(t, "a", "b", "c")
+	r, _ := e.relay(outbox.Options{})
+	stop, _ := start(t, r)
+	e.sell(300, 8)
+	e.waitDrained()
+
+	e.broker.Stop()
+	e.sell(1000, 8) // the api keeps selling
+	deadline := time.Now().Add(30 * time.Second)
+	for r.Stats().Failures == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the relay never noticed the outage")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := e.backlog(); n == 0 {
+		t.Fatal("entries left Redis while Kafka was down")
+	}
+	for total, _ := r.Backlog(); total == 0; total, _ = r.Backlog() {
+		if time.Now().After(deadline) {
+			t.Fatal("the relay never reported the backlog")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := e.broker.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e.sell(300, 8)
+	e.waitDrained()
+	stop()
+	e.checkTopic(false, true)
+}
+
+// TestRelayCrashBetweenPublishAndAck: a relay dies after Kafka acknowledged a batch but before
+// it acknowledged the entries in Redis; another relay claims them and publishes them again.
+// Nothing is lost; the duplicates carry the same event_id for the consumer to absorb.
+func TestRelayCrashBetweenPublishAndAck(t *testing.T) {
+	e := newEnv(t, "a", "b")
+	e.sell(500, 8)
+	crash := errors.New("simulated crash")
+	doomed, _ := e.relay(outbox.Options{Consumer: "doomed", AfterPublish: func(int) error { return crash }})
+	if err := doomed.Run(context.Background()); !errors.Is(err, crash) {
+		t.Fatalf("Run returned %v, want the hook's error", err)
+	}
+	pending := int64(0)
+	for _, id := range e.items {
+		p, err := e.rdb.XPending(context.Background(), e.keys.Item(id).Outbox(), "relay").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending += p.Count
+	}
+	if pending == 0 {
+		t.Fatal("the crashed relay left nothing pending")
+	}
+	heir, _ := e.relay(outbox.Options{Consumer: "heir", ClaimIdle: 200 * time.Millisecond, ClaimInterval: 50 * time.Millisecond})
+	stop, _ := start(t, heir)
+	e.sell(200, 4)
+	e.waitDrained()
+	stop()
+	if heir.Stats().Claimed != pending {
+		t.Fatalf("heir claimed %d entries, %d were pending", heir.Stats().Claimed, pending)
+	}
+	if dups := e.checkTopic(false, false); int64(dups) != pending {
+		t.Fatalf("%d duplicates on the topic, want the %d re-published entries", dups, pending)
+	}
+}
+
+// TestKcatReadsEvents: a Kafka client nobody here wrote (kcat, librdkafka) reads the events.
+func TestKcatReadsEvents(t *testing.T) {
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatal("kcat is not installed: apt-get install -y kcat (scripts/test.sh installs it)")
+	}
+	e := newEnv(t, "a", "b")
+	r, _ := e.relay(outbox.Options{})
+	stop, _ := start(t, r)
+	e.sell(100, 4)
+	e.waitDrained()
+	stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kcat, "-C", "-b", e.broker.Addr(), "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%k\t%s\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kcat: %v\n%s", err, stderr.String())
+	}
+	ids := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		key, value, ok := strings.Cut(sc.Text(), "\t")
+		if !ok {
+			t.Fatalf("kcat line %q", sc.Text())
+		}
+		ev, err := events.Parse([]byte(value))
+		if err != nil || ev.ItemID != key {
+			t.Fatalf("kcat read %q: %v", sc.Text(), err)
+		}
+		ids[ev.EventID] = true
+	}
+	if len(ids) != e.events {
+		t.Fatalf("kcat read %d events, want %d", len(ids), e.events)
+	}
+}
