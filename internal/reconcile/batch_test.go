@@ -1,0 +1,312 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/lock"
+	"github.com/flashsale/flashsale/internal/reconcile"
+)
+
+// A sale that reached Postgres whole: nothing to report.
+func TestCleanSale(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 50, 5)
+	e.item("B", 50, 5)
+	for i := 0; i < 10; i++ {
+		o := e.buy("A", "u"+string(rune('a'+i)), 2)
+		if i%2 == 0 {
+			if _, err := e.ord.Pay(e.ctx, o.UserID, o.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.buy("B", "v"+string(rune('a'+i)), 1)
+	}
+	e.drain()
+	rep, err := e.reconciler(reconcile.Options{}).Batch(e.ctx, reconcile.BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() || rep.Items != 2 || rep.Orders != 20 {
+		t.Fatalf("report %+v", rep)
+	}
+	latest, err := reconcile.Latest(e.ctx, e.db)
+	if err != nil || latest == nil || latest.ID != rep.RunID || latest.Status != "ok" || latest.FencingToken != rep.FencingToken {
+		t.Fatalf("latest %+v %v; want run %d", latest, err, rep.RunID)
+	}
+}
+
+// Each kind of drift the record can suffer is named exactly; --repair fixes it through the
+// outbox; the next run finds nothing.
+func TestDriftRepaired(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 100, 10)
+	e.item("B", 100, 10)
+	cancelled := e.buy("A", "alice", 2)
+	if _, err := e.ord.Cancel(e.ctx, "alice", cancelled.ID); err != nil {
+		t.Fatal(err)
+	}
+	paid := e.buy("A", "bob", 3)
+	if _, err := e.ord.Pay(e.ctx, "bob", paid.ID); err != nil {
+		t.Fatal(err)
+	}
+	reserved := e.buy("B", "carol", 1)
+	e.buy("B", "dave", 4)
+	e.drain()
+
+	// Inject drift into the record.
+	e.exec(`DELETE FROM orders WHERE id = $1`, cancelled.ID)                // order missing
+	e.exec(`UPDATE orders SET status = 'reserved' WHERE id = $1`, paid.ID)  // status behind
+	e.exec(`DELETE FROM orders WHERE id = $1`, reserved.ID)                 // missing, counts in reserved
+	e.exec(`UPDATE items SET stock_total = stock_total + 7 WHERE id = 'B'`) // stock counter off
+	e.exec(`DELETE FROM items WHERE id = 'A'`)                              // item missing
+	// ... and into Redis: an item Postgres never heard of (written without its event).
+	e.rdb.HSet(e.ctx, e.keys.Item("C").Hash(), "name", "ghost", "category", "c", "price_cents", 1,
+		"stock_total", 5, "stock_left", 5, "reserved", 0, "paid", 0, "per_user_limit", 1,
+		"starts_at", 0, "ends_at", 0, "seq", 0, "version", 1)
+	e.rdb.SAdd(e.ctx, e.keys.Catalog(), "C")
+
+	rec := e.reconciler(reconcile.Options{})
+	rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"item_missing_in_postgres A  ",
+		"item_missing_in_postgres C  ",
+		"order_missing_in_postgres A " + cancelled.ID + " ",
+		"order_missing_in_postgres B " + reserved.ID + " ",
+		"order_status A " + paid.ID + " status",
+		"stock_counter B  stock_total",
+	}
+	slices.Sort(want)
+	got := driftKeys(rep.Drift)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("drift\n got %q\nwant %q", got, want)
+	}
+	if rep.Repair == nil || len(rep.Repair.Fixed) != len(want) || len(rep.Repair.NotFixed) != 0 {
+		t.Fatalf("repair %+v", rep.Repair)
+	}
+	var sb strings.Builder
+	rep.WriteTable(&sb)
+	t.Logf("\n%s", sb.String())
+
+	again, err := rec.Batch(e.ctx, reconcile.BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Clean() {
+		t.Fatalf("after repair: drift %q unverified %+v", driftKeys(again.Drift), again.Unverified)
+	}
+	if again.FencingToken <= rep.FencingToken {
+		t.Fatalf("fencing %d after %d", again.FencingToken, rep.FencingToken)
+	}
+	var status string
+	if err := e.db.QueryRow(e.ctx, `SELECT status FROM orders WHERE id = $1`, cancelled.ID).Scan(&status); err != nil || status != "cancelled" {
+		t.Fatalf("re-emitted order: %q %v", status, err)
+	}
+}
+
+// Drift that events cannot fix is named, and repair says why it left it.
+func TestDriftNotFixable(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 100, 10)
+	o1 := e.buy("A", "alice", 2)
+	o2 := e.buy("A", "bob", 1)
+	if _, err := e.ord.Pay(e.ctx, "bob", o2.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.drain()
+	e.exec(`INSERT INTO orders (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at)
+		VALUES ('A.999', 'A', 'ghost', 1, 250, 'paid', now(), now())`) // an extra row
+	e.exec(`UPDATE orders SET user_id = 'mallory' WHERE id = $1`, o1.ID)  // wrong user
+	e.exec(`UPDATE orders SET status = 'cancelled' WHERE id = $1`, o2.ID) // final, but another
+	e.rdb.HIncrBy(e.ctx, e.keys.Item("A").Hash(), "stock_left", -3)       // Redis counter off
+
+	rep, err := e.reconciler(reconcile.Options{}).Batch(e.ctx, reconcile.BatchOptions{Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"order_missing_in_redis A A.999 ",
+		"order_status A " + o2.ID + " status",
+		"order_user A " + o1.ID + " user_id",
+		"stock_counter A  stock_left",
+	}
+	slices.Sort(want)
+	got := driftKeys(rep.Drift)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("drift\n got %q\nwant %q", got, want)
+	}
+	if len(rep.Repair.Fixed) != 0 || len(rep.Repair.NotFixed) != 4 || rep.Repair.Reemitted != 0 {
+		t.Fatalf("repair %+v", rep.Repair)
+	}
+	for _, n := range rep.Repair.NotFixed {
+		if n.Reason == "" {
+			t.Fatalf("no reason for %v", n.Drift)
+		}
+	}
+	var n int
+	_ = e.db.QueryRow(e.ctx, `SELECT count(*) FROM orders WHERE id = 'A.999'`).Scan(&n)
+	if n != 1 {
+		t.Fatal("repair deleted a row of the record")
+	}
+	latest, _ := reconcile.Latest(e.ctx, e.db)
+	if latest == nil || latest.Status != "drift" {
+		t.Fatalf("latest %+v", latest)
+	}
+}
+
+// Purchases, payments and cancellations keep flowing while a batch runs: events in flight
+// (outbox backlog, consumer lag) are waited for, never reported as drift.
+func TestBusySaleNoDrift(t *testing.T) {
+	e := newEnv(t)
+	items := []string{"A", "B", "C"}
+	for _, id := range items {
+		e.item(id, 100000, 1000)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var ops atomic.Int64
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			user := "w" + string(rune('a'+w))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				o := e.buy(items[rng.IntN(len(items))], user, 1+rng.Int64N(2))
+				switch rng.IntN(3) {
+				case 0:
+					_, _ = e.ord.Pay(e.ctx, user, o.ID)
+				case 1:
+					_, _ = e.ord.Cancel(e.ctx, user, o.ID)
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	rec := e.reconciler(reconcile.Options{})
+	done := make(chan struct{})
+	var rep *reconcile.Report
+	var err error
+	go func() {
+		defer close(done)
+		rep, err = rec.Batch(e.ctx, reconcile.BatchOptions{})
+	}()
+	time.Sleep(1500 * time.Millisecond) // keep selling while the batch compares
+	close(stop)
+	wg.Wait()
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d operations; batch: %d orders, %d candidates, %d rounds, in flight %+v",
+		ops.Load(), rep.Orders, rep.Candidates, rep.Rounds, rep.InFlight)
+	if len(rep.Drift) != 0 || len(rep.Unverified) != 0 {
+		t.Fatalf("busy sale: drift %q unverified %+v", driftKeys(rep.Drift), rep.Unverified)
+	}
+	again, err := rec.Batch(e.ctx, reconcile.BatchOptions{})
+	if err != nil || !again.Clean() {
+		t.Fatalf("after the sale: %v %+v", err, again)
+	}
+}
+
+// Two batches started together: one runs, the other is refused and told who holds the lock.
+func TestTwoBatchesOneRuns(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 10, 1)
+	e.drain()
+	started := make(chan struct{})
+	release := make(chan struct{})
+	opt := reconcile.Options{}
+	reconcile.SetAfterStart(&opt, func(context.Context) {
+		close(started)
+		<-release
+	})
+	first := e.reconciler(opt)
+	second := e.reconciler(reconcile.Options{})
+	var firstErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, firstErr = first.Batch(e.ctx, reconcile.BatchOptions{})
+	}()
+	<-started
+	_, err := second.Batch(e.ctx, reconcile.BatchOptions{})
+	var held *lock.HeldError
+	if !errors.Is(err, reconcile.ErrBusy) || !errors.As(err, &held) || held.Holder == "" {
+		t.Fatalf("second batch: %v; want ErrBusy naming the holder", err)
+	}
+	t.Logf("refused: %v", err)
+	close(release)
+	<-done
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	var runs int
+	_ = e.db.QueryRow(e.ctx, `SELECT count(*) FROM reconciliation_runs`).Scan(&runs)
+	if runs != 1 {
+		t.Fatalf("%d runs recorded; want 1", runs)
+	}
+}
+
+// A runner that stalls past its lock's TTL, while another takes over and finishes, cannot
+// write its result afterwards: its fencing number is older.
+func TestStalledRunnerFenced(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 10, 1)
+	e.drain()
+	started := make(chan struct{})
+	release := make(chan struct{})
+	opt := reconcile.Options{LockTTL: 200 * time.Millisecond}
+	reconcile.SetAfterStart(&opt, func(context.Context) {
+		close(started)
+		<-release // a stop-the-world pause: nothing of this runner moves
+	})
+	stale := e.reconciler(opt)
+	var staleErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, staleErr = stale.Batch(e.ctx, reconcile.BatchOptions{})
+	}()
+	<-started
+	// The stall outlives the TTL: the lock expires (its refresh loop is paused too).
+	key, _ := e.keys.Lock(reconcile.LockName)
+	e.rdb.Del(e.ctx, key)
+
+	fresh, err := e.reconciler(reconcile.Options{}).Batch(e.ctx, reconcile.BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	<-done
+	if !errors.Is(staleErr, reconcile.ErrFenced) {
+		t.Fatalf("stale runner: %v; want ErrFenced", staleErr)
+	}
+	latest, err := reconcile.Latest(e.ctx, e.db)
+	if err != nil || latest.ID != fresh.RunID {
+		t.Fatalf("latest %+v %v; want the fresh run %d", latest, err, fresh.RunID)
+	}
+	var status string
+	_ = e.db.QueryRow(e.ctx, `SELECT status FROM reconciliation_runs WHERE fencing_token < $1`, fresh.FencingToken).Scan(&status)
+	if status != "running" {
+		t.Fatalf("stale run's row was written: status %q", status)
+	}
+}

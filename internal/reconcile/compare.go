@@ -1,0 +1,377 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/flashsale/flashsale/internal/events"
+)
+
+// BatchOptions choose what a batch does besides comparing.
+type BatchOptions struct {
+	// Repair re-emits the events of orders and items Postgres is missing or behind on.
+	Repair bool
+}
+
+// Batch compares every item and order of Redis with Postgres under the cluster-wide lock,
+// stores the run (fenced) and returns its report. ErrBusy: another run holds the lock.
+func (r *Reconciler) Batch(ctx context.Context, opt BatchOptions) (*Report, error) {
+	var rep *Report
+	err := r.withLock(ctx, func(ctx context.Context, n int64) error {
+		started := time.Now().UTC()
+		id, err := r.startRun(ctx, n, started)
+		if err != nil {
+			return err
+		}
+		if r.opt.afterStart != nil {
+			r.opt.afterStart(ctx)
+		}
+		rep, err = r.run(ctx, opt)
+		if rep != nil {
+			rep.RunID, rep.FencingToken, rep.StartedAt = id, n, started
+			rep.FinishedAt = time.Now().UTC()
+			rep.DurationMs = rep.FinishedAt.Sub(started).Milliseconds()
+			if s := rep.FinishedAt.Sub(started).Seconds(); s > 0 {
+				rep.RowsPerSecond = float64(rep.RowsCompared) / s
+			}
+		}
+		// The result is written even when the job was cancelled (lock lost): the fencing
+		// number decides whether it is still this run's to write.
+		if ferr := r.finishRun(context.WithoutCancel(ctx), id, n, rep, err); ferr != nil {
+			return errors.Join(err, ferr)
+		}
+		return err
+	})
+	return rep, err
+}
+
+// candidate is an item whose first pass saw a difference, with the orders that differed.
+type candidate struct {
+	item   string
+	orders map[string]bool
+}
+
+func (r *Reconciler) run(ctx context.Context, opt BatchOptions) (*Report, error) {
+	rep := &Report{Drift: []Drift{}, Unverified: []Unverified{}}
+	redisIDs, err := r.catalog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pgIDs, err := r.pgItems(ctx)
+	if err != nil {
+		return nil, err
+	}
+	items := union(redisIDs, pgIDs)
+	rep.Items = len(items)
+	if r.opt.Pipeline != nil {
+		if rep.InFlight.ConsumerLag, err = r.opt.Pipeline.Lag(ctx); err != nil {
+			rep.InFlight.ConsumerLag = -1
+		}
+	}
+
+	cands, err := r.firstPass(ctx, items, rep)
+	if err != nil {
+		return nil, err
+	}
+	rep.Candidates = 0
+	for _, c := range cands {
+		rep.Candidates += 1 + len(c.orders)
+	}
+	drift, unverified, rounds, err := r.confirm(ctx, cands)
+	if err != nil {
+		return nil, err
+	}
+	rep.Drift, rep.Unverified, rep.Rounds = drift, unverified, rounds
+	if opt.Repair && len(drift) > 0 {
+		if rep.Repair, err = r.repair(ctx, drift); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func union(a, b []string) []string {
+	seen := make(map[string]bool, len(a)+len(b))
+	var out []string
+	for _, s := range append(append([]string{}, a...), b...) {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// firstPass compares every item in full, without settling: a difference here may be an event
+// in flight, so it only makes the item (and the order) a candidate for confirm.
+func (r *Reconciler) firstPass(ctx context.Context, items []string, rep *Report) ([]candidate, error) {
+	var mu sync.Mutex
+	var cands []candidate
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.opt.Workers)
+	for _, item := range items {
+		g.Go(func() error {
+			c, stats, err := r.scanItem(gctx, item)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			rep.Orders += stats.orders
+			rep.RowsCompared += stats.rows
+			rep.InFlight.OutboxBacklog += stats.backlog
+			if c != nil {
+				cands = append(cands, *c)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].item < cands[j].item })
+	return cands, nil
+}
+
+type scanStats struct {
+	orders, rows int
+	backlog      int64
+}
+
+// scanItem compares one item's counters and every order once.
+func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, scanStats, error) {
+	var st scanStats
+	snap, err := r.snapshot(ctx, item, nil)
+	if err != nil {
+		return nil, st, err
+	}
+	st.backlog = snap.backlog
+	total, inPG, err := r.pgItemTotal(ctx, item)
+	if err != nil {
+		return nil, st, err
+	}
+	ro, err := r.scanOrders(ctx, item)
+	if err != nil {
+		return nil, st, err
+	}
+	st.rows = len(ro) + 2
+	c := candidate{item: item, orders: map[string]bool{}}
+	pc := pgCounters{exists: inPG, total: total}
+	seen := 0
+	err = r.pgEachOrder(ctx, item, func(id string, o pgOrder) {
+		st.rows++
+		switch o.status {
+		case "reserved":
+			pc.reserved += o.qty
+		case "paid":
+			pc.paid += o.qty
+		}
+		x, ok := ro[id]
+		if !ok {
+			c.orders[id] = true
+			st.orders++
+			return
+		}
+		seen++
+		if x.user != o.user || x.qty != o.qty || x.status != o.status {
+			c.orders[id] = true
+		}
+		delete(ro, id)
+	})
+	if err != nil {
+		return nil, st, err
+	}
+	st.orders += seen + len(ro)
+	for id := range ro {
+		c.orders[id] = true
+	}
+	if len(c.orders) > 0 || len(counterDrift(item, snap.counters, pc)) > 0 {
+		return &c, st, nil
+	}
+	return nil, st, nil
+}
+
+// counterDrift compares an item's counters.
+func counterDrift(item string, rc redisCounters, pc pgCounters) []Drift {
+	switch {
+	case !rc.exists && !pc.exists:
+		return nil
+	case rc.exists && !pc.exists:
+		return []Drift{{Kind: KindItemMissing, ItemID: item, Redis: "present", Postgres: ""}}
+	case !rc.exists && pc.exists:
+		return []Drift{{Kind: KindItemExtra, ItemID: item, Redis: "", Postgres: "present"}}
+	}
+	var out []Drift
+	for _, f := range []struct {
+		name   string
+		rv, pv int64
+	}{
+		{"stock_total", rc.total, pc.total},
+		{"stock_left", rc.left, pc.left()},
+		{"reserved", rc.reserved, pc.reserved},
+		{"paid", rc.paid, pc.paid},
+	} {
+		// stock_left is judged by the units out of it (total - left against reserved + paid),
+		// so a wrong stock_total is reported once, as itself.
+		if f.name == "stock_left" && rc.total-rc.left == pc.reserved+pc.paid {
+			continue
+		}
+		if f.rv != f.pv {
+			out = append(out, Drift{Kind: KindStock, ItemID: item, Field: f.name,
+				Redis: strconv.FormatInt(f.rv, 10), Postgres: strconv.FormatInt(f.pv, 10)})
+		}
+	}
+	return out
+}
+
+// orderDrift compares one order (nil = absent on that side).
+func orderDrift(item, id string, ro *redisOrder, po *pgOrder) []Drift {
+	switch {
+	case ro == nil && po == nil:
+		return nil
+	case po == nil:
+		return []Drift{{Kind: KindOrderMissing, ItemID: item, OrderID: id, Redis: ro.status}}
+	case ro == nil:
+		return []Drift{{Kind: KindOrderExtra, ItemID: item, OrderID: id, Postgres: po.status}}
+	}
+	var out []Drift
+	if ro.status != po.status {
+		out = append(out, Drift{Kind: KindOrderStatus, ItemID: item, OrderID: id, Field: "status", Redis: ro.status, Postgres: po.status})
+	}
+	if ro.user != po.user {
+		out = append(out, Drift{Kind: KindOrderUser, ItemID: item, OrderID: id, Field: "user_id", Redis: ro.user, Postgres: po.user})
+	}
+	if ro.qty != po.qty {
+		out = append(out, Drift{Kind: KindOrderQuantity, ItemID: item, OrderID: id, Field: "quantity",
+			Redis: strconv.FormatInt(ro.qty, 10), Postgres: strconv.FormatInt(po.qty, 10)})
+	}
+	return out
+}
+
+// confirm re-checks candidates in rounds until each is either equal, or still different
+// after Postgres has applied every event up to a Redis snapshot that did not change since:
+// only then is it drift. Each round: snapshot Redis atomically (counters, the candidate
+// orders and the outbox position), wait for the pipeline to apply everything up to that
+// position, read Postgres, then read the position again. An unchanged position means Redis
+// is still exactly the snapshot and Postgres cannot be ahead of it, so the comparison is exact.
+// Candidates whose item kept changing go to the next round.
+func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, []Unverified, int, error) {
+	drift := []Drift{}
+	deadline := time.Now().Add(r.opt.SettleTimeout)
+	rounds := 0
+	var lastReason string
+	for len(cands) > 0 && rounds < r.opt.Rounds && time.Now().Before(deadline) {
+		if rounds > 0 {
+			// Busy items: give them a moment to go quiet before the next snapshot.
+			if err := pause(ctx, min(time.Duration(rounds)*50*time.Millisecond, time.Second)); err != nil {
+				return nil, nil, rounds, err
+			}
+		}
+		rounds++
+		snaps := make([]redisSnap, len(cands))
+		pos := make(map[string]events.Position, len(cands))
+		for i, c := range cands {
+			s, err := r.snapshot(ctx, c.item, keysOf(c.orders))
+			if err != nil {
+				return nil, nil, rounds, err
+			}
+			snaps[i], pos[c.item] = s, s.pos
+		}
+		settled := true
+		if err := r.settle(ctx, pos, deadline); errors.Is(err, errUnsettled) {
+			settled, lastReason = false, err.Error()
+		} else if err != nil {
+			return nil, nil, rounds, err
+		}
+		var next []candidate
+		for i, c := range cands {
+			pc, po, err := r.pgState(ctx, c.item, keysOf(c.orders))
+			if err != nil {
+				return nil, nil, rounds, err
+			}
+			now, err := r.position(ctx, c.item)
+			if err != nil {
+				return nil, nil, rounds, err
+			}
+			exact := settled && now == snaps[i].pos
+			var found []Drift
+			rest := candidate{item: c.item, orders: map[string]bool{}}
+			for id := range c.orders {
+				var pp *pgOrder
+				if o, ok := po[id]; ok {
+					pp = &o
+				}
+				ro := snaps[i].orders[id]
+				if d := orderDrift(c.item, id, ro, pp); len(d) > 0 {
+					found = append(found, d...)
+					rest.orders[id] = true
+					// Counters are judged as if this order agreed, so an order's drift is
+					// reported once, as itself, not again as the sums it is part of.
+					pc.add(pp, -1)
+					if ro != nil {
+						pc.add(&pgOrder{user: ro.user, qty: ro.qty, status: ro.status}, 1)
+					}
+				}
+			}
+			found = append(found, counterDrift(c.item, snaps[i].counters, pc)...)
+			switch {
+			case len(found) == 0:
+			case exact:
+				drift = append(drift, found...)
+			default:
+				next = append(next, rest)
+			}
+		}
+		cands = next
+		if !settled {
+			break // no use trying again before the pipeline moves
+		}
+		if len(cands) > 0 {
+			lastReason = "the item kept changing in every round"
+		}
+	}
+	var unverified []Unverified
+	for _, c := range cands {
+		unverified = append(unverified, Unverified{ItemID: c.item, Orders: sortedKeys(c.orders), Reason: lastReason})
+	}
+	if len(unverified) > 0 {
+		slog.Warn("reconcile: items not verified", "items", len(unverified), "reason", lastReason)
+	}
+	if unverified == nil {
+		unverified = []Unverified{}
+	}
+	sortDrift(drift)
+	return drift, unverified, rounds, nil
+}
+
+func keysOf(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := keysOf(m)
+	sort.Strings(out)
+	return out
+}
+
+func sortDrift(d []Drift) {
+	sort.Slice(d, func(i, j int) bool { return d[i].key() < d[j].key() })
+}
+
+// String names a drift for logs.
+func (d Drift) String() string {
+	return fmt.Sprintf("%s %s %s %s redis=%q postgres=%q", d.Kind, d.ItemID, d.OrderID, d.Field, d.Redis, d.Postgres)
+}

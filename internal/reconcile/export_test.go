@@ -1,0 +1,6 @@
+package reconcile
+
+import "context"
+
+// SetAfterStart makes Batch call f after it recorded the run's start (tests stall a runner).
+func SetAfterStart(o *Options, f func(ctx context.Context)) { o.afterStart = f }

@@ -1,0 +1,150 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/outbox"
+	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+const topic = "flashsale.orders"
+
+// env is a whole pipeline: Redis, the relay, a kfake broker over TCP, the consumer writing
+// Postgres, and a Reconciler over them.
+type env struct {
+	t       testing.TB
+	ctx     context.Context
+	rdb     redis.UniversalClient
+	keys    keyspace.Space
+	dsn     string
+	db      *pgxpool.Pool
+	brokers []string
+	inv     *inventory.Store
+	ord     *orders.Store
+	pipe    *reconcile.KafkaPipeline
+}
+
+func newEnv(t testing.TB) *env {
+	rdb, keys := testenv.Redis(t)
+	return newEnvOn(t, rdb, keys)
+}
+
+func newEnvOn(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space) *env {
+	t.Helper()
+	e := &env{t: t, ctx: context.Background(), rdb: rdb, keys: keys}
+	e.dsn = testenv.Postgres(t)
+	b := testenv.Kafka(t, topic, 3)
+	e.brokers = []string{b.Addr()}
+	db, err := reconcile.OpenPostgres(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	e.db = db
+	e.inv = inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: time.Hour})
+	e.ord = orders.NewStore(rdb, keys)
+	e.pipe = reconcile.NewKafkaPipeline(e.brokers, topic, "reconciler")
+	e.startPipeline()
+	return e
+}
+
+// startPipeline runs a relay and a consumer until the test ends.
+func (e *env) startPipeline() {
+	gdb, err := record.Open(e.dsn)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	relay := outbox.New(e.rdb, e.keys, outbox.NewWriter(e.brokers, topic), outbox.Options{
+		PollInterval: 5 * time.Millisecond, ItemsInterval: 50 * time.Millisecond,
+	})
+	cons := record.NewConsumer(gdb, record.ConsumerOptions{
+		Brokers: e.brokers, Topic: topic, BatchWait: 5 * time.Millisecond,
+	})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = relay.Run(ctx) }()
+	go func() { defer wg.Done(); _ = cons.Run(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		if db, err := gdb.DB(); err == nil {
+			db.Close()
+		}
+	})
+}
+
+func (e *env) reconciler(opt reconcile.Options) *reconcile.Reconciler {
+	if opt.Pipeline == nil {
+		opt.Pipeline = e.pipe
+	}
+	if opt.SettleTimeout == 0 {
+		opt.SettleTimeout = 30 * time.Second
+	}
+	return reconcile.New(e.rdb, e.keys, e.db, opt)
+}
+
+func (e *env) item(id string, stock, limit int64) {
+	e.t.Helper()
+	if _, _, err := e.inv.Upsert(e.ctx, inventory.Input{ID: id, Name: "item " + id, Category: "c",
+		PriceCents: 250, Stock: &stock, PerUserLimit: limit}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) buy(item, user string, qty int64) orders.Order {
+	e.t.Helper()
+	res, err := e.inv.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: item, UserID: user, Quantity: qty})
+	if err != nil {
+		e.t.Fatalf("buy %s by %s: %v", item, user, err)
+	}
+	return res.Order
+}
+
+// drain waits until every outbox stream is empty and the consumer has committed everything.
+func (e *env) drain() {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ids, _ := e.rdb.SMembers(e.ctx, e.keys.Catalog()).Result()
+		var backlog int64
+		for _, id := range ids {
+			backlog += e.rdb.XLen(e.ctx, e.keys.Item(id).Outbox()).Val()
+		}
+		lag, err := e.pipe.Lag(e.ctx)
+		if err == nil && backlog == 0 && lag == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("pipeline did not drain: backlog %d lag %d err %v", backlog, lag, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) exec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.db.Exec(e.ctx, sql, args...); err != nil {
+		e.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func driftKeys(ds []reconcile.Drift) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = fmt.Sprintf("%s %s %s %s", d.Kind, d.ItemID, d.OrderID, d.Field)
+	}
+	return out
+}

@@ -1,0 +1,131 @@
+// Package reconcile proves that Redis (the live sale) and Postgres (the record the reconciler
+// consumer writes) agree, finds exactly where they don't, and fixes it: batch comparison per
+// item and order by order, repair by re-emitting events through the outbox, restore of Redis
+// from Postgres after data loss. Only one batch or restore runs at a time across instances
+// (a Redis lock), and every run's writes carry the lock's fencing number.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/lock"
+	"github.com/flashsale/flashsale/internal/ranking"
+)
+
+// LockName is the one lock batch and restore share: they must never overlap.
+const LockName = "reconcile"
+
+// Sentinel errors.
+var (
+	// ErrBusy means another batch or restore holds the lock; the error says who.
+	ErrBusy = errors.New("reconcile: another batch or restore is running")
+	// ErrFenced means a newer runner has written since this one obtained the lock (this one
+	// stalled past its lock's TTL): its writes are refused.
+	ErrFenced = errors.New("reconcile: a newer run has taken over; this run's writes are refused")
+	// ErrSelling means restore found the item being sold in Redis (use force to override).
+	ErrSelling = errors.New("reconcile: item is live in Redis")
+	// ErrNotInRecord means restore was asked for an item Postgres does not have.
+	ErrNotInRecord = errors.New("reconcile: item not in Postgres")
+)
+
+// Options tune a Reconciler; zero values take the defaults.
+type Options struct {
+	// LockTTL is the job lock's TTL, refreshed every third of it (default 15s).
+	LockTTL time.Duration
+	// SettleTimeout bounds how long a run waits for events in flight to reach Postgres
+	// (default 30s). Differences still unexplained then are reported as unverified.
+	SettleTimeout time.Duration
+	// Rounds bounds the re-check rounds of the differences seen in the first pass (default 50;
+	// SettleTimeout bounds them too).
+	Rounds int
+	// Workers compare items in parallel (default 4).
+	Workers int
+	// ReservationTTL gives restored reservations their expiry (Postgres keeps created_at only);
+	// default 10m.
+	ReservationTTL time.Duration
+	// QuietFor is how long restore watches an item for activity before it calls it idle
+	// (default 1s).
+	QuietFor time.Duration
+	// Ranking, when set, lets restore rebuild ratings and boards.
+	Ranking *ranking.Store
+	// Pipeline, when set, is how runs wait for the consumer (without it, only the outbox
+	// backlog is waited for).
+	Pipeline Pipeline
+
+	// hooks for tests
+	afterStart func(ctx context.Context)
+}
+
+// Reconciler compares and repairs one key space against one Postgres record.
+type Reconciler struct {
+	rdb    redis.UniversalClient
+	keys   keyspace.Space
+	db     *pgxpool.Pool
+	locker *lock.Locker
+	opt    Options
+}
+
+// New returns a Reconciler.
+func New(rdb redis.UniversalClient, keys keyspace.Space, db *pgxpool.Pool, opt Options) *Reconciler {
+	if opt.LockTTL <= 0 {
+		opt.LockTTL = 15 * time.Second
+	}
+	if opt.SettleTimeout <= 0 {
+		opt.SettleTimeout = 30 * time.Second
+	}
+	if opt.Rounds <= 0 {
+		opt.Rounds = 50
+	}
+	if opt.Workers <= 0 {
+		opt.Workers = 4
+	}
+	if opt.ReservationTTL <= 0 {
+		opt.ReservationTTL = 10 * time.Minute
+	}
+	if opt.QuietFor <= 0 {
+		opt.QuietFor = time.Second
+	}
+	return &Reconciler{rdb: rdb, keys: keys, db: db, locker: lock.New(rdb, keys), opt: opt}
+}
+
+// OpenPostgres connects a small pool to dsn without touching the server (the first query
+// dials), so a process that only sometimes needs Postgres starts without it.
+func OpenPostgres(dsn string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: postgres dsn: %w", err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: postgres: %w", err)
+	}
+	return pool, nil
+}
+
+// withLock runs job under the shared lock, cancelling it if the lock is lost.
+func (r *Reconciler) withLock(ctx context.Context, job func(ctx context.Context, fence int64) error) error {
+	lk, err := r.locker.Obtain(ctx, LockName, r.opt.LockTTL)
+	if errors.Is(err, lock.ErrHeld) {
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	}
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	jobCtx, stop := lk.Keep(ctx)
+	err = job(jobCtx, lk.Fence)
+	stop()
+	if rerr := lk.Release(context.WithoutCancel(ctx)); rerr != nil && err == nil {
+		// The job finished but the lock had expired meanwhile: its fenced writes were
+		// accepted or refused on their own merits, so only say it.
+		err = fmt.Errorf("reconcile: lock lost before the end of the job: %w", rerr)
+	}
+	return err
+}

@@ -1,0 +1,230 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/events"
+)
+
+// redisOrder is the part of a packed order the record keeps.
+type redisOrder struct {
+	user           string
+	qty, price     int64
+	status         string
+	created, expir int64
+}
+
+// parseOrder decodes "user|quantity|price_cents|status|created_ms|expires_ms".
+func parseOrder(packed string) (redisOrder, bool) {
+	f := strings.Split(packed, "|")
+	if len(f) != 6 {
+		return redisOrder{}, false
+	}
+	qty, err1 := strconv.ParseInt(f[1], 10, 64)
+	price, err2 := strconv.ParseInt(f[2], 10, 64)
+	created, err3 := strconv.ParseInt(f[4], 10, 64)
+	expires, err4 := strconv.ParseInt(f[5], 10, 64)
+	if errors.Join(err1, err2, err3, err4) != nil {
+		return redisOrder{}, false
+	}
+	return redisOrder{user: f[0], qty: qty, price: price, status: f[3], created: created, expir: expires}, true
+}
+
+// redisCounters are an item's stock figures in its hash.
+type redisCounters struct {
+	exists                      bool
+	total, left, reserved, paid int64
+}
+
+// redisSnap is an atomic read of one item: counters, some orders and the outbox position
+// (the id of the newest event ever appended, so every change visible here has an event at
+// or before it).
+type redisSnap struct {
+	counters redisCounters
+	orders   map[string]*redisOrder // nil value: no such order
+	pos      events.Position
+	backlog  int64
+}
+
+var zeroPos events.Position
+
+func parsePos(id string) events.Position {
+	ms, seq, _ := strings.Cut(id, "-")
+	a, _ := strconv.ParseInt(ms, 10, 64)
+	b, _ := strconv.ParseInt(seq, 10, 64)
+	return events.Position{Ms: a, Seq: b}
+}
+
+func fmtPos(p events.Position) string { return fmt.Sprintf("%d-%d", p.Ms, p.Seq) }
+
+func isNoSuchKey(err error) bool { return err != nil && strings.Contains(err.Error(), "no such key") }
+
+// snapshot reads counters, the given orders and the outbox position of one item in one
+// MULTI (all the item's keys share its slot).
+func (r *Reconciler) snapshot(ctx context.Context, item string, ids []string) (redisSnap, error) {
+	k := r.keys.Item(item)
+	var hm *redis.SliceCmd
+	var om *redis.SliceCmd
+	var info *redis.XInfoStreamCmd
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		hm = p.HMGet(ctx, k.Hash(), "stock_total", "stock_left", "reserved", "paid")
+		if len(ids) > 0 {
+			om = p.HMGet(ctx, k.Orders(), ids...)
+		}
+		info = p.XInfoStream(ctx, k.Outbox())
+		return nil
+	})
+	if err != nil && !isNoSuchKey(err) {
+		return redisSnap{}, fmt.Errorf("reconcile: redis snapshot of %s: %w", item, err)
+	}
+	var s redisSnap
+	vals := hm.Val()
+	if len(vals) == 4 && vals[0] != nil {
+		s.counters.exists = true
+		n := func(v any) int64 { x, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64); return x }
+		s.counters.total, s.counters.left, s.counters.reserved, s.counters.paid = n(vals[0]), n(vals[1]), n(vals[2]), n(vals[3])
+	}
+	if om != nil {
+		s.orders = make(map[string]*redisOrder, len(ids))
+		for i, v := range om.Val() {
+			var o *redisOrder
+			if str, ok := v.(string); ok {
+				if p, ok := parseOrder(str); ok {
+					o = &p
+				}
+			}
+			s.orders[ids[i]] = o
+		}
+	}
+	if info.Err() == nil {
+		s.pos = parsePos(info.Val().LastGeneratedID)
+		s.backlog = info.Val().Length
+	}
+	return s, nil
+}
+
+// position returns the item's outbox position now.
+func (r *Reconciler) position(ctx context.Context, item string) (events.Position, error) {
+	info, err := r.rdb.XInfoStream(ctx, r.keys.Item(item).Outbox()).Result()
+	if isNoSuchKey(err) {
+		return zeroPos, nil
+	}
+	if err != nil {
+		return zeroPos, fmt.Errorf("reconcile: outbox of %s: %w", item, err)
+	}
+	return parsePos(info.LastGeneratedID), nil
+}
+
+// scanOrders reads every order of the item (HSCAN, so a big item never blocks Redis).
+func (r *Reconciler) scanOrders(ctx context.Context, item string) (map[string]redisOrder, error) {
+	out := map[string]redisOrder{}
+	key := r.keys.Item(item).Orders()
+	var cursor uint64
+	for {
+		kv, next, err := r.rdb.HScan(ctx, key, cursor, "", 5000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: orders of %s: %w", item, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if o, ok := parseOrder(kv[i+1]); ok {
+				out[kv[i]] = o
+			} else {
+				out[kv[i]] = redisOrder{status: "malformed"}
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+// catalog returns the item ids Redis knows.
+func (r *Reconciler) catalog(ctx context.Context) ([]string, error) {
+	ids, err := r.rdb.SMembers(ctx, r.keys.Catalog()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: catalogue: %w", err)
+	}
+	return ids, nil
+}
+
+// errUnsettled means events were still in flight when the settle time ran out.
+var errUnsettled = errors.New("events still in flight")
+
+// settle waits until every event up to each item's position has been applied to Postgres:
+// first until the relay has published them (it deletes an entry from the stream only after
+// Kafka acknowledged it), then until the consumer group has committed past the topic's end as
+// it was at that moment (it commits only after its transaction).
+func (r *Reconciler) settle(ctx context.Context, pos map[string]events.Position, deadline time.Time) error {
+	pending := make([]string, 0, len(pos))
+	for item, p := range pos {
+		if p != zeroPos {
+			pending = append(pending, item)
+		}
+	}
+	for len(pending) > 0 {
+		pipe := r.rdb.Pipeline()
+		cmds := make([]*redis.XMessageSliceCmd, len(pending))
+		for i, item := range pending {
+			cmds[i] = pipe.XRangeN(ctx, r.keys.Item(item).Outbox(), "-", fmtPos(pos[item]), 1)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("reconcile: outbox: %w", err)
+		}
+		still := pending[:0]
+		for i, item := range pending {
+			if len(cmds[i].Val()) > 0 {
+				still = append(still, item)
+			}
+		}
+		pending = still
+		if len(pending) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: outbox of %d items not published", errUnsettled, len(pending))
+		}
+		if err := pause(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	if r.opt.Pipeline == nil {
+		return nil
+	}
+	mark, err := r.opt.Pipeline.Mark(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		ok, err := r.opt.Pipeline.Reached(ctx, mark)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: consumer not caught up", errUnsettled)
+		}
+		if err := pause(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,122 @@
+package reconcile
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Drift kinds: each names one way Redis (the live sale) and Postgres (the record) disagree.
+const (
+	KindItemMissing   = "item_missing_in_postgres"
+	KindItemExtra     = "item_missing_in_redis"
+	KindStock         = "stock_counter" // Field: stock_total | stock_left | reserved | paid
+	KindOrderMissing  = "order_missing_in_postgres"
+	KindOrderExtra    = "order_missing_in_redis"
+	KindOrderStatus   = "order_status"
+	KindOrderUser     = "order_user"
+	KindOrderQuantity = "order_quantity"
+)
+
+// Drift is one confirmed disagreement: it held after every event that was in flight when it was
+// seen had reached Postgres, while Redis did not change. Values are as each side holds them
+// ("" = absent).
+type Drift struct {
+	Kind     string `json:"kind"`
+	ItemID   string `json:"item_id"`
+	OrderID  string `json:"order_id,omitempty"`
+	Field    string `json:"field,omitempty"`
+	Redis    string `json:"redis"`
+	Postgres string `json:"postgres"`
+}
+
+func (d Drift) key() string { return d.Kind + "|" + d.ItemID + "|" + d.OrderID + "|" + d.Field }
+
+// Unverified is an item whose check could not finish: its events were still in flight when the
+// settle time ran out (Kafka down, consumer stopped), or it kept changing in every round. It is
+// not drift; the next run checks it again.
+type Unverified struct {
+	ItemID string   `json:"item_id"`
+	Orders []string `json:"orders,omitempty"` // order ids still differing when the run gave up
+	Reason string   `json:"reason"`
+}
+
+// InFlight is what was still on its way to Postgres when the run started.
+type InFlight struct {
+	OutboxBacklog int64 `json:"outbox_backlog"` // entries in the items' outbox streams
+	ConsumerLag   int64 `json:"consumer_lag"`   // messages not yet committed by the consumer (-1 unknown)
+}
+
+// NotFixed is a drift repair could not fix, and why.
+type NotFixed struct {
+	Drift
+	Reason string `json:"reason"`
+}
+
+// Repair is what --repair did.
+type Repair struct {
+	Reemitted int        `json:"reemitted_events"` // events appended to outbox streams
+	Fixed     []Drift    `json:"fixed"`
+	NotFixed  []NotFixed `json:"not_fixed"`
+}
+
+// Report is one batch run's result, stored as the run's drift JSON.
+type Report struct {
+	RunID         int64        `json:"run_id"`
+	FencingToken  int64        `json:"fencing_token"`
+	StartedAt     time.Time    `json:"started_at"`
+	FinishedAt    time.Time    `json:"finished_at"`
+	DurationMs    int64        `json:"duration_ms"`
+	Items         int          `json:"items"`
+	Orders        int          `json:"orders"`        // distinct order ids compared
+	RowsCompared  int          `json:"rows_compared"` // Redis orders + Postgres orders + items of both sides
+	RowsPerSecond float64      `json:"rows_per_second"`
+	Rounds        int          `json:"settle_rounds"` // re-check rounds the candidates needed
+	Candidates    int          `json:"candidates"`    // differences seen in the first pass
+	InFlight      InFlight     `json:"in_flight"`
+	Drift         []Drift      `json:"drift"`
+	Unverified    []Unverified `json:"unverified"`
+	Repair        *Repair      `json:"repair,omitempty"`
+}
+
+// Clean reports whether the run found no drift and verified everything.
+func (r *Report) Clean() bool { return len(r.Drift) == 0 && len(r.Unverified) == 0 }
+
+// WriteTable writes the report as a readable table (for a terminal).
+func (r *Report) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "reconciliation run %d (fencing %d): %d items, %d orders, %d rows in %s (%.0f rows/s)\n",
+		r.RunID, r.FencingToken, r.Items, r.Orders, r.RowsCompared,
+		time.Duration(r.DurationMs)*time.Millisecond, r.RowsPerSecond)
+	fmt.Fprintf(w, "in flight at start: %d outbox entries, consumer lag %d; %d candidates settled in %d rounds\n",
+		r.InFlight.OutboxBacklog, r.InFlight.ConsumerLag, r.Candidates, r.Rounds)
+	if len(r.Drift) == 0 {
+		fmt.Fprintln(w, "no drift")
+	} else {
+		fmt.Fprintf(w, "%d drift:\n", len(r.Drift))
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KIND\tITEM\tORDER\tFIELD\tREDIS\tPOSTGRES")
+		for _, d := range r.Drift {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Kind, d.ItemID, dash(d.OrderID), dash(d.Field), dash(d.Redis), dash(d.Postgres))
+		}
+		tw.Flush()
+	}
+	for _, u := range r.Unverified {
+		fmt.Fprintf(w, "unverified: item %s (%d orders): %s\n", u.ItemID, len(u.Orders), u.Reason)
+	}
+	if r.Repair != nil {
+		fmt.Fprintf(w, "repair: %d events re-emitted, %d fixed, %d not fixed\n",
+			r.Repair.Reemitted, len(r.Repair.Fixed), len(r.Repair.NotFixed))
+		for _, n := range r.Repair.NotFixed {
+			fmt.Fprintf(w, "  not fixed: %s %s %s: %s\n", n.Kind, n.ItemID, strings.TrimSpace(n.OrderID+" "+n.Field), n.Reason)
+		}
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,62 @@
+-- reconcile_reemit.lua: append again, to the item's outbox stream, the events that bring the
+-- Postgres record up to Redis for one order or for the item itself (batch repair). The events
+-- travel the normal path (relay -> Kafka -> consumer), so the consumer's rules still hold: a
+-- new event id is applied once, order status only moves forward, item attributes and stock
+-- total follow the newest stream position.
+-- One script so the events are built from Redis's state at the moment they are appended:
+-- an order paid between the batch's read and the repair is re-emitted as paid, never stale.
+--
+-- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] outbox stream
+-- ARGV[1] item id   ARGV[2] mode   ARGV[3] order id ('' for mode item)
+--   mode order: order.reserved (at = its creation) then, if final, order.<status>
+--   mode final: only order.<status> of a final order
+--   mode item:  item.upserted with the item's attributes and stock_total
+-- Reply: {'reemitted', number of entries appended} | {'not_found', 0} | {'reserved', 0}
+--        (mode final on an order still reserved: nothing to send)
+-- Bad arguments: an error reply, nothing written.
+
+local item, mode, oid = ARGV[1], ARGV[2], ARGV[3]
+if not item or item == '' or (mode ~= 'order' and mode ~= 'final' and mode ~= 'item') then
+  return redis.error_reply('ERR reconcile_reemit: bad item or mode')
+end
+if mode ~= 'item' and (not oid or string.sub(oid, 1, #item + 1) ~= item .. '.') then
+  return redis.error_reply('ERR reconcile_reemit: bad order id')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+if mode == 'item' then
+  local f = redis.call('HMGET', KEYS[1], 'name', 'category', 'price_cents', 'stock_total',
+    'per_user_limit', 'starts_at', 'ends_at')
+  if not f[1] or not f[4] then
+    return {'not_found', 0}
+  end
+  redis.call('XADD', KEYS[3], '*', 'type', 'item.upserted', 'at', now, 'item', item,
+    'name', f[1], 'category', f[2] or '', 'price_cents', f[3] or '0', 'stock_total', f[4],
+    'per_user_limit', f[5] or '1', 'starts_at', f[6] or '0', 'ends_at', f[7] or '0')
+  return {'reemitted', 1}
+end
+
+local packed = redis.call('HGET', KEYS[2], oid)
+if not packed then
+  return {'not_found', 0}
+end
+local user, qty, price, status, created =
+  string.match(packed, '^([^|]*)|(%d+)|(%d+)|(%a+)|(%d+)|(%d+)$')
+if not user then
+  return {'not_found', 0}
+end
+local n = 0
+if mode == 'order' then
+  redis.call('XADD', KEYS[3], '*', 'type', 'order.reserved', 'at', created, 'item', item,
+    'order', oid, 'user', user, 'quantity', qty, 'price_cents', price)
+  n = 1
+elseif status == 'reserved' then
+  return {'reserved', 0}
+end
+if status ~= 'reserved' then
+  redis.call('XADD', KEYS[3], '*', 'type', 'order.' .. status, 'at', now, 'item', item,
+    'order', oid, 'user', user, 'quantity', qty, 'price_cents', price)
+  n = n + 1
+end
+return {'reemitted', n}
