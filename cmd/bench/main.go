@@ -22,7 +22,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -45,6 +44,7 @@ func main() {
 	flag.IntVar(&opt.rows, "rows", 200000, "rows for the reconciler and CopyFrom rows")
 	flag.StringVar(&opt.profileDir, "profile", "", "write CPU profiles of the api during its rows to this directory")
 	flag.BoolVar(&opt.verbose, "v", false, "show the servers' logs")
+	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,api,reads,soldout,purchase,reconciler,latency); default all")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -62,7 +62,7 @@ type options struct {
 	rows       int
 	profileDir string
 	verbose    bool
-	logw       io.Writer
+	only       string
 }
 
 func (o *options) tiny() {

@@ -15,6 +15,7 @@ type Auth struct {
 	secret     []byte
 	adminToken []byte
 	ttl        time.Duration
+	verified   tokenCache // tokens already verified (tokencache.go)
 }
 
 // NewAuth returns an Auth with the shared JWT secret, the admin token and the token lifetime.
@@ -36,6 +37,9 @@ func (a *Auth) Mint(user string) (string, time.Time, error) {
 
 // User verifies a shopper token and returns its subject.
 func (a *Auth) User(token string) (string, error) {
+	if user, ok := a.verified.get(token, time.Now()); ok {
+		return user, nil
+	}
 	var claims jwt.RegisteredClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return a.secret, nil },
 		jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired())
@@ -45,6 +49,7 @@ func (a *Auth) User(token string) (string, error) {
 	if claims.Subject == "" {
 		return "", errors.New("token has no subject")
 	}
+	a.verified.put(token, claims.Subject, claims.ExpiresAt.Time)
 	return claims.Subject, nil
 }
 

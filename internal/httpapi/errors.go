@@ -86,5 +86,5 @@ func fail(c *gin.Context, err error) {
 
 func abort(c *gin.Context, status int, code, msg string) {
 	c.Set(errorCodeKey, code) // for the purchase-outcome metric
-	c.AbortWithStatusJSON(status, gin.H{"error": gin.H{"code": code, "message": msg}})
+	writeError(c, status, code, msg) // {"error":{"code","message"}} without reflection
 }

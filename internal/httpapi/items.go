@@ -128,23 +128,7 @@ func (s *Server) adjustStock(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"item": it})
 }
 
-func (s *Server) listItems(c *gin.Context) {
-	items, err := s.Inventory.List(c.Request.Context())
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"items": items})
-}
-
-func (s *Server) getItem(c *gin.Context) {
-	it, err := s.Inventory.Lookup(c.Request.Context(), c.Param("id"))
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"item": it})
-}
+// listItems and getItem (replies.go) answer from the encoded snapshot.
 
 type importError struct {
 	Line    int    `json:"line"`

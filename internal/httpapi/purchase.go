@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -16,23 +15,23 @@ import (
 )
 
 func (s *Server) purchase(c *gin.Context) {
-	body := struct {
-		Quantity *int64 `json:"quantity"`
-	}{}
 	b, err := readBody(c, maxBody)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	if len(b) > 0 {
+	qty, ok := quickQuantity(b)
+	if !ok {
+		body := struct {
+			Quantity *int64 `json:"quantity"`
+		}{}
 		if err := strictUnmarshal(b, &body); err != nil {
 			fail(c, err)
 			return
 		}
-	}
-	qty := int64(1)
-	if body.Quantity != nil {
-		qty = *body.Quantity
+		if body.Quantity != nil {
+			qty = *body.Quantity
+		}
 	}
 	if qty < 1 || qty > 1e9 {
 		fail(c, errInvalid("quantity must be at least 1"))
@@ -63,7 +62,60 @@ func (s *Server) purchase(c *gin.Context) {
 	if res.Replayed {
 		status = http.StatusOK
 	}
-	c.JSON(status, gin.H{"order": res.Order})
+	writeOrder(c, status, res.Order)
+}
+
+// quickQuantity reads the common purchase bodies without reflection: none, {} and
+// {"quantity":N} (N a plain decimal of at most 10 digits, whitespace around tokens allowed).
+// ok is false for anything else, which then goes through strictUnmarshal.
+func quickQuantity(b []byte) (qty int64, ok bool) {
+	i := 0
+	ws := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+	}
+	lit := func(s string) bool {
+		if len(b)-i >= len(s) && string(b[i:i+len(s)]) == s {
+			i += len(s)
+			return true
+		}
+		return false
+	}
+	ws()
+	if i == len(b) {
+		return 1, len(b) == 0 // only whitespace is not a JSON object: strictUnmarshal says so
+	}
+	if !lit("{") {
+		return 0, false
+	}
+	ws()
+	if lit("}") {
+		ws()
+		return 1, i == len(b)
+	}
+	if !lit(`"quantity"`) {
+		return 0, false
+	}
+	ws()
+	if !lit(":") {
+		return 0, false
+	}
+	ws()
+	start := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		qty = qty*10 + int64(b[i]-'0')
+		i++
+	}
+	if n := i - start; n == 0 || n > 10 || (b[start] == '0' && n > 1) {
+		return 0, false
+	}
+	ws()
+	if !lit("}") {
+		return 0, false
+	}
+	ws()
+	return qty, i == len(b)
 }
 
 func (s *Server) listOrders(c *gin.Context) {
@@ -93,15 +145,19 @@ func (s *Server) getOrder(c *gin.Context) {
 // RateLimit-Limit/-Remaining/-Reset trio, the IETF draft's structured RateLimit-Policy and
 // RateLimit fields, and Retry-After (whole seconds, at least 1) on a refusal.
 func setRateLimitHeaders(c *gin.Context, name string, p config.Limit, d limits.Decision) {
+	// Canonical keys assigned directly: this runs on every purchase, and Header.Set would
+	// canonicalise (allocate) each name again.
 	h := c.Writer.Header()
-	reset := ceilSeconds(d.Reset)
-	h.Set("RateLimit-Limit", strconv.Itoa(d.Limit))
-	h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
-	h.Set("RateLimit-Reset", strconv.Itoa(reset))
-	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", name, d.Limit, ceilSeconds(p.Period*time.Duration(d.Limit)/time.Duration(max(p.Rate, 1)))))
-	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", name, d.Remaining, reset))
+	reset := strconv.Itoa(ceilSeconds(d.Reset))
+	limit, remaining := strconv.Itoa(d.Limit), strconv.Itoa(d.Remaining)
+	window := strconv.Itoa(ceilSeconds(p.Period * time.Duration(d.Limit) / time.Duration(max(p.Rate, 1))))
+	h["Ratelimit-Limit"] = []string{limit}
+	h["Ratelimit-Remaining"] = []string{remaining}
+	h["Ratelimit-Reset"] = []string{reset}
+	h["Ratelimit-Policy"] = []string{strconv.Quote(name) + ";q=" + limit + ";w=" + window}
+	h["Ratelimit"] = []string{strconv.Quote(name) + ";r=" + remaining + ";t=" + reset}
 	if !d.Allowed {
-		h.Set("Retry-After", strconv.Itoa(max(1, ceilSeconds(d.RetryAfter))))
+		h["Retry-After"] = []string{strconv.Itoa(max(1, ceilSeconds(d.RetryAfter)))}
 	}
 }
 

@@ -42,7 +42,8 @@ type Deps struct {
 // Server is the api's HTTP handler.
 type Server struct {
 	Deps
-	engine *gin.Engine
+	engine    *gin.Engine
+	catalogue catalogueReplies // encoded GET /api/items bodies (replies.go)
 }
 
 const (

@@ -43,6 +43,7 @@ type Store struct {
 	snapMu   sync.RWMutex
 	snap     map[string]Item
 	snapAt   time.Time
+	snapGen  uint64 // changes with every new snapshot map (Catalogue callers cache by it)
 	snapLoad singleflight.Group
 	soldOut  sync.Map // item id -> time.Time: answer sold_out from memory until then (soldout.go)
 }
@@ -203,21 +204,29 @@ func (s *Store) RunSnapshot(ctx context.Context) {
 }
 
 func (s *Store) snapshot(ctx context.Context) (map[string]Item, error) {
+	snap, _, err := s.Catalogue(ctx)
+	return snap, err
+}
+
+// Catalogue returns the snapshot itself (callers must not modify it) and its generation,
+// which changes whenever the snapshot does, so readers can cache what they derive from it
+// (the HTTP layer keeps the encoded JSON). Item.Status is not set: it depends on the time.
+func (s *Store) Catalogue(ctx context.Context) (map[string]Item, uint64, error) {
 	s.snapMu.RLock()
-	snap, at := s.snap, s.snapAt
+	snap, at, gen := s.snap, s.snapAt, s.snapGen
 	s.snapMu.RUnlock()
 	if snap != nil && time.Since(at) < s.opt.SnapshotInterval {
-		return snap, nil
+		return snap, gen, nil
 	}
 	if err := s.refresh(ctx); err != nil {
 		if snap != nil && time.Since(at) < 2*time.Second {
-			return snap, nil // serve slightly stale data through a blip
+			return snap, gen, nil // serve slightly stale data through a blip
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	s.snapMu.RLock()
 	defer s.snapMu.RUnlock()
-	return s.snap, nil
+	return s.snap, s.snapGen, nil
 }
 
 // refresh reloads the whole catalogue: one SMEMBERS and one pipelined HGETALL per item,
@@ -250,6 +259,7 @@ func (s *Store) refresh(ctx context.Context) error {
 		}
 		s.snapMu.Lock()
 		s.snap, s.snapAt = snap, time.Now()
+		s.snapGen++
 		s.snapMu.Unlock()
 		return nil, nil
 	})
@@ -286,6 +296,7 @@ func (s *Store) update(it Item) {
 	}
 	next[it.ID] = it
 	s.snap = next
+	s.snapGen++
 }
 
 func msOrZero(t *time.Time) int64 {

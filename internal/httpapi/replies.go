@@ -1,0 +1,201 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/orders"
+)
+
+// Hand-written JSON for the hot replies (an order, an error, the catalogue): the bytes are
+// exactly what encoding/json writes for the same values (replies_test.go holds them to it),
+// without per-request reflection or maps. Everything else uses c.JSON.
+
+const jsonContentType = "application/json; charset=utf-8"
+
+var jsonContentTypeValue = []string{jsonContentType}
+
+var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// writeJSON sends body as the reply and aborts the handler chain when abort is set.
+func writeJSON(c *gin.Context, status int, body []byte) {
+	c.Writer.Header()["Content-Type"] = jsonContentTypeValue
+	c.Writer.WriteHeader(status)
+	_, _ = c.Writer.Write(body)
+}
+
+// writeError answers {"error":{"code","message"}} and aborts the chain.
+func writeError(c *gin.Context, status int, code, msg string) {
+	bp := replyBufs.Get().(*[]byte)
+	b := append((*bp)[:0], `{"error":{"code":`...)
+	b = appendString(b, code)
+	b = append(b, `,"message":`...)
+	b = appendString(b, msg)
+	b = append(b, "}}"...)
+	c.Abort()
+	writeJSON(c, status, b)
+	*bp = b
+	replyBufs.Put(bp)
+}
+
+// writeOrder answers {"order": Order}.
+func writeOrder(c *gin.Context, status int, o orders.Order) {
+	bp := replyBufs.Get().(*[]byte)
+	b := append((*bp)[:0], `{"order":`...)
+	b = appendOrder(b, o)
+	b = append(b, '}')
+	writeJSON(c, status, b)
+	*bp = b
+	replyBufs.Put(bp)
+}
+
+func appendOrder(b []byte, o orders.Order) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, o.ID)
+	b = append(b, `,"item_id":`...)
+	b = appendString(b, o.ItemID)
+	b = append(b, `,"user_id":`...)
+	b = appendString(b, o.UserID)
+	b = append(b, `,"quantity":`...)
+	b = strconv.AppendInt(b, o.Quantity, 10)
+	b = append(b, `,"price_cents":`...)
+	b = strconv.AppendInt(b, o.PriceCents, 10)
+	b = append(b, `,"status":`...)
+	b = appendString(b, string(o.Status))
+	b = append(b, `,"created_at":`...)
+	b = appendTime(b, o.CreatedAt)
+	b = append(b, `,"expires_at":`...)
+	b = appendTime(b, o.ExpiresAt)
+	return append(b, '}')
+}
+
+// appendTime writes t as time.Time.MarshalJSON does (RFC 3339 with the nanoseconds needed).
+func appendTime(b []byte, t time.Time) []byte {
+	if y := t.Year(); y < 0 || y > 9999 {
+		j, _ := json.Marshal(t) // encoding/json's own error path; never for our times
+		return append(b, j...)
+	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
+}
+
+// appendString writes s as a JSON string the way encoding/json does (HTML-safe escapes).
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			j, _ := json.Marshal(s) // the rare string that needs escaping
+			return append(b, j...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// catalogueReplies caches the encoded GET /api/items and GET /api/items/{id} bodies for one
+// snapshot generation, until the first item's status changes with time (a sale starts or
+// ends). Encoding happens at most once per snapshot (every 500 ms by default), not per read.
+type catalogueReplies struct {
+	cur atomic.Pointer[encodedCatalogue]
+	mu  sync.Mutex // one encoder at a time
+}
+
+type encodedCatalogue struct {
+	gen   uint64
+	until time.Time // the first status change by time; zero: none
+	list  []byte
+	one   map[string][]byte
+}
+
+func (e *encodedCatalogue) fresh(gen uint64, now time.Time) bool {
+	return e != nil && e.gen == gen && (e.until.IsZero() || now.Before(e.until))
+}
+
+// get returns the encoded catalogue for the current snapshot.
+func (r *catalogueReplies) get(c *gin.Context, inv *inventory.Store) (*encodedCatalogue, error) {
+	snap, gen, err := inv.Catalogue(c.Request.Context())
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if e := r.cur.Load(); e.fresh(gen, now) {
+		return e, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.cur.Load(); e.fresh(gen, now) {
+		return e, nil
+	}
+	e, err := encodeCatalogue(snap, gen, now)
+	if err != nil {
+		return nil, err
+	}
+	r.cur.Store(e)
+	return e, nil
+}
+
+func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time) (*encodedCatalogue, error) {
+	e := &encodedCatalogue{gen: gen, one: make(map[string][]byte, len(snap))}
+	items := make([]inventory.Item, 0, len(snap))
+	for _, it := range snap {
+		it.Status = it.StatusAt(now)
+		items = append(items, it)
+		for _, t := range []*time.Time{it.StartsAt, it.EndsAt} {
+			if t != nil && t.After(now) && (e.until.IsZero() || t.Before(e.until)) {
+				e.until = *t
+			}
+		}
+	}
+	sortItems(items)
+	list, err := json.Marshal(gin.H{"items": items})
+	if err != nil {
+		return nil, err
+	}
+	e.list = list
+	for _, it := range items {
+		one, err := json.Marshal(gin.H{"item": it})
+		if err != nil {
+			return nil, err
+		}
+		e.one[it.ID] = one
+	}
+	return e, nil
+}
+
+func (s *Server) listItems(c *gin.Context) {
+	e, err := s.catalogue.get(c, s.Inventory)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	writeJSON(c, http.StatusOK, e.list)
+}
+
+func (s *Server) getItem(c *gin.Context) {
+	e, err := s.catalogue.get(c, s.Inventory)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	body, ok := e.one[c.Param("id")]
+	if !ok {
+		fail(c, inventory.ErrNotFound)
+		return
+	}
+	writeJSON(c, http.StatusOK, body)
+}
+
+func sortItems(items []inventory.Item) {
+	slices.SortFunc(items, func(a, b inventory.Item) int { return strings.Compare(a.ID, b.ID) })
+}
