@@ -85,6 +85,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		return err
 	}
 	expirer := orders.NewExpirer(ord, inv.IDs, cfg.ExpiryInterval, cfg.ExpiryBatch)
+	metrics.ExpirerDrained.From(expirer.Drained)
 
 	srv := httpapi.New(httpapi.Deps{
 		Config:    cfg,

@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -101,13 +102,43 @@ var (
 	})
 )
 
-// Expirer (api process).
-var (
-	ExpirerDrained = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "flashsale_expirer_expired_orders_total",
-		Help: "Reservations the expirer moved to expired (their stock returned).",
-	})
-)
+// Expirer (api process). The expirer keeps its own count (orders.Expirer.Drained); main
+// hands it over with ExpirerDrained.From, so the orders package needs no Prometheus.
+var ExpirerDrained = newFuncCounter("flashsale_expirer_expired_orders_total",
+	"Reservations the expirer moved to expired (their stock returned).")
+
+// FuncCounter is a counter read at scrape time from counts that components keep themselves;
+// several sources (e.g. expirers) add up.
+type FuncCounter struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	fns  []func() int64
+}
+
+func newFuncCounter(name, help string) *FuncCounter {
+	return &FuncCounter{desc: prometheus.NewDesc(name, help, nil, nil)}
+}
+
+// From adds a source; its value must only grow.
+func (c *FuncCounter) From(fn func() int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fns = append(c.fns, fn)
+}
+
+// Describe implements prometheus.Collector.
+func (c *FuncCounter) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *FuncCounter) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	var sum int64
+	for _, fn := range c.fns {
+		sum += fn()
+	}
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(sum))
+}
 
 func init() {
 	Registry.MustRegister(

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -196,4 +197,21 @@ func histCount(t *testing.T, metric, script string) uint64 {
 		}
 	}
 	return 0
+}
+
+// The expirer counter reads the expirers' own counts at scrape time and adds them up.
+func TestExpirerDrainedSumsSources(t *testing.T) {
+	before := testutil.ToFloat64(metrics.ExpirerDrained)
+	var a, b atomic.Int64
+	metrics.ExpirerDrained.From(a.Load)
+	metrics.ExpirerDrained.From(b.Load)
+	a.Add(3)
+	b.Add(4)
+	if got := testutil.ToFloat64(metrics.ExpirerDrained) - before; got != 7 {
+		t.Fatalf("expirer counter moved by %v, want 7", got)
+	}
+	a.Add(1)
+	if got := testutil.ToFloat64(metrics.ExpirerDrained) - before; got != 8 {
+		t.Fatalf("expirer counter moved by %v, want 8", got)
+	}
 }
