@@ -85,6 +85,6 @@ func fail(c *gin.Context, err error) {
 }
 
 func abort(c *gin.Context, status int, code, msg string) {
-	c.Set(errorCodeKey, code) // for the purchase-outcome metric
+	c.Set(errorCodeKey, code)        // for the purchase-outcome metric
 	writeError(c, status, code, msg) // {"error":{"code","message"}} without reflection
 }
