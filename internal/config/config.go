@@ -87,7 +87,7 @@ func Parse(getenv func(string) string) (Config, error) {
 		RatingPriorMean:   p.float("FLASHSALE_RATING_PRIOR_MEAN", 3.5, 1, 5),
 		RatingPriorWeight: p.float("FLASHSALE_RATING_PRIOR_WEIGHT", 10, 0, 1e6),
 		ExpiryInterval:    p.duration("FLASHSALE_EXPIRY_INTERVAL", 250*time.Millisecond),
-		ExpiryBatch:       p.integer("FLASHSALE_EXPIRY_BATCH", 200, 1, 1000),
+		ExpiryBatch:       p.integer("FLASHSALE_EXPIRY_BATCH", 200, 1, 250),
 		SnapshotInterval:  p.duration("FLASHSALE_SNAPSHOT_INTERVAL", 500*time.Millisecond),
 		PurchaseBatch:     p.integer("FLASHSALE_PURCHASE_BATCH", 64, 1, 256),
 		TrustedProxies:    p.list("FLASHSALE_TRUSTED_PROXIES", ""),
