@@ -1,0 +1,374 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/lua"
+)
+
+var (
+	restoreBegin  = lua.New("restore_begin", "restore_begin.lua")
+	restorePut    = lua.New("restore_put", "restore_put.lua")
+	restoreFinish = lua.New("restore_finish", "restore_finish.lua")
+)
+
+// restoreChunk bounds the entries of one restore_put call, so no script runs long.
+const restoreChunk = 500
+
+// RestoreOptions choose what to rebuild.
+type RestoreOptions struct {
+	Items []string // these items; with All, every item of the record
+	All   bool
+	// Force rebuilds an item even while Redis shows it being sold (the operator knows the
+	// live state is wrong). Without it such items are refused with ErrSelling.
+	Force bool
+}
+
+// RestoredItem is what restore wrote for one item.
+type RestoredItem struct {
+	ID         string `json:"id"`
+	Orders     int    `json:"orders"`
+	StockTotal int64  `json:"stock_total"`
+	StockLeft  int64  `json:"stock_left"`
+	Reserved   int64  `json:"reserved"`
+	Paid       int64  `json:"paid"`
+	Seq        int64  `json:"seq"`
+	Ratings    int    `json:"ratings"`
+	Note       string `json:"note,omitempty"`
+}
+
+// RestoreResult lists restored and refused items.
+type RestoreResult struct {
+	FencingToken int64          `json:"fencing_token"`
+	Restored     []RestoredItem `json:"restored"`
+	Refused      []Refusal      `json:"refused"`
+}
+
+// Refusal is an item restore left alone, and why.
+type Refusal struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// Restore rebuilds items' Redis state from Postgres after Redis lost it: the item hash (stock
+// figures from the record's orders), orders, allowances, paid units, users' order indexes,
+// the expiry index of reservations, and ratings and boards when a ranking store is set. It
+// runs under the same lock as batch; an item that Redis shows being sold is refused unless
+// forced. Idempotency keys are not in the record and are not restored.
+func (r *Reconciler) Restore(ctx context.Context, opt RestoreOptions) (*RestoreResult, error) {
+	if !opt.All && len(opt.Items) == 0 {
+		return nil, errors.New("reconcile: restore needs items or All")
+	}
+	res := &RestoreResult{Restored: []RestoredItem{}, Refused: []Refusal{}}
+	err := r.withLock(ctx, func(ctx context.Context, n int64) error {
+		res.FencingToken = n
+		// Raise the stored fence first: a batch that stalled past its lock cannot record a
+		// result after this restore began.
+		if err := r.fenced(ctx, n, func(pgx.Tx) error { return nil }); err != nil {
+			return err
+		}
+		ids := opt.Items
+		if opt.All {
+			var err error
+			if ids, err = r.pgItems(ctx); err != nil {
+				return err
+			}
+			sort.Strings(ids)
+		}
+		for _, id := range ids {
+			if !keyspace.ValidID(id) {
+				res.Refused = append(res.Refused, Refusal{ID: id, Reason: "not a valid item id"})
+				continue
+			}
+			item, err := r.restoreItem(ctx, id, n, opt.Force)
+			var refusal *refusedError
+			switch {
+			case errors.As(err, &refusal):
+				res.Refused = append(res.Refused, Refusal{ID: id, Reason: refusal.Error()})
+			case err != nil:
+				return fmt.Errorf("reconcile: restore %s: %w", id, err)
+			default:
+				res.Restored = append(res.Restored, item)
+				slog.Info("restored item", "item", id, "orders", item.Orders, "stock_left", item.StockLeft)
+			}
+		}
+		return nil
+	})
+	return res, err
+}
+
+// refusedError is an item restore refused (selling, not in the record, fenced).
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+func refuse(format string, args ...any) error {
+	return &refusedError{fmt.Errorf(format, args...)}
+}
+
+type pgItem struct {
+	name, category               string
+	price, total, perUser        int64
+	starts, ends                 *time.Time
+	attrMs, attrSeq, stMs, stSeq int64
+}
+
+type pgFullOrder struct {
+	id, user, status string
+	qty, price       int64
+	created, updated time.Time
+}
+
+func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force bool) (RestoredItem, error) {
+	k := r.keys.Item(id)
+	out := RestoredItem{ID: id}
+
+	// 1. Is the api selling it? Activity shows as events still waiting in the outbox or a
+	// version that moves while we watch.
+	if !force {
+		if err := r.checkIdle(ctx, id); err != nil {
+			return out, err
+		}
+	}
+	// 2. Everything already published must be in the record before it is read.
+	if r.opt.Pipeline != nil {
+		deadline := time.Now().Add(r.opt.SettleTimeout)
+		if err := r.settle(ctx, map[string]events.Position{}, deadline); err != nil && !errors.Is(err, errUnsettled) {
+			return out, err
+		} else if err != nil && !force {
+			return out, refuse("%w: the consumer has not applied every published event (%v)", ErrSelling, err)
+		}
+	}
+	// 3. Read the record.
+	var it pgItem
+	err := r.db.QueryRow(ctx, `SELECT name, category, price_cents, stock_total, per_user_limit,
+		starts_at, ends_at, attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq FROM items WHERE id = $1`, id).
+		Scan(&it.name, &it.category, &it.price, &it.total, &it.perUser, &it.starts, &it.ends,
+			&it.attrMs, &it.attrSeq, &it.stMs, &it.stSeq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return out, refuse("%w", ErrNotInRecord)
+	}
+	if err != nil {
+		return out, err
+	}
+	rows, _ := r.db.Query(ctx, `SELECT id, user_id, status, quantity, price_cents, created_at, updated_at
+		FROM orders WHERE item_id = $1`, id)
+	orders, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pgFullOrder, error) {
+		var o pgFullOrder
+		err := row.Scan(&o.id, &o.user, &o.status, &o.qty, &o.price, &o.created, &o.updated)
+		return o, err
+	})
+	if err != nil {
+		return out, err
+	}
+
+	// 4. Derive the state. Users' order indexes are deleted, then rebuilt: both the record's
+	// users and those of any live state (a forced restore), so no stale id survives.
+	stale, err := r.scanOrders(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	var puts []entry
+	cleared := map[string]bool{}
+	clear := func(user string) {
+		if key := k.UserOrders(user); !cleared[key] {
+			cleared[key] = true
+			puts = append(puts, entry{kind: "deluser", key: key})
+		}
+	}
+	for _, o := range stale {
+		if o.user != "" {
+			clear(o.user)
+		}
+	}
+	held := map[string]int64{}
+	paidBy := map[string]int64{}
+	var maxSeq, maxMs int64 = 0, max(it.attrMs, it.stMs)
+	ttl := r.opt.ReservationTTL.Milliseconds()
+	for _, o := range orders {
+		clear(o.user)
+		created := o.created.UnixMilli()
+		expires := created + ttl
+		maxMs = max(maxMs, o.updated.UnixMilli(), created)
+		if _, seqS, ok := strings.Cut(o.id, "."); ok {
+			if s, err := strconv.ParseInt(seqS, 10, 64); err == nil {
+				maxSeq = max(maxSeq, s)
+			}
+		}
+		packed := fmt.Sprintf("%s|%d|%d|%s|%d|%d", o.user, o.qty, o.price, o.status, created, expires)
+		puts = append(puts, entry{kind: "order", a: o.id, b: packed},
+			entry{kind: "user", a: o.id, b: strconv.FormatInt(created, 10), key: k.UserOrders(o.user)})
+		switch o.status {
+		case "reserved":
+			out.Reserved += o.qty
+			held[o.user] += o.qty
+			puts = append(puts, entry{kind: "exp", a: o.id, b: strconv.FormatInt(expires, 10)})
+		case "paid":
+			out.Paid += o.qty
+			held[o.user] += o.qty
+			paidBy[o.user] += o.qty
+		}
+	}
+	for u, q := range held {
+		puts = append(puts, entry{kind: "held", a: u, b: strconv.FormatInt(q, 10)})
+	}
+	for u, q := range paidBy {
+		puts = append(puts, entry{kind: "paid", a: u, b: strconv.FormatInt(q, 10)})
+	}
+	out.Orders, out.StockTotal = len(orders), it.total
+	out.StockLeft = it.total - out.Reserved - out.Paid
+	if out.StockLeft < 0 {
+		// The record says more was sold than loaded: sell nothing more rather than oversell.
+		out.Note = fmt.Sprintf("record holds %d units more than stock_total; stock_left set to 0", -out.StockLeft)
+		out.StockLeft = 0
+	}
+
+	// 5. Write: begin (fence, clear; the item hash goes), chunks, finish (the item hash last).
+	reply, err := restoreBegin.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry()}, n).Slice()
+	if err != nil {
+		return out, err
+	}
+	if reply[0] == "fenced" {
+		return out, refuse("%w: a newer restore (fencing %v) wrote this item", ErrFenced, reply[1])
+	}
+	version, _ := reply[1].(int64)
+	oldSeq, _ := reply[2].(int64)
+	out.Seq = max(maxSeq, oldSeq)
+	for i := 0; i < len(puts); i += restoreChunk {
+		if err := r.put(ctx, k, n, puts[i:min(i+restoreChunk, len(puts))]); err != nil {
+			return out, err
+		}
+	}
+
+	if err := r.rdb.SAdd(ctx, r.keys.Catalog(), id).Err(); err != nil {
+		return out, err
+	}
+	ms := func(t *time.Time) int64 {
+		if t == nil {
+			return 0
+		}
+		return t.UnixMilli()
+	}
+	floor := fmt.Sprintf("%d-0", maxMs+1)
+	args := []any{n, floor,
+		"name", it.name, "category", it.category, "price_cents", it.price,
+		"stock_total", it.total, "stock_left", out.StockLeft, "reserved", out.Reserved, "paid", out.Paid,
+		"per_user_limit", it.perUser, "starts_at", ms(it.starts), "ends_at", ms(it.ends),
+		"seq", out.Seq, "version", version + 1}
+	reply, err = restoreFinish.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Outbox()}, args...).Slice()
+	if err != nil {
+		return out, err
+	}
+	if reply[0] == "fenced" {
+		return out, refuse("%w: a newer restore (fencing %v) wrote this item", ErrFenced, reply[1])
+	}
+
+	if r.opt.Ranking != nil {
+		if out.Ratings, err = r.restoreRatings(ctx, id, it.category, out.Paid); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// entry is one write of restore_put; key is the user's order index for user and deluser.
+type entry struct{ kind, a, b, key string }
+
+func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries []entry) error {
+	keys := []string{k.RestoreFence(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry()}
+	args := make([]any, 0, 1+3*len(entries))
+	args = append(args, n)
+	for _, e := range entries {
+		args = append(args, e.kind, e.a, e.b)
+		if e.key != "" {
+			keys = append(keys, e.key)
+		}
+	}
+	reply, err := restorePut.Run(ctx, r.rdb, keys, args...).Slice()
+	if err != nil {
+		return err
+	}
+	if reply[0] == "fenced" {
+		return refuse("%w: a newer restore (fencing %v) wrote this item", ErrFenced, reply[1])
+	}
+	return nil
+}
+
+// checkIdle refuses an item that Redis shows being sold: events waiting in its outbox, or a
+// version that moves within QuietFor.
+func (r *Reconciler) checkIdle(ctx context.Context, id string) error {
+	k := r.keys.Item(id)
+	v1, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
+	if err != nil && !isNil(err) {
+		return err
+	}
+	backlog, err := r.rdb.XLen(ctx, k.Outbox()).Result()
+	if err != nil {
+		return err
+	}
+	if backlog > 0 {
+		return refuse("%w: %d events in its outbox are not published yet (use --force to override)", ErrSelling, backlog)
+	}
+	if v1 == "" {
+		return nil // no item hash: nothing is being sold
+	}
+	if err := pause(ctx, r.opt.QuietFor); err != nil {
+		return err
+	}
+	v2, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
+	if err != nil && !isNil(err) {
+		return err
+	}
+	if v2 != v1 {
+		return refuse("%w: it changed within the last %s (use --force to override)", ErrSelling, r.opt.QuietFor)
+	}
+	return nil
+}
+
+// restoreRatings replays the record's ratings of an item through the ranking store (which
+// rebuilds the boards), when Redis has none for it, and puts its paid units on best sellers.
+func (r *Reconciler) restoreRatings(ctx context.Context, id, category string, paid int64) (int, error) {
+	if err := r.opt.Ranking.SetSold(ctx, id, paid); err != nil {
+		return 0, err
+	}
+	exists, err := r.rdb.Exists(ctx, r.keys.ItemRatingStats(id)).Result()
+	if err != nil || exists > 0 {
+		return 0, err
+	}
+	rows, _ := r.db.Query(ctx, `SELECT user_id, stars FROM ratings WHERE item_id = $1 ORDER BY pos_ms, pos_seq`, id)
+	type rating struct {
+		user  string
+		stars int
+	}
+	ratings, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rating, error) {
+		var x rating
+		err := row.Scan(&x.user, &x.stars)
+		return x, err
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, x := range ratings {
+		if _, err := r.opt.Ranking.Rate(ctx, id, category, x.user, x.stars); err != nil {
+			slog.Warn("restore: rating not replayed", "item", id, "user", x.user, "err", err)
+			continue
+		}
+		n++
+	}
+	return n, nil
+}
+
+func isNil(err error) bool { return err != nil && err.Error() == "redis: nil" }

@@ -1,0 +1,251 @@
+package reconcile_test
+
+import (
+	"errors"
+	"maps"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// state is everything of one item that restore rebuilds.
+type state struct {
+	hash                 map[string]string
+	orders, held, paidBy map[string]string
+	expiry               []redis.Z
+	users                map[string][]redis.Z
+}
+
+func (e *env) dump(item string, users []string) state {
+	k := e.keys.Item(item)
+	s := state{
+		hash:   e.rdb.HGetAll(e.ctx, k.Hash()).Val(),
+		orders: e.rdb.HGetAll(e.ctx, k.Orders()).Val(),
+		held:   e.rdb.HGetAll(e.ctx, k.Held()).Val(),
+		paidBy: e.rdb.HGetAll(e.ctx, k.PaidBy()).Val(),
+		expiry: e.rdb.ZRangeWithScores(e.ctx, k.Expiry(), 0, -1).Val(),
+		users:  map[string][]redis.Z{},
+	}
+	for _, u := range users {
+		if z := e.rdb.ZRangeWithScores(e.ctx, k.UserOrders(u), 0, -1).Val(); len(z) > 0 {
+			s.users[u] = z
+		}
+	}
+	return s
+}
+
+func sameZ(a, b []redis.Z) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Member != b[i].Member || a[i].Score != b[i].Score {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *env) sameState(item string, before, after state) {
+	e.t.Helper()
+	for _, f := range []string{"stock_total", "stock_left", "reserved", "paid", "name", "category", "price_cents", "per_user_limit", "starts_at", "ends_at", "seq"} {
+		if before.hash[f] != after.hash[f] {
+			e.t.Errorf("%s %s: %q before, %q restored", item, f, before.hash[f], after.hash[f])
+		}
+	}
+	for what, pair := range map[string][2]map[string]string{"orders": {before.orders, after.orders},
+		"held": {before.held, after.held}, "paidby": {before.paidBy, after.paidBy}} {
+		if !maps.Equal(pair[0], pair[1]) {
+			e.t.Errorf("%s %s differ:\nbefore %v\nafter  %v", item, what, pair[0], pair[1])
+		}
+	}
+	if !sameZ(before.expiry, after.expiry) {
+		e.t.Errorf("%s expiry: %v before, %v restored", item, before.expiry, after.expiry)
+	}
+	if !maps.EqualFunc(before.users, after.users, sameZ) {
+		e.t.Errorf("%s user indexes differ", item)
+	}
+}
+
+// Sell, lose Redis entirely, restore from Postgres, keep selling: the rebuilt state equals
+// what was lost, and the sale continues to exactly the stock, never beyond.
+func TestRestoreAfterFlush(t *testing.T) {
+	rdb, keys, _ := testenv.PrivateRedis(t)
+	e := newEnvOn(t, rdb, keys)
+	rank := ranking.NewStore(rdb, keys, ranking.Options{})
+	e.ord.Hooks.PaidChanged = rank.PaidChanged
+	items := map[string]int64{"A": 60, "B": 40} // stock; per-user limit 4
+	for id, stock := range items {
+		e.item(id, stock, 4)
+	}
+	var users []string
+	for i := 0; i < 20; i++ {
+		users = append(users, "u"+strconv.Itoa(i))
+	}
+	var wg sync.WaitGroup
+	for i, u := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			for _, id := range []string{"A", "B"} {
+				res, err := e.inv.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: id, UserID: u, Quantity: 1 + rng.Int64N(2)})
+				if err != nil {
+					continue
+				}
+				switch rng.IntN(4) {
+				case 0, 1:
+					if _, err := e.ord.Pay(e.ctx, u, res.Order.ID); err == nil {
+						if _, err := rank.Rate(e.ctx, id, "c", u, 1+rng.IntN(5)); err != nil {
+							t.Errorf("rate: %v", err)
+						}
+					}
+				case 2:
+					_, _ = e.ord.Cancel(e.ctx, u, res.Order.ID)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	e.drain()
+	before := map[string]state{}
+	for id := range items {
+		before[id] = e.dump(id, users)
+	}
+	topBefore, _ := rank.TopRated(e.ctx, "", 10)
+	soldBefore, _ := rank.BestSellers(e.ctx, 10)
+
+	if err := rdb.FlushDB(e.ctx).Err(); err != nil { // a private server: losing it is the test
+		t.Fatal(err)
+	}
+	rec := e.reconciler(reconcile.Options{Ranking: rank, ReservationTTL: time.Hour, QuietFor: 50 * time.Millisecond})
+	res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Restored) != 2 || len(res.Refused) != 0 {
+		t.Fatalf("restore: %+v", res)
+	}
+	for id := range items {
+		e.sameState(id, before[id], e.dump(id, users))
+	}
+	topAfter, _ := rank.TopRated(e.ctx, "", 10)
+	soldAfter, _ := rank.BestSellers(e.ctx, 10)
+	if len(topBefore) == 0 || !slicesEqual(topBefore, topAfter) || !slicesEqual(soldBefore, soldAfter) {
+		t.Fatalf("boards: top %v -> %v, sold %v -> %v", topBefore, topAfter, soldBefore, soldAfter)
+	}
+
+	// Keep selling until everything is gone, with new buyers racing.
+	var created atomic.Int64
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u := "n" + strconv.Itoa(i)
+			for _, id := range []string{"A", "B", "A", "B"} {
+				if _, err := e.inv.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: id, UserID: u, Quantity: 1}); err == nil {
+					created.Add(1)
+				} else if !errors.Is(err, inventory.ErrSoldOut) && !errors.Is(err, inventory.ErrLimitExceeded) {
+					t.Errorf("purchase after restore: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var newOrders int64
+	for id, stock := range items {
+		after := e.dump(id, nil)
+		var units int64
+		perUser := map[string]int64{}
+		for _, packed := range after.orders {
+			f := strings.Split(packed, "|")
+			q, _ := strconv.ParseInt(f[1], 10, 64)
+			if f[3] == "reserved" || f[3] == "paid" {
+				units += q
+				perUser[f[0]] += q
+			}
+		}
+		if units != stock || after.hash["stock_left"] != "0" {
+			t.Errorf("%s: %d units out of %d, stock_left %s: oversold or lost", id, units, stock, after.hash["stock_left"])
+		}
+		for u, q := range perUser {
+			if q > 4 {
+				t.Errorf("%s: %s holds %d > limit 4", id, u, q)
+			}
+		}
+		newOrders += int64(len(after.orders) - len(before[id].orders))
+	}
+	if newOrders != created.Load() {
+		t.Fatalf("%d new orders in Redis, %d purchases succeeded (an id was reused)", newOrders, created.Load())
+	}
+	e.drain()
+	rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{})
+	if err != nil || !rep.Clean() {
+		t.Fatalf("batch after restore and selling: %v drift %q unverified %+v", err, driftKeys(rep.Drift), rep.Unverified)
+	}
+}
+
+func slicesEqual(a, b []ranking.Entry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ItemID != b[i].ItemID || a[i].Score != b[i].Score {
+			return false
+		}
+	}
+	return true
+}
+
+// Restore refuses an item being sold (unless forced) and one the record does not have.
+func TestRestoreRefusesLiveItem(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 1000000, 1000000)
+	e.buy("A", "alice", 1)
+	e.drain()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				e.buy("A", "bob", 1)
+			}
+		}
+	}()
+	rec := e.reconciler(reconcile.Options{QuietFor: 100 * time.Millisecond, ReservationTTL: time.Hour})
+	res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{Items: []string{"A", "nope"}})
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Restored) != 0 || len(res.Refused) != 2 ||
+		!strings.Contains(res.Refused[0].Reason, "live") || !strings.Contains(res.Refused[1].Reason, "not in Postgres") {
+		t.Fatalf("restore while selling: %+v", res)
+	}
+	t.Logf("refused: %+v", res.Refused)
+
+	// Forced, after the pipeline drained: Redis is rebuilt to what it already was.
+	e.drain()
+	before := e.dump("A", []string{"alice", "bob"})
+	res, err = rec.Restore(e.ctx, reconcile.RestoreOptions{Items: []string{"A"}, Force: true})
+	if err != nil || len(res.Restored) != 1 {
+		t.Fatalf("forced restore: %+v %v", res, err)
+	}
+	e.sameState("A", before, e.dump("A", []string{"alice", "bob"}))
+}

@@ -1,0 +1,25 @@
+-- restore_begin.lua: start rebuilding one item from the Postgres record: take the item's
+-- restore fence and clear what the rebuild will write. The item hash goes first, so purchases
+-- answer not_found until restore_finish.lua writes it back with the right stock.
+-- One script so a stale restorer (one that stalled past its lock's TTL) is refused before it
+-- deletes anything a newer restorer wrote.
+--
+-- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] orders hash   KEYS[4] held hash
+-- KEYS[5] paidby hash   KEYS[6] expiry zset
+-- ARGV[1] fencing number (integer >= 1)
+-- Reply: {'ok', the item's version before (0 if none), its seq before (0 if none)}
+--        | {'fenced', the newer fencing number stored}
+-- Bad arguments: an error reply, nothing written.
+
+local n = tonumber(ARGV[1])
+if not n or n < 1 or n ~= math.floor(n) then
+  return redis.error_reply('ERR restore_begin: bad fencing number')
+end
+local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
+if stored > n then
+  return {'fenced', stored}
+end
+redis.call('SET', KEYS[1], n)
+local f = redis.call('HMGET', KEYS[2], 'version', 'seq')
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+return {'ok', tonumber(f[1]) or 0, tonumber(f[2]) or 0}

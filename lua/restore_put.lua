@@ -1,0 +1,66 @@
+-- restore_put.lua: write one bounded chunk of an item's rebuilt state (orders, allowances,
+-- paid units, expiry index, users' order indexes), only for the restorer holding the item's
+-- fence. One script so the fence check and the writes are atomic: a stale restorer writes
+-- nothing once a newer one began.
+--
+-- KEYS[1] the item's restore fence   KEYS[2] orders hash   KEYS[3] held hash
+-- KEYS[4] paidby hash   KEYS[5] expiry zset   then one user order-index zset per 'user' or
+-- 'deluser' entry, in entry order
+-- ARGV[1] fencing number   then entries of three: kind, a, b
+--   order: a = order id, b = packed order       held: a = user, b = units (integer >= 1)
+--   paid:  a = user, b = units (integer >= 1)   exp:  a = order id, b = expires ms
+--   user:  a = order id, b = created ms         deluser: a, b ignored (deletes the key)
+-- Reply: {'ok', entries written} | {'fenced', the fencing number stored}
+-- Bad arguments: an error reply, nothing written.
+
+local n = tonumber(ARGV[1])
+local entries = (#ARGV - 1) / 3
+if not n or entries ~= math.floor(entries) then
+  return redis.error_reply('ERR restore_put: bad arguments')
+end
+local users = 0
+for i = 0, entries - 1 do
+  local kind, a, b = ARGV[2 + 3 * i], ARGV[3 + 3 * i], ARGV[4 + 3 * i]
+  if kind == 'user' or kind == 'deluser' then
+    users = users + 1
+  end
+  if kind == 'held' or kind == 'paid' or kind == 'exp' or kind == 'user' then
+    local x = tonumber(b)
+    if not x or x < 0 or x ~= math.floor(x) or a == '' then
+      return redis.error_reply('ERR restore_put: bad number in entry ' .. (i + 1))
+    end
+  elseif kind == 'order' then
+    if a == '' or not string.match(b, '^[^|]+|%d+|%d+|%a+|%d+|%d+$') then
+      return redis.error_reply('ERR restore_put: bad order in entry ' .. (i + 1))
+    end
+  elseif kind ~= 'deluser' then
+    return redis.error_reply('ERR restore_put: unknown kind in entry ' .. (i + 1))
+  end
+end
+if #KEYS ~= 5 + users then
+  return redis.error_reply('ERR restore_put: one key per user entry is needed')
+end
+local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
+if stored ~= n then
+  return {'fenced', stored}
+end
+local u = 5
+for i = 0, entries - 1 do
+  local kind, a, b = ARGV[2 + 3 * i], ARGV[3 + 3 * i], ARGV[4 + 3 * i]
+  if kind == 'order' then
+    redis.call('HSET', KEYS[2], a, b)
+  elseif kind == 'held' then
+    redis.call('HSET', KEYS[3], a, b)
+  elseif kind == 'paid' then
+    redis.call('HSET', KEYS[4], a, b)
+  elseif kind == 'exp' then
+    redis.call('ZADD', KEYS[5], b, a)
+  elseif kind == 'user' then
+    u = u + 1
+    redis.call('ZADD', KEYS[u], b, a)
+  else
+    u = u + 1
+    redis.call('DEL', KEYS[u])
+  end
+end
+return {'ok', entries}
