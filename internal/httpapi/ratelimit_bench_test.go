@@ -5,7 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -16,6 +19,8 @@ import (
 // (token check, body decode, the in-memory short cut, the contract's error body) with a
 // trivial Gin handler that writes the same 409 body. Both go through httptest in parallel.
 // The snapshot loop runs as in the api (it renews the sold-out mark); no purchase reaches Redis.
+// "interleaved" runs both in turns of 100ms slices, so a shared machine's changing load falls
+// on both alike, and reports the ratio.
 // Run: go test -run='^$' -bench=SoldOut ./internal/httpapi/
 func BenchmarkSoldOut(b *testing.B) {
 	serve := func(b *testing.B, h http.Handler, path, token string, want int) {
@@ -39,33 +44,95 @@ func BenchmarkSoldOut(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "answers/s")
 	}
 
-	b.Run("trivial-gin", func(b *testing.B) {
+	trivial := func() http.Handler {
 		gin.SetMode(gin.ReleaseMode)
 		e := gin.New()
 		e.POST("/x", func(c *gin.Context) {
 			c.JSON(http.StatusConflict, gin.H{"error": gin.H{"code": "sold_out", "message": "not enough stock left"}})
 		})
-		serve(b, e, "/x", "", http.StatusConflict)
-	})
-
-	b.Run("sold-out-router", func(b *testing.B) {
-		a := newLimitedAPI(b, nil)
+		return e
+	}
+	// soldOutAPI is the api with one sold-out item; check fails b if a purchase reached Redis.
+	soldOutAPI := func(b *testing.B) (a *limitedAPI, tok string, check func()) {
+		a = newLimitedAPI(b, nil)
 		one := int64(1)
 		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
+		b.Cleanup(cancel)
 		go a.inv.RunSnapshot(ctx)
 		if _, _, err := a.inv.Upsert(ctx, inventory.Input{ID: "gone", Name: "Gone", PriceCents: 1, Stock: &one, PerUserLimit: 5}); err != nil {
 			b.Fatal(err)
 		}
-		tok := a.token("bench")
+		tok = a.token("bench")
 		if r := a.send("POST", "/api/items/gone/purchase", tok, "", ""); r.status != http.StatusCreated {
 			b.Fatalf("buying the last unit: %d", r.status)
 		}
 		a.rec.scripts.Store(0)
+		return a, tok, func() {
+			if n := a.rec.scripts.Load(); n != 0 {
+				b.Fatalf("%d purchase scripts reached Redis during sold-out answers", n)
+			}
+		}
+	}
+
+	b.Run("trivial-gin", func(b *testing.B) { serve(b, trivial(), "/x", "", http.StatusConflict) })
+
+	b.Run("sold-out-router", func(b *testing.B) {
+		a, tok, check := soldOutAPI(b)
 		serve(b, a.srv, "/api/items/gone/purchase", tok, http.StatusConflict)
 		b.StopTimer()
-		if n := a.rec.scripts.Load(); n != 0 {
-			b.Fatalf("%d purchase scripts for %d sold-out answers", n, b.N)
+		check()
+	})
+
+	b.Run("interleaved", func(b *testing.B) {
+		a, tok, check := soldOutAPI(b)
+		type side struct {
+			h           http.Handler
+			path, token string
+			done        int64
+			spent       time.Duration
 		}
+		sides := []*side{{h: trivial(), path: "/x"}, {h: a.srv, path: "/api/items/gone/purchase", token: tok}}
+		drive := func(sd *side) {
+			var done atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			deadline := start.Add(100 * time.Millisecond)
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Now().Before(deadline) {
+						req := httptest.NewRequest("POST", sd.path, strings.NewReader(`{"quantity":1}`))
+						req.Header.Set("Content-Type", "application/json")
+						if sd.token != "" {
+							req.Header.Set("Authorization", "Bearer "+sd.token)
+						}
+						w := httptest.NewRecorder()
+						sd.h.ServeHTTP(w, req)
+						if w.Code != http.StatusConflict {
+							b.Errorf("status %d: %s", w.Code, w.Body.String())
+							return
+						}
+						done.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			sd.done += done.Load()
+			sd.spent += time.Since(start)
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			for _, sd := range sides {
+				drive(sd)
+			}
+		}
+		b.StopTimer()
+		check()
+		rate := func(sd *side) float64 { return float64(sd.done) / sd.spent.Seconds() }
+		b.ReportMetric(rate(sides[0]), "trivial-answers/s")
+		b.ReportMetric(rate(sides[1]), "sold-out-answers/s")
+		b.ReportMetric(rate(sides[1])/rate(sides[0]), "sold-out/trivial")
+		b.ReportMetric(0, "ns/op")
 	})
 }
