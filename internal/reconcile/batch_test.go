@@ -310,3 +310,43 @@ func TestStalledRunnerFenced(t *testing.T) {
 		t.Fatalf("stale run's row was written: status %q", status)
 	}
 }
+
+// The schedule runs batches on its own; two schedulers never overlap a run.
+func TestSchedule(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 10, 1)
+	e.drain()
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); e.reconciler(reconcile.Options{}).RunEvery(ctx, 30*time.Millisecond) }()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n int
+		_ = e.db.QueryRow(e.ctx, `SELECT count(*) FROM reconciliation_runs WHERE status = 'ok'`).Scan(&n)
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d scheduled runs", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	// Runs never overlapped: each started after the previous one finished.
+	var overlaps int
+	_ = e.db.QueryRow(e.ctx, `SELECT count(*) FROM reconciliation_runs a JOIN reconciliation_runs b
+		ON a.id < b.id AND b.started_at < a.finished_at`).Scan(&overlaps)
+	if overlaps != 0 {
+		t.Fatalf("%d overlapping runs", overlaps)
+	}
+	// (The last run may have been cancelled by the test's end and recorded as failed.)
+	var drift int
+	_ = e.db.QueryRow(e.ctx, `SELECT count(*) FROM reconciliation_runs WHERE status = 'drift'`).Scan(&drift)
+	if drift != 0 {
+		t.Fatalf("%d runs found drift", drift)
+	}
+}
