@@ -22,6 +22,7 @@ import (
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/web"
@@ -86,6 +87,13 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 	expirer := orders.NewExpirer(ord, inv.IDs, cfg.ExpiryInterval, cfg.ExpiryBatch)
 	metrics.ExpirerDrained.From(expirer.Drained)
+	// The pool dials on first use: the api starts and sells without Postgres; only the
+	// reconciliation report route needs it (and answers 503 while it is unreachable).
+	record, err := reconcile.OpenPostgres(cfg.PostgresDSN)
+	if err != nil {
+		return err
+	}
+	defer record.Close()
 
 	srv := httpapi.New(httpapi.Deps{
 		Config:    cfg,
@@ -106,7 +114,8 @@ func run(ctx context.Context, cfg config.Config) error {
 			}
 			return nil
 		},
-		Web: web.Files,
+		Web:            web.Files,
+		Reconciliation: reconcile.LatestReport(record),
 	})
 
 	bg, cancelBG := context.WithCancel(context.Background())

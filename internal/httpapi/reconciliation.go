@@ -1,6 +1,29 @@
 package httpapi
 
-import "github.com/gin-gonic/gin"
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
 
-// The latest reconciliation report (issue 8 replaces this stub).
-func (s *Server) reconciliationReport(c *gin.Context) { notYet(c) }
+	"github.com/gin-gonic/gin"
+)
+
+// reconciliationReport answers the latest batch reconciliation run as stored in Postgres:
+// {"run": {...}} with the run's report inside, or {"run": null} before the first run.
+// Postgres is read only here, so while it is unreachable this route alone answers 503.
+func (s *Server) reconciliationReport(c *gin.Context) {
+	if s.Reconciliation == nil {
+		abort(c, http.StatusServiceUnavailable, "unavailable", "reconciliation reports are not configured")
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 3*time.Second)
+	defer cancel()
+	run, err := s.Reconciliation(ctx)
+	if err != nil {
+		slog.Warn("reconciliation report unavailable", "err", err)
+		abort(c, http.StatusServiceUnavailable, "unavailable", "the reconciliation record (Postgres) is unreachable")
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"run": run})
+}

@@ -231,3 +231,14 @@ func Latest(ctx context.Context, db *pgxpool.Pool) (*LatestRun, error) {
 	}
 	return &l, nil
 }
+
+// LatestReport adapts Latest for the api's report route: the newest run, or nil before any.
+func LatestReport(db *pgxpool.Pool) func(ctx context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		l, err := Latest(ctx, db)
+		if err != nil || l == nil {
+			return nil, err
+		}
+		return l, nil
+	}
+}
