@@ -1,0 +1,140 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// ErrDrift is returned by BatchCommand when the run found drift or could not verify
+// everything (the report was printed and stored); commands exit non-zero on it.
+var ErrDrift = errors.New("reconcile: drift found")
+
+// ConsumerGroup is the Kafka group of the reconciler's consumer (record.ConsumerOptions'
+// default), whose progress runs wait for.
+const ConsumerGroup = "reconciler"
+
+// Open builds a Reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
+// pipeline (embedded broker address when KAFKA_BROKERS is unset), the ranking store.
+func Open(ctx context.Context, cfg config.Config) (*Reconciler, func(), error) {
+	rdb, err := redisconn.Open(ctx, cfg.RedisAddrs, cfg.RedisDB)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := lua.Load(ctx, rdb); err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	db, err := OpenPostgres(cfg.PostgresDSN)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	brokers := cfg.KafkaBrokers
+	if len(brokers) == 0 {
+		brokers = []string{cfg.EmbeddedKafkaAddr}
+	}
+	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
+	r := New(rdb, keys, db, Options{
+		ReservationTTL: cfg.ReservationTTL,
+		Pipeline:       NewKafkaPipeline(brokers, cfg.KafkaTopic, ConsumerGroup),
+		Ranking: ranking.NewStore(rdb, keys, ranking.Options{
+			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
+		}),
+	})
+	return r, func() { db.Close(); rdb.Close() }, nil
+}
+
+// BatchCommand is `reconciler batch [--repair] [--json|--table]`: one batch run, its report
+// printed as a table on a terminal and as JSON otherwise.
+func BatchCommand(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
+	repair := fs.Bool("repair", false, "re-emit the events of orders and items Postgres is missing or behind on")
+	asJSON := fs.Bool("json", false, "print the report as JSON (default when stdout is not a terminal)")
+	asTable := fs.Bool("table", false, "print the report as a table (default on a terminal)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("batch: unexpected arguments %q", fs.Args())
+	}
+	r, closeAll, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	rep, err := r.Batch(ctx, BatchOptions{Repair: *repair})
+	if rep != nil {
+		table := *asTable || (!*asJSON && isTerminal(stdout))
+		if table {
+			rep.WriteTable(stdout)
+		} else {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(rep)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.Clean() {
+		return ErrDrift
+	}
+	return nil
+}
+
+// RestoreCommand is `reconciler restore (--item ID[,ID...] | --all) [--force]`.
+func RestoreCommand(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
+	items := fs.String("item", "", "comma-separated item ids to rebuild")
+	all := fs.Bool("all", false, "rebuild every item of the record")
+	force := fs.Bool("force", false, "rebuild even items Redis shows being sold")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if (*items == "") == !*all || fs.NArg() > 0 {
+		return errors.New("restore: give exactly one of --item ID[,ID...] or --all")
+	}
+	opt := RestoreOptions{All: *all, Force: *force}
+	if *items != "" {
+		opt.Items = strings.Split(*items, ",")
+	}
+	r, closeAll, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	res, err := r.Restore(ctx, opt)
+	if res != nil {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+	}
+	if err != nil {
+		return err
+	}
+	if len(res.Refused) > 0 {
+		return fmt.Errorf("restore: %d items refused", len(res.Refused))
+	}
+	return nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
