@@ -11,3 +11,4 @@ echo "== go test -race"
 go test -race -count=1 -timeout 8m ./...
 echo "== web e2e"
 ./scripts/web-e2e.sh
+echo "== k6 smoke"; ./scripts/k6.sh
