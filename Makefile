@@ -16,6 +16,10 @@ services:
 test: services
 	./scripts/test.sh
 
+# The performance table of docs/performance.md: the api against naive baselines, in one run.
+bench: services
+	$(GO) run ./cmd/bench
+
 vet:
 	gofmt -l . | (! grep .) && $(GO) vet ./...
 
