@@ -46,8 +46,8 @@ func (a *Auth) User(token string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if claims.Subject == "" {
-		return "", errors.New("token has no subject")
+	if !validUser(claims.Subject) {
+		return "", errors.New("token's subject is not a valid user id")
 	}
 	a.verified.put(token, claims.Subject, claims.ExpiresAt.Time)
 	return claims.Subject, nil
@@ -74,8 +74,8 @@ func (a *Auth) requireUser(c *gin.Context) {
 		fail(c, errUnauthorized)
 		return
 	}
-	user, err := a.User(tok)
-	if err != nil || !validUser(user) {
+	user, err := a.User(tok) // a valid user id, or an error
+	if err != nil {
 		fail(c, errUnauthorized)
 		return
 	}
