@@ -45,6 +45,7 @@ func (s *Server) rateItem(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	s.boards.forget() // the rater sees the change at once on this instance
 	c.JSON(http.StatusOK, r)
 }
 
@@ -63,8 +64,10 @@ func (s *Server) topRated(c *gin.Context) {
 	if !ok {
 		return
 	}
-	entries, err := s.Ranking.TopRated(c.Request.Context(), c.Query("category"), limit)
-	s.board(c, ranking.BoardTopRated, entries, err)
+	category := c.Query("category")
+	s.cachedBoard(c, ranking.BoardTopRated, category, limit, func(ctx context.Context) ([]ranking.Entry, error) {
+		return s.Ranking.TopRated(ctx, category, limit)
+	})
 }
 
 func (s *Server) bestSellers(c *gin.Context) {
@@ -72,8 +75,9 @@ func (s *Server) bestSellers(c *gin.Context) {
 	if !ok {
 		return
 	}
-	entries, err := s.Ranking.BestSellers(c.Request.Context(), limit)
-	s.board(c, ranking.BoardBestSellers, entries, err)
+	s.cachedBoard(c, ranking.BoardBestSellers, "", limit, func(ctx context.Context) ([]ranking.Entry, error) {
+		return s.Ranking.BestSellers(ctx, limit)
+	})
 }
 
 // boardLimit parses ?limit= (1..N, default 10 or N if smaller); a bad value is answered 400.
@@ -91,17 +95,5 @@ func (s *Server) boardLimit(c *gin.Context) (int, bool) {
 	return limit, true
 }
 
-// board answers a leaderboard read, naming the items from the in-process catalogue so the
-// read stays one Redis round trip.
-func (s *Server) board(c *gin.Context, name string, entries []ranking.Entry, err error) {
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	for i := range entries {
-		if it, err := s.Inventory.Lookup(c.Request.Context(), entries[i].ItemID); err == nil {
-			entries[i].Name = it.Name
-		}
-	}
-	c.JSON(http.StatusOK, gin.H{"board": name, "entries": entries})
-}
+// Leaderboard replies come from boards.go's short-lived cache (one Redis read per board per
+// snapshot interval), with item names from the in-process catalogue.

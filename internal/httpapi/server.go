@@ -44,6 +44,7 @@ type Server struct {
 	Deps
 	engine    *gin.Engine
 	catalogue catalogueReplies // encoded GET /api/items bodies (replies.go)
+	boards    boardReplies     // encoded leaderboard bodies (boards.go)
 }
 
 const (

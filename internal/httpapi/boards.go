@@ -1,0 +1,101 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/flashsale/flashsale/internal/ranking"
+)
+
+// boardReplies keeps each leaderboard reply (board, category, limit) encoded for one snapshot
+// interval (500 ms by default): during a sale every open shopper page polls the boards about
+// once a second, so Redis sees one read per board per interval per instance, not one per
+// shopper. One loader per board at a time (singleflight); a rating on this instance drops
+// the cache so its author sees it at once. Bounded: the keys come from query strings.
+type boardReplies struct {
+	mu    sync.Mutex
+	m     map[string]encodedBoard
+	loads singleflight.Group
+}
+
+type encodedBoard struct {
+	at   time.Time
+	body []byte
+}
+
+const maxCachedBoards = 1024
+
+func (r *boardReplies) lookup(key string, ttl time.Duration) ([]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.m[key]
+	return e.body, ok && time.Since(e.at) < ttl
+}
+
+func (r *boardReplies) store(key string, at time.Time, body []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil || len(r.m) >= maxCachedBoards {
+		r.m = make(map[string]encodedBoard)
+	}
+	r.m[key] = encodedBoard{at: at, body: body}
+}
+
+// forget drops every cached board (after a write through this instance).
+func (r *boardReplies) forget() {
+	r.mu.Lock()
+	r.m = nil
+	r.mu.Unlock()
+}
+
+// cachedBoard answers a leaderboard read from the cache, loading it through read when stale.
+func (s *Server) cachedBoard(c *gin.Context, name, category string, limit int,
+	read func(ctx context.Context) ([]ranking.Entry, error)) {
+	ttl := s.Config.SnapshotInterval
+	if ttl <= 0 {
+		ttl = 500 * time.Millisecond
+	}
+	key := name + "\x00" + category + "\x00" + strconv.Itoa(limit)
+	if body, ok := s.boards.lookup(key, ttl); ok {
+		writeJSON(c, http.StatusOK, body)
+		return
+	}
+	v, err, _ := s.boards.loads.Do(key, func() (any, error) {
+		// Shared by every waiting reader: not bound to the first one's connection.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), 3*time.Second)
+		defer cancel()
+		at := time.Now() // before the read: the entry's age counts from what Redis was asked
+		entries, err := read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		body, err := s.boardBody(ctx, name, entries)
+		if err != nil {
+			return nil, err
+		}
+		s.boards.store(key, at, body)
+		return body, nil
+	})
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	writeJSON(c, http.StatusOK, v.([]byte))
+}
+
+// boardBody encodes a board, naming the items from the in-process catalogue.
+func (s *Server) boardBody(ctx context.Context, name string, entries []ranking.Entry) ([]byte, error) {
+	for i := range entries {
+		if it, err := s.Inventory.Lookup(ctx, entries[i].ItemID); err == nil {
+			entries[i].Name = it.Name
+		}
+	}
+	return json.Marshal(gin.H{"board": name, "entries": entries})
+}
