@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,8 +12,8 @@ import (
 // verified tokens are stored, keyed by the whole token string, so a forged or altered
 // token never matches an entry. Bounded: when full, it starts over.
 type tokenCache struct {
-	mu sync.RWMutex
-	m  map[string]verifiedToken
+	m sync.Map // token -> verifiedToken; reads take no lock
+	n atomic.Int64
 }
 
 type verifiedToken struct {
@@ -23,20 +24,21 @@ type verifiedToken struct {
 const tokenCacheSize = 1 << 16
 
 func (c *tokenCache) get(tok string, now time.Time) (string, bool) {
-	c.mu.RLock()
-	v, ok := c.m[tok]
-	c.mu.RUnlock()
-	if !ok || !now.Before(v.exp) {
+	v, ok := c.m.Load(tok)
+	if !ok {
 		return "", false
 	}
-	return v.user, true
+	vt := v.(verifiedToken)
+	if !now.Before(vt.exp) {
+		return "", false
+	}
+	return vt.user, true
 }
 
 func (c *tokenCache) put(tok, user string, exp time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= tokenCacheSize {
-		c.m = make(map[string]verifiedToken, 1024)
+	if c.n.Add(1) > tokenCacheSize {
+		c.m.Clear()
+		c.n.Store(1)
 	}
-	c.m[tok] = verifiedToken{user: user, exp: exp}
+	c.m.Store(tok, verifiedToken{user: user, exp: exp})
 }
