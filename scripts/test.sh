@@ -1,14 +1,42 @@
 #!/usr/bin/env bash
-# Every test: formatting and vet, the Go suite under -race against the real servers.
-set -euo pipefail
+# Every test, each stage run even when an earlier one failed, against the real servers:
+# formatting and vet, compose validation, the Go suite under -race (Redis, a local Redis
+# Cluster, PostgreSQL, the kfake broker over TCP), the browser suite in headless Chromium,
+# and the k6 smoke. The last line sums it up; the exit code is non-zero if anything failed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-echo "== gofmt / go vet"
-bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
-if [ -n "$bad" ]; then echo "gofmt would change: $bad"; exit 1; fi
-go vet ./...
-echo "== docker-compose config"; ./scripts/compose-check.sh
-echo "== go test -race"
-go test -race -count=1 -timeout 8m ./...
-echo "== web e2e"
-./scripts/web-e2e.sh
-echo "== k6 smoke"; ./scripts/k6.sh
+export K6_NO_USAGE_REPORT=true
+
+stages_passed=0 stages_failed=0 failed_names=()
+stage() { # stage NAME COMMAND...
+  local name=$1; shift
+  echo "== $name"
+  local start=$SECONDS
+  if "$@"; then
+    stages_passed=$((stages_passed + 1)); echo "== $name: ok ($((SECONDS - start)) s)"
+  else
+    stages_failed=$((stages_failed + 1)); failed_names+=("$name"); echo "== $name: FAILED ($((SECONDS - start)) s)"
+  fi
+}
+
+fmt_vet() {
+  local bad
+  bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './web/e2e/node_modules/*'))
+  if [ -n "$bad" ]; then echo "gofmt would change: $bad"; return 1; fi
+  go vet ./...
+}
+
+go_tests() {
+  go build -o bin/testsummary ./internal/testsummary || return 1
+  go test -race -count=1 -timeout 9m -json ./... | ./bin/testsummary
+}
+
+stage "gofmt and go vet" fmt_vet
+stage "docker-compose config" ./scripts/compose-check.sh
+stage "go test -race" go_tests
+stage "web e2e (headless Chromium)" ./scripts/web-e2e.sh
+stage "k6 smoke" ./scripts/k6.sh
+
+[ ${#failed_names[@]} -gt 0 ] && printf 'failed stage: %s\n' "${failed_names[@]}"
+echo "stages: $stages_passed passed, $stages_failed failed"
+[ "$stages_failed" -eq 0 ]
