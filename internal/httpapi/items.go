@@ -2,11 +2,13 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -88,7 +90,7 @@ func (s *Server) putItem(c *gin.Context) {
 		fail(c, asInvalid(err))
 		return
 	}
-	it, created, err := s.Inventory.Upsert(c.Request.Context(), in)
+	it, created, err := s.upsertItem(c.Request.Context(), in)
 	if err != nil {
 		fail(c, err)
 		return
@@ -169,7 +171,7 @@ func (s *Server) importItems(c *gin.Context) {
 			errs = append(errs, importError{r.line, r.err.Error()})
 			continue
 		}
-		_, isNew, err := s.Inventory.Upsert(c.Request.Context(), r.in)
+		_, isNew, err := s.upsertItem(c.Request.Context(), r.in)
 		switch {
 		case err == nil && isNew:
 			created++
@@ -282,4 +284,17 @@ func parseJSONItems(b []byte) ([]importRow, error) {
 		rows[i].in, rows[i].err = body.input(*body.ID)
 	}
 	return rows, nil
+}
+
+// upsertItem saves an item and, for an update, moves it to its (possibly new) category board.
+// The board move is best effort: the item is saved either way, and its next rating moves it.
+func (s *Server) upsertItem(ctx context.Context, in inventory.Input) (inventory.Item, bool, error) {
+	it, created, err := s.Inventory.Upsert(ctx, in)
+	if err != nil || created || s.Ranking == nil {
+		return it, created, err
+	}
+	if err := s.Ranking.SetCategory(ctx, it.ID, it.Category); err != nil {
+		slog.Warn("item saved but its category board was not moved", "item", it.ID, "err", err)
+	}
+	return it, created, nil
 }

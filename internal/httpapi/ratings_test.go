@@ -251,3 +251,25 @@ func TestLeaderboardDefaultLimit(t *testing.T) {
 		}
 	}
 }
+
+// An admin update that changes an item's category moves it between category boards at once.
+func TestCategoryChangeMovesBoard(t *testing.T) {
+	a := newRatingAPI(t, 100)
+	a.item("book1", "Book One", "phones")
+	a.buyer("book1", "ann")
+	if code, out := a.do(http.MethodPost, "/api/items/book1/rating", "ann", `{"stars":5}`); code != http.StatusOK {
+		t.Fatalf("rate: %d %v", code, out)
+	}
+	body := `{"name":"Book One","category":"books","price_cents":100,"per_user_limit":100}`
+	if code, out := a.do(http.MethodPut, "/api/admin/items/book1", "admin", body); code != http.StatusOK {
+		t.Fatalf("update: %d %v", code, out)
+	}
+	_, books := a.do(http.MethodGet, "/api/leaderboards/top-rated?category=books", "", "")
+	_, phones := a.do(http.MethodGet, "/api/leaderboards/top-rated?category=phones", "", "")
+	if e := entries(t, books); len(e) != 1 || e[0]["item_id"] != "book1" {
+		t.Fatalf("books board: %v", books)
+	}
+	if e := entries(t, phones); len(e) != 0 {
+		t.Fatalf("phones board still lists the item: %v", phones)
+	}
+}
