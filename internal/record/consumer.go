@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -73,26 +74,34 @@ func NewConsumer(db *gorm.DB, opt ConsumerOptions) *Consumer {
 	if opt.LagInterval <= 0 {
 		opt.LagInterval = 5 * time.Second
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:     opt.Brokers,
-		Topic:       opt.Topic,
-		GroupID:     opt.GroupID,
+	return &Consumer{
+		w: NewWriter(db),
+		// Its own transport: the shared default one keeps dead connections after a broker
+		// restart, and lag must be measurable right after an outage.
+		client: &kafka.Client{Addr: kafka.TCP(opt.Brokers...), Timeout: 5 * time.Second, Transport: &kafka.Transport{}},
+		opt:    opt,
+	}
+}
+
+// newReader builds the group reader. It joins the group as soon as it exists, so Run makes it:
+// a member that joined but does not fetch would sit on its partitions.
+func (c *Consumer) newReader() *kafka.Reader {
+	return kafka.NewReader(kafka.ReaderConfig{
+		Brokers:     c.opt.Brokers,
+		Topic:       c.opt.Topic,
+		GroupID:     c.opt.GroupID,
 		StartOffset: kafka.FirstOffset, // a new group reads the topic from the start
 		MinBytes:    1,
 		MaxBytes:    16 << 20,
 		MaxWait:     250 * time.Millisecond,
 		// Offsets are committed by Run, synchronously, after the transaction.
 		CommitInterval: 0,
-		QueueCapacity:  opt.BatchSize,
+		QueueCapacity:  c.opt.BatchSize,
 		ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second,
+		ErrorLogger:    kafka.LoggerFunc(func(msg string, args ...any) { slog.Warn("kafka reader: " + fmt.Sprintf(msg, args...)) }),
+		Logger:         debugLogger(),
 	})
-	return &Consumer{
-		w:      NewWriter(db),
-		r:      r,
-		client: &kafka.Client{Addr: kafka.TCP(opt.Brokers...), Timeout: 5 * time.Second},
-		opt:    opt,
-	}
 }
 
 // Stats returns the consumer's counters.
@@ -110,6 +119,7 @@ func (c *Consumer) Lag() int64 { return c.lag.Load() }
 // committed (within DrainTimeout), the group is left, and Run returns nil. Postgres errors
 // are retried with backoff without committing; only AfterCommit's error stops Run early.
 func (c *Consumer) Run(ctx context.Context) error {
+	c.r = c.newReader()
 	defer func() {
 		if err := c.r.Close(); err != nil {
 			slog.Warn("reconciler: closing the Kafka reader", "err", err)
@@ -227,6 +237,8 @@ func (c *Consumer) watchLag(ctx context.Context) {
 		}
 		lag, err := c.MeasureLag(ctx)
 		if err != nil {
+			// Drop pooled connections that may point at a broker that went away.
+			c.client.Transport.(*kafka.Transport).CloseIdleConnections()
 			if ctx.Err() == nil {
 				slog.Warn("reconciler: measuring consumer lag", "err", err)
 			}
@@ -284,4 +296,11 @@ func (c *Consumer) MeasureLag(ctx context.Context) (int64, error) {
 	c.lag.Store(lag)
 	metrics.ConsumerLag.Set(float64(lag))
 	return lag, nil
+}
+
+func debugLogger() kafka.Logger {
+	if os.Getenv("KDEBUG") == "" {
+		return nil
+	}
+	return kafka.LoggerFunc(func(msg string, args ...any) { slog.Info("kafka reader: " + fmt.Sprintf(msg, args...)) })
 }
