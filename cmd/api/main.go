@@ -11,16 +11,20 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/kafkabroker"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/redisconn"
@@ -123,6 +127,35 @@ func run(ctx context.Context, cfg config.Config) error {
 	go inv.RunSnapshot(bg)
 	go expirer.Run(bg)
 
+	// Events: the outbox relay publishes to KAFKA_BROKERS, or to an embedded Kafka-protocol
+	// broker when that is unset. Kafka being down never stops selling: events wait in Redis.
+	kafkaAddrs := cfg.KafkaBrokers
+	if len(kafkaAddrs) == 0 {
+		broker, err := kafkabroker.Start(kafkabroker.Options{
+			Addr: cfg.EmbeddedKafkaAddr, Topic: cfg.KafkaTopic, Partitions: cfg.KafkaPartitions,
+			// On disk, so events the reconciler has not read yet survive an api restart.
+			DataDir: filepath.Join(os.TempDir(), "flashsale-kafka-"+strings.ReplaceAll(cfg.EmbeddedKafkaAddr, ":", "_")),
+		})
+		if err != nil {
+			return err
+		}
+		defer broker.Close()
+		kafkaAddrs = []string{broker.Addr()}
+		slog.Info("embedded Kafka-protocol broker", "addr", broker.Addr(), "topic", cfg.KafkaTopic)
+	}
+	kafkaWriter := outbox.NewWriter(kafkaAddrs, cfg.KafkaTopic)
+	defer kafkaWriter.Close()
+	relay := outbox.New(rdb, keys, kafkaWriter, outbox.Options{})
+	relayCtx, stopRelay := context.WithCancel(context.Background())
+	defer stopRelay()
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		if err := relay.Run(relayCtx); err != nil {
+			slog.Error("outbox relay stopped", "err", err)
+		}
+	}()
+
 	// pprof (and /metrics) for operators on FLASHSALE_ADMIN_ADDR; off when empty.
 	stopAdmin, err := metrics.StartAdmin(cfg.AdminAddr)
 	if err != nil {
@@ -153,6 +186,9 @@ func run(ctx context.Context, cfg config.Config) error {
 	if err := httpSrv.Shutdown(sctx); err != nil {
 		slog.Warn("http shutdown", "err", err)
 	}
+	// After the last request: the relay publishes what it holds, then the broker closes.
+	stopRelay()
+	<-relayDone
 	cancelBG()
 	return nil
 }

@@ -1,0 +1,135 @@
+// Command reconciler keeps the PostgreSQL record of the sale: it consumes the event topic in a
+// consumer group and writes every event exactly once (by event_id).
+//
+//	reconciler            consume events into Postgres (applies migrations first)
+//	reconciler migrate    apply the migrations and exit
+//	reconciler batch      one reconciliation run of Redis against Postgres (see reconcile)
+//	reconciler restore    rebuild Redis from Postgres (see reconcile)
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/record"
+)
+
+const usage = "usage: reconciler [run | migrate | batch [--repair] | restore]"
+
+func main() {
+	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	cfg, err := config.FromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reconciler:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cmd, args := "run", []string(nil)
+	if len(os.Args) > 1 {
+		cmd, args = os.Args[1], os.Args[2:]
+	}
+	switch cmd {
+	case "run":
+		err = run(ctx, cfg)
+	case "migrate":
+		err = migrate(ctx, cfg)
+	case "batch":
+		err = reconcile.BatchCommand(ctx, cfg, args, os.Stdout)
+	case "restore":
+		err = reconcile.RestoreCommand(ctx, cfg, args, os.Stdout)
+	case "-h", "--help", "help":
+		fmt.Println(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "reconciler: unknown command %q\n%s\n", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reconciler:", err)
+		if errors.Is(err, reconcile.ErrDrift) {
+			os.Exit(3)
+		}
+		os.Exit(1)
+	}
+}
+
+// brokers are KAFKA_BROKERS, or the api's embedded broker when it is unset.
+func brokers(cfg config.Config) []string {
+	if len(cfg.KafkaBrokers) > 0 {
+		return cfg.KafkaBrokers
+	}
+	return []string{cfg.EmbeddedKafkaAddr}
+}
+
+func migrate(ctx context.Context, cfg config.Config) error {
+	db, err := record.Open(cfg.PostgresDSN)
+	if err != nil {
+		return err
+	}
+	defer closeDB(db)
+	v, err := record.Migrate(ctx, db)
+	if err != nil {
+		return err
+	}
+	slog.Info("migrations applied", "version", v)
+	return nil
+}
+
+// run consumes until SIGINT/SIGTERM, then drains the batch in hand and commits it.
+func run(ctx context.Context, cfg config.Config) error {
+	slog.Info("starting reconciler", "config", fmt.Sprintf("%+v", cfg.Masked()))
+	db, err := record.Open(cfg.PostgresDSN)
+	if err != nil {
+		return err
+	}
+	defer closeDB(db)
+	// Postgres may still be starting (make run starts everything at once): retry a while.
+	for attempt := 1; ; attempt++ {
+		v, err := record.Migrate(ctx, db)
+		if err == nil {
+			slog.Info("migrations applied", "version", v)
+			break
+		}
+		if attempt == 30 || ctx.Err() != nil {
+			return err
+		}
+		slog.Warn("postgres not ready; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+
+	stopAdmin, err := metrics.StartAdmin(cfg.AdminAddr) // /metrics and pprof; off when empty
+	if err != nil {
+		return err
+	}
+	defer stopAdmin()
+
+	c := record.NewConsumer(db, record.ConsumerOptions{
+		Brokers:      brokers(cfg),
+		Topic:        cfg.KafkaTopic,
+		GroupID:      reconcile.ConsumerGroup,
+		DrainTimeout: cfg.ShutdownTimeout,
+	})
+	return c.Run(ctx)
+}
+
+func closeDB(db *gorm.DB) {
+	if s, err := db.DB(); err == nil {
+		s.Close()
+	}
+}
