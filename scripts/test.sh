@@ -26,7 +26,17 @@ fmt_vet() {
   go vet ./...
 }
 
+# The events test reads the topic back with kcat (librdkafka): a Kafka client nobody here wrote.
+ensure_kcat() {
+  command -v kcat >/dev/null && return 0
+  echo "installing kcat (Debian package) for the events test"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat >/dev/null 2>&1 ||
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat >/dev/null; }
+}
+
 go_tests() {
+  ensure_kcat || echo "kcat could not be installed; the kcat test will fail saying so"
   go build -o bin/testsummary ./internal/testsummary || return 1
   go test -race -count=1 -timeout 9m -json ./... | ./bin/testsummary
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -100,7 +99,6 @@ func (c *Consumer) newReader() *kafka.Reader {
 		ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second,
 		ErrorLogger:    kafka.LoggerFunc(func(msg string, args ...any) { slog.Warn("kafka reader: " + fmt.Sprintf(msg, args...)) }),
-		Logger:         debugLogger(),
 	})
 }
 
@@ -296,11 +294,4 @@ func (c *Consumer) MeasureLag(ctx context.Context) (int64, error) {
 	c.lag.Store(lag)
 	metrics.ConsumerLag.Set(float64(lag))
 	return lag, nil
-}
-
-func debugLogger() kafka.Logger {
-	if os.Getenv("KDEBUG") == "" {
-		return nil
-	}
-	return kafka.LoggerFunc(func(msg string, args ...any) { slog.Info("kafka reader: " + fmt.Sprintf(msg, args...)) })
 }
