@@ -9,7 +9,7 @@
 -- KEYS[5] outbox stream
 -- then for attempt i (1-based): KEYS[3+3i] user's order index zset,
 --   KEYS[4+3i] idempotency key, KEYS[5+3i] user's purchase rate-limit key
--- ARGV[1] reservation ttl ms (>0)   ARGV[2] idempotency ttl ms (>0)
+-- ARGV[1] reservation ttl ms (integer 1..1e13)   ARGV[2] idempotency ttl ms (integer 1..1e13)
 -- ARGV[3] rate per period (0 = no limit)   ARGV[4] period ms   ARGV[5] burst
 -- ARGV[6] item id (for order ids and events)
 -- then for attempt i: ARGV[4+3i] user id, ARGV[5+3i] quantity, ARGV[6+3i] idempotency key ('' none)
@@ -32,10 +32,16 @@ local n = (#KEYS - 5) / 3
 if n < 1 or n ~= math.floor(n) or #ARGV ~= 6 + 3 * n then
   return redis.error_reply('ERR purchase: KEYS/ARGV do not describe a batch')
 end
-if not ttl or ttl <= 0 or not idem_ttl or idem_ttl <= 0 or not rate or rate < 0 then
+-- tonumber also reads 'nan', 'inf' and fractions. A ttl must be whole milliseconds that print
+-- as an integer (PX, the packed order's expires_ms): a bad one would fail a write half-way
+-- through an attempt, or pack an order nobody can read back. A non-finite rate or burst would
+-- switch the limiter off.
+local function finite(x) return x ~= nil and x == x and x > -math.huge and x < math.huge end
+local function whole_ms(x) return finite(x) and x >= 1 and x <= 1e13 and x == math.floor(x) end
+if not whole_ms(ttl) or not whole_ms(idem_ttl) or not finite(rate) or rate < 0 then
   return redis.error_reply('ERR purchase: bad ttl or rate')
 end
-if rate > 0 and (not period or period <= 0 or not burst or burst < 1) then
+if rate > 0 and (not finite(period) or period <= 0 or not finite(burst) or burst < 1) then
   return redis.error_reply('ERR purchase: bad period or burst')
 end
 

@@ -447,6 +447,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	k := keys.Item("m")
 	base := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox()}
 	per := []string{k.UserOrders("u"), k.Idempotency("u", ""), k.PurchaseLimit("u")}
+	idem := []string{k.UserOrders("u"), k.Idempotency("u", "k1"), k.PurchaseLimit("u")}
 	cases := []struct {
 		name string
 		keys []string
@@ -457,6 +458,19 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 		{"negative ttl", append(base, per...), []any{-5, 1000, 0, 0, 0, "m", "u", 1, ""}},
 		{"rate without period", append(base, per...), []any{600000, 1000, 5, 0, 1, "m", "u", 1, ""}},
 		{"args short", append(base, per...), []any{600000, 1000, 0, 0, 0, "m", "u", 1}},
+		// tonumber reads 'inf', 'nan' and fractions: a bad ttl fails a write half-way through an
+		// attempt (SET PX 1.5, ZADD nan) or packs an order that never reads back (expires 1.5);
+		// a non-finite rate or burst silently switches the limiter off.
+		{"fractional ttl", append(base, per...), []any{"1.5", 1000, 0, 0, 0, "m", "u", 1, ""}},
+		{"infinite ttl", append(base, per...), []any{"inf", 1000, 0, 0, 0, "m", "u", 1, ""}},
+		{"nan ttl", append(base, per...), []any{"nan", 1000, 0, 0, 0, "m", "u", 1, ""}},
+		{"fractional idempotency ttl", append(base, idem...), []any{600000, "1.5", 0, 0, 0, "m", "u", 1, "k1"}},
+		{"infinite idempotency ttl", append(base, idem...), []any{600000, "inf", 0, 0, 0, "m", "u", 1, "k1"}},
+		{"nan rate", append(base, per...), []any{600000, 1000, "nan", 1000, 1, "m", "u", 1, ""}},
+		{"infinite rate", append(base, per...), []any{600000, 1000, "inf", 1000, 1, "m", "u", 1, ""}},
+		{"nan period", append(base, per...), []any{600000, 1000, 1, "nan", 1, "m", "u", 1, ""}},
+		{"infinite period", append(base, per...), []any{600000, 1000, 1, "inf", 1, "m", "u", 1, ""}},
+		{"infinite burst", append(base, per...), []any{600000, 1000, 1, 1000, "inf", "m", "u", 1, ""}},
 	}
 	for _, tc := range cases {
 		if err := lua.Purchase.Run(ctx, rdb, tc.keys, tc.args...).Err(); err == nil {
@@ -471,6 +485,12 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	it, _ := s.Get(ctx, "m")
 	if it.StockLeft != 5 || rdb.XLen(ctx, k.Outbox()).Val() != 1 {
 		t.Fatalf("malformed calls changed state: %+v", it)
+	}
+	// Nor did they leave half an attempt behind (an order without its stock taken).
+	for _, key := range []string{k.Orders(), k.Held(), k.Expiry(), k.UserOrders("u"), k.Idempotency("u", "k1"), k.PurchaseLimit("u")} {
+		if n := rdb.Exists(ctx, key).Val(); n != 0 {
+			t.Errorf("malformed calls wrote %s", key)
+		}
 	}
 }
 
