@@ -8,7 +8,8 @@
 --        malformed delta (nothing written).
 
 local delta = tonumber(ARGV[2])
-if not delta or delta == 0 or delta ~= math.floor(delta) then
+-- tonumber also reads 'inf': stock_left would become inf (endless stock), then nan.
+if not delta or delta == 0 or delta ~= math.floor(delta) or math.abs(delta) == math.huge then
   return redis.error_reply('ERR adjust_stock: delta must be a non-zero integer')
 end
 local f = redis.call('HMGET', KEYS[1], 'stock_total', 'stock_left')

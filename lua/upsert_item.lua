@@ -14,8 +14,9 @@ local stock = ARGV[5] == '' and -1 or tonumber(ARGV[5])
 local per_user = tonumber(ARGV[6])
 local starts = tonumber(ARGV[7])
 local ends = tonumber(ARGV[8])
-local function whole(x, min) return x and x >= min and x == math.floor(x) end
-if ARGV[1] == '' or ARGV[2] == '' or not whole(price, 0) or not whole(stock, -1)
+-- tonumber also reads 'inf' and 'nan'; an item field holding one would never read back.
+local function whole(x, min) return x and x >= min and x < math.huge and x == math.floor(x) end
+if ARGV[1] == '' or ARGV[2] == '' or not whole(price, 0) or (ARGV[5] ~= '' and not whole(stock, 0))
   or not whole(per_user, 1) or not whole(starts, 0) or not whole(ends, 0)
   or (ends > 0 and ends <= starts) then
   return redis.error_reply('ERR upsert_item: invalid arguments')

@@ -494,6 +494,53 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	}
 }
 
+// TestItemScriptsRejectBadNumbers: upsert_item and adjust_stock refuse what tonumber reads but
+// no item may hold ('inf', a fraction, an explicit negative stock) and write nothing.
+func TestItemScriptsRejectBadNumbers(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	ctx := context.Background()
+	newItem(t, s, "n", 5, 5)
+	k := keys.Item("n")
+	ik := []string{k.Hash(), k.Outbox()}
+	// id name category price stock per_user starts ends
+	upserts := []struct {
+		name string
+		args []any
+	}{
+		{"infinite price", []any{"n", "N", "c", "inf", "", 5, 0, 0}},
+		{"fractional price", []any{"n", "N", "c", "9.5", "", 5, 0, 0}},
+		{"infinite per-user limit", []any{"n", "N", "c", 999, "", "inf", 0, 0}},
+		{"infinite end", []any{"n", "N", "c", 999, "", 5, 0, "inf"}},
+		{"negative stock", []any{"n", "N", "c", 999, -1, 5, 0, 0}},
+	}
+	for _, tc := range upserts {
+		if err := lua.UpsertItem.Run(ctx, rdb, ik, tc.args...).Err(); err == nil {
+			t.Errorf("upsert_item, %s: script accepted it", tc.name)
+		}
+	}
+	if err := lua.UpsertItem.Run(ctx, rdb, []string{keys.Item("fresh").Hash(), keys.Item("fresh").Outbox()},
+		"fresh", "F", "c", 1, -1, 5, 0, 0).Err(); err == nil {
+		t.Errorf("upsert_item: created an item from stock -1")
+	}
+	for _, delta := range []string{"inf", "-inf", "nan", "1.5", "0"} {
+		if err := lua.AdjustStock.Run(ctx, rdb, ik, "n", delta).Err(); err == nil {
+			t.Errorf("adjust_stock, delta %s: script accepted it", delta)
+		}
+	}
+	h := rdb.HGetAll(ctx, k.Hash()).Val()
+	if h["price_cents"] != "999" || h["stock_total"] != "5" || h["stock_left"] != "5" ||
+		h["per_user_limit"] != "5" || h["ends_at"] != "0" || h["version"] != "1" {
+		t.Fatalf("bad numbers changed the item: %v", h)
+	}
+	if n := rdb.XLen(ctx, k.Outbox()).Val(); n != 1 {
+		t.Fatalf("bad numbers appended %d events", n-1)
+	}
+	if n := rdb.Exists(ctx, keys.Item("fresh").Hash()).Val(); n != 0 {
+		t.Fatalf("bad numbers created an item")
+	}
+}
+
 // TestCluster runs the item, stock and purchase scripts on a local 3-master Redis Cluster:
 // every key of a script shares the item's hash tag, so there is no CROSSSLOT.
 func TestCluster(t *testing.T) {
