@@ -3,13 +3,15 @@
 -- larger than every earlier holder's, and a refused caller never consumes one.
 --
 -- KEYS[1] lock key   KEYS[2] fencing counter (same hash tag)
--- ARGV[1] owner value (random per holder, non-empty)   ARGV[2] ttl ms (integer >= 1)
+-- ARGV[1] owner value (random per holder, non-empty)   ARGV[2] ttl ms (integer 1..1e13)
 -- Reply: {'obtained', fencing number, ttl ms}
 --        {'held', the holder's value, the holder's remaining ms}
 -- Bad arguments: an error reply, nothing written.
 
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
-if not owner or owner == '' or not ttl or ttl < 1 or ttl ~= math.floor(ttl) then
+-- tonumber also reads 'inf' and '1e20', which SET PX refuses: after the INCR, that would
+-- burn a fencing number on a refused call.
+if not owner or owner == '' or not ttl or ttl < 1 or ttl > 1e13 or ttl ~= math.floor(ttl) then
   return redis.error_reply('ERR lock_obtain: bad owner or ttl')
 end
 local holder = redis.call('GET', KEYS[1])
