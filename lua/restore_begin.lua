@@ -12,7 +12,8 @@
 -- Bad arguments: an error reply, nothing written.
 
 local n = tonumber(ARGV[1])
-if not n or n < 1 or n ~= math.floor(n) then
+-- tonumber also reads 'inf': stored, it would refuse every later restorer of the item.
+if not n or n < 1 or n == math.huge or n ~= math.floor(n) then
   return redis.error_reply('ERR restore_begin: bad fencing number')
 end
 local stored = tonumber(redis.call('GET', KEYS[1]) or '0')

@@ -25,8 +25,10 @@ for i = 0, entries - 1 do
     users = users + 1
   end
   if kind == 'held' or kind == 'paid' or kind == 'exp' or kind == 'user' then
+    -- tonumber also reads 'inf': held inf would bar the user for good, exp inf never expires.
     local x = tonumber(b)
-    if not x or x < 0 or x ~= math.floor(x) or a == '' then
+    local min = (kind == 'held' or kind == 'paid') and 1 or 0
+    if not x or x < min or x == math.huge or x ~= math.floor(x) or a == '' then
       return redis.error_reply('ERR restore_put: bad number in entry ' .. (i + 1))
     end
   elseif kind == 'order' then
