@@ -13,7 +13,8 @@
 --   outcome: cancelled | not_found (no such order, or another user's)
 --            | invalid_state (not reserved, or its time ran out: the order is now expired)
 --   packed_order: the order after the call ('' for not_found)
--- A malformed argument is an error reply and writes nothing.
+-- A malformed argument, or an order whose item hash is missing (a restore is rebuilding the
+-- item), is an error reply and writes nothing.
 
 local item_id, oid, user = ARGV[1], ARGV[2], ARGV[3]
 if not item_id or item_id == '' or not user or user == '' or not oid
@@ -25,6 +26,10 @@ local packed = redis.call('HGET', KEYS[2], oid)
 local o = unpack_order(packed)
 if not o or o.user ~= user then
   return {'not_found', ''}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  -- A restore is rebuilding the item: see pay.lua.
+  return redis.error_reply('ERR cancel: the item is being restored; try again')
 end
 if o.status ~= 'reserved' then
   return {'invalid_state', packed}

@@ -15,7 +15,8 @@
 --            | invalid_state (paid or cancelled)
 --   packed_order: the order after the call ('' for not_found)
 --   paid_total: the item's paid units after the call (integer)
--- A malformed argument is an error reply and writes nothing.
+-- A malformed argument, or an order whose item hash is missing (a restore is rebuilding the
+-- item), is an error reply and writes nothing.
 
 local item_id, oid, user = ARGV[1], ARGV[2], ARGV[3]
 if not item_id or item_id == '' or not user or user == '' or not oid
@@ -27,6 +28,11 @@ local packed = redis.call('HGET', KEYS[2], oid)
 local o = unpack_order(packed)
 if not o or o.user ~= user then
   return {'not_found', '', 0}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  -- A restore is rebuilding the item (restore_begin.lua): HINCRBY would create a partial item
+  -- hash that restore_finish.lua then overwrites with figures counting this order reserved.
+  return redis.error_reply('ERR pay: the item is being restored; try again')
 end
 local paid = tonumber(redis.call('HGET', KEYS[1], 'paid')) or 0
 if o.status == 'expired' then

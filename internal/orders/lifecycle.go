@@ -24,6 +24,7 @@ const MaxExpireBatch = 1000
 // ErrNotFound; a reservation whose time ran out is ErrExpired (the call expires it if the
 // expirer has not yet, returning its stock); a paid or cancelled order is ErrInvalidState.
 // The returned order is the order after the call, also alongside ErrExpired/ErrInvalidState.
+// While a restore rebuilds the item (its hash missing) the call fails and changes nothing.
 func (s *Store) Pay(ctx context.Context, user, id string) (Order, error) {
 	item, ok := keyspace.ItemOfOrder(id)
 	if !ok || !keyspace.ValidID(user) {

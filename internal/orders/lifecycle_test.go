@@ -236,3 +236,60 @@ func must(t testing.TB) func(orders.Order, error) {
 		}
 	}
 }
+
+// TestNothingWrittenWhileItemIsRestored: between restore_begin (the item hash deleted) and
+// restore_finish (written back with figures from the record), orders and expiry entries exist
+// without the item hash. Pay, cancel and the expirer must not write then: HINCRBY would create
+// a partial item hash (purchases would see stock_left), and restore_finish would then overwrite
+// reserved/paid with figures that still count those orders as reserved.
+func TestNothingWrittenWhileItemIsRestored(t *testing.T) {
+	e := newEnv(t, time.Hour)
+	ctx := context.Background()
+	e.item("it", 10, 10)
+	due := e.buy("it", "alice", 2)
+	e.backdate(due)
+	toPay := e.buy("it", "bob", 3)
+	toCancel := e.buy("it", "carol", 1)
+	k := e.keys.Item("it")
+	item := e.rdb.HGetAll(ctx, k.Hash()).Val()
+	events := e.rdb.XLen(ctx, k.Outbox()).Val()
+	e.rdb.Del(ctx, k.Hash()) // what restore_begin did; restore_put rewrote the rest
+
+	if r, err := e.ord.ExpireDue(ctx, "it", 10); err != nil || r.Expired != 0 {
+		t.Errorf("expire during a restore: %+v %v", r, err)
+	}
+	if _, err := e.ord.Pay(ctx, "bob", toPay.ID); err == nil {
+		t.Error("pay during a restore succeeded")
+	}
+	if _, err := e.ord.Pay(ctx, "alice", due.ID); err == nil {
+		t.Error("pay of an overdue order during a restore succeeded")
+	}
+	if _, err := e.ord.Cancel(ctx, "carol", toCancel.ID); err == nil {
+		t.Error("cancel during a restore succeeded")
+	}
+	if _, err := e.ord.Pay(ctx, "bob", "it.99"); !errors.Is(err, orders.ErrNotFound) {
+		t.Errorf("pay of an unknown order during a restore: %v, want not found", err)
+	}
+	if n := e.rdb.Exists(ctx, k.Hash()).Val(); n != 0 {
+		t.Fatalf("calls during a restore created a partial item hash: %v", e.rdb.HGetAll(ctx, k.Hash()).Val())
+	}
+	if n := e.rdb.XLen(ctx, k.Outbox()).Val(); n != events {
+		t.Errorf("calls during a restore appended %d events", n-events)
+	}
+
+	// restore_finish wrote the item back: everything works again, and the books balance.
+	fields := make([]any, 0, 2*len(item))
+	for f, v := range item {
+		fields = append(fields, f, v)
+	}
+	e.rdb.HSet(ctx, k.Hash(), fields...)
+	if r, err := e.ord.ExpireDue(ctx, "it", 10); err != nil || r.Expired != 1 {
+		t.Errorf("expire after the restore: %+v %v", r, err)
+	}
+	must(t)(e.ord.Pay(ctx, "bob", toPay.ID))
+	must(t)(e.ord.Cancel(ctx, "carol", toCancel.ID))
+	l := e.check("it")
+	if l.Left != 7 || l.Reserved != 0 || l.Paid != 3 {
+		t.Errorf("after the restore: left %d reserved %d paid %d, want 7 0 3", l.Left, l.Reserved, l.Paid)
+	}
+}
