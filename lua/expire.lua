@@ -3,8 +3,8 @@
 -- order.expired and removing the entry all happen in this one script, so a crashed expirer
 -- loses nothing and several expirers (one per api instance) expire each order exactly once.
 -- An entry whose order is no longer reserved (a payment or cancel won) is just removed.
--- The batch is bounded (1..1000) so one call holds Redis for a few milliseconds at most; the
--- caller repeats while a call comes back full.
+-- The batch is bounded (1..1000) so one call holds Redis for milliseconds (a full 1000 took
+-- ~8 ms, so FLASHSALE_EXPIRY_BATCH stops at 250); the caller repeats while a call comes back full.
 --
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] expiry zset
 -- KEYS[5] outbox stream
