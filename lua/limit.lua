@@ -18,10 +18,11 @@ local rate = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
-if not rate or rate <= 0 or not period or period <= 0 then
+-- tonumber accepts 'inf' and 'nan': bound every figure so none slips past the checks.
+if not rate or not (rate > 0 and rate <= 1e9) or not period or not (period >= 1 and period <= 1e12) then
   return redis.error_reply('ERR limit: rate and period must be positive numbers')
 end
-if not burst or burst < 1 or burst ~= math.floor(burst) then
+if not burst or not (burst >= 1 and burst <= 1e9) or burst ~= math.floor(burst) then
   return redis.error_reply('ERR limit: burst must be an integer >= 1')
 end
 if not cost or cost < 1 or cost ~= math.floor(cost) or cost > burst then

@@ -112,11 +112,12 @@ func Parse(getenv func(string) string) (Config, error) {
 	if len(c.RedisAddrs) == 0 {
 		return Config{}, fmt.Errorf("config: FLASHSALE_REDIS_ADDRS: at least one address is needed")
 	}
-	if c.ReservationTTL <= 0 || c.IdempotencyTTL <= 0 || c.TokenTTL <= 0 {
-		return Config{}, fmt.Errorf("config: reservation, idempotency and token TTLs must be positive")
+	// The scripts work in whole milliseconds: anything shorter would round to 0.
+	if c.ReservationTTL < time.Millisecond || c.IdempotencyTTL < time.Millisecond || c.TokenTTL < time.Second {
+		return Config{}, fmt.Errorf("config: reservation and idempotency TTLs must be at least 1ms, the token TTL at least 1s")
 	}
-	if c.ExpiryInterval <= 0 || c.SnapshotInterval <= 0 {
-		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be positive")
+	if c.ExpiryInterval < time.Millisecond || c.SnapshotInterval < time.Millisecond {
+		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")
 	}
 	return c, nil
 }
@@ -240,7 +241,7 @@ func ParseLimit(v string) (Limit, error) {
 	if hasBurst {
 		burst, err3 = strconv.Atoi(burstS)
 	}
-	if err1 != nil || err2 != nil || err3 != nil || rate < 1 || period <= 0 || burst < 1 {
+	if err1 != nil || err2 != nil || err3 != nil || rate < 1 || period < time.Millisecond || burst < 1 {
 		return Limit{}, bad
 	}
 	return Limit{Rate: rate, Period: period, Burst: burst}, nil

@@ -33,6 +33,10 @@ func TestScriptReplies(t *testing.T) {
 		{1, 1000, 2, 0},       // cost 0 would be a free write
 		{1, 1000, 2, 3},       // cost over burst can never pass
 		{1, 1000, 2, "1e999"}, // inf
+		{"inf", 1000, 2, 1},   // an infinite rate would allow everything
+		{"nan", 1000, 2, 1},
+		{1, "inf", 2, 1},
+		{1, 1000, "inf", 1},
 	}
 	for _, args := range bad {
 		if err := script.Run(ctx, rdb, []string{key}, args...).Err(); err == nil || !strings(err) {

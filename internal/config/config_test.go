@@ -1,0 +1,69 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != "127.0.0.1:8080" || c.KafkaTopic != "flashsale.orders" || c.ReservationTTL != 10*time.Minute ||
+		c.LeaderboardSize != 100 || !c.DevLogin || len(c.KafkaBrokers) != 0 || c.RedisAddrs[0] != "127.0.0.1:6379" {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if !c.JWTSecretGenerated || !c.AdminTokenGenerated || c.JWTSecret == "" || c.AdminToken == "" {
+		t.Fatal("secrets are generated when unset")
+	}
+	if m := c.Masked(); m.JWTSecret != "***" || m.AdminToken != "***" {
+		t.Fatal("Masked leaves a secret")
+	}
+	if c.LimitPurchase != (Limit{Rate: 5, Period: time.Second, Burst: 10}) {
+		t.Fatalf("purchase limit %v", c.LimitPurchase)
+	}
+}
+
+func TestValues(t *testing.T) {
+	c, err := Parse(env(map[string]string{
+		"FLASHSALE_REDIS_ADDRS":     "a:1, b:2 ,c:3",
+		"KAFKA_BROKERS":             "k1:9092,k2:9092",
+		"FLASHSALE_DEV_LOGIN":       "false",
+		"FLASHSALE_LIMIT_PAY":       "off",
+		"FLASHSALE_LIMIT_LOGIN_IP":  "100/1m",
+		"FLASHSALE_RESERVATION_TTL": "90s",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.RedisAddrs) != 3 || c.RedisAddrs[1] != "b:2" || len(c.KafkaBrokers) != 2 || c.DevLogin ||
+		c.LimitPay.Rate != 0 || c.LimitLoginIP != (Limit{100, time.Minute, 100}) || c.ReservationTTL != 90*time.Second {
+		t.Fatalf("parsed: %+v", c)
+	}
+}
+
+// Both binaries exit on an invalid value: Parse must refuse, naming the variable.
+func TestInvalid(t *testing.T) {
+	for k, v := range map[string]string{
+		"FLASHSALE_REDIS_DB":          "16",
+		"FLASHSALE_DEV_LOGIN":         "maybe",
+		"FLASHSALE_RESERVATION_TTL":   "ten minutes",
+		"FLASHSALE_LEADERBOARD_SIZE":  "0",
+		"FLASHSALE_LIMIT_PURCHASE":    "5/0s:10",
+		"FLASHSALE_LIMIT_RATING":      "fast",
+		"FLASHSALE_EXPIRY_BATCH":      "1000",
+		"FLASHSALE_SNAPSHOT_INTERVAL": "-1s",
+		"FLASHSALE_IDEMPOTENCY_TTL":   "1us",
+		"FLASHSALE_REDIS_ADDRS":       " , ",
+	} {
+		if _, err := Parse(env(map[string]string{k: v})); err == nil {
+			t.Errorf("%s=%q accepted", k, v)
+		} else if !strings.Contains(err.Error(), "config:") {
+			t.Errorf("%s: error %q", k, err)
+		}
+	}
+}
