@@ -7,6 +7,10 @@ need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+command -v curl >/dev/null || need_apt+=(curl)
+command -v psql >/dev/null || need_apt+=(postgresql-client)
+installed_pg=""
+case " ${need_apt[*]} " in *" postgresql "*) installed_pg=1 ;; esac
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "services: installing ${need_apt[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -30,7 +34,16 @@ if ! pg_up; then
   pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
   for _ in $(seq 100); do pg_up && break; sleep 0.1; done
 fi
-# Local development trusts the postgres user on 127.0.0.1 (as Debian's test setup here does).
+# A PostgreSQL this script just installed is a local development database: let the postgres
+# user in from 127.0.0.1 without a password (Debian's default asks for one). An existing
+# installation is never changed.
+if [ -n "$installed_pg" ]; then
+  ver=$(ls /etc/postgresql | sort -n | tail -n1)
+  hba=/etc/postgresql/$ver/main/pg_hba.conf
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO sed -i '1i host all postgres 127.0.0.1/32 trust\nhost all postgres ::1/128 trust' "$hba"
+  $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" main reload || true
+fi
 if ! psql -h 127.0.0.1 -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1; then
   echo "services: cannot connect to PostgreSQL as postgres on 127.0.0.1 without a password;" >&2
   echo "          set FLASHSALE_POSTGRES_DSN or allow trust auth for 127.0.0.1 in pg_hba.conf" >&2
