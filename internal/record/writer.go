@@ -116,8 +116,10 @@ func claimEvents(tx *gorm.DB, valid []parsed) ([]parsed, error) {
 		return nil, err
 	}
 	var ids []string
-	err = tx.Raw(`INSERT INTO processed_events (event_id, type, kafka_partition, kafka_offset)
-		SELECT event_id, type, kafka_partition, kafka_offset
+	// processed_at is the wall clock of the insert (not the transaction start), so
+	// processed_at minus the event's time is its delay through the pipeline.
+	err = tx.Raw(`INSERT INTO processed_events (event_id, type, kafka_partition, kafka_offset, processed_at)
+		SELECT event_id, type, kafka_partition, kafka_offset, clock_timestamp()
 		FROM jsonb_to_recordset(?::jsonb) AS x(event_id text, type text, kafka_partition int, kafka_offset bigint)
 		ON CONFLICT (event_id) DO NOTHING
 		RETURNING event_id`, string(js)).Scan(&ids).Error
