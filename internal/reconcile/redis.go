@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/orders"
 )
 
 // redisOrder is the part of a packed order the record keeps.
@@ -21,20 +22,14 @@ type redisOrder struct {
 	created, expir int64
 }
 
-// parseOrder decodes "user|quantity|price_cents|status|created_ms|expires_ms".
+// parseOrder decodes a packed order with orders.Unpack, keeping the record's fields.
 func parseOrder(packed string) (redisOrder, bool) {
-	f := strings.Split(packed, "|")
-	if len(f) != 6 {
+	o, err := orders.Unpack("", "", packed)
+	if err != nil {
 		return redisOrder{}, false
 	}
-	qty, err1 := strconv.ParseInt(f[1], 10, 64)
-	price, err2 := strconv.ParseInt(f[2], 10, 64)
-	created, err3 := strconv.ParseInt(f[4], 10, 64)
-	expires, err4 := strconv.ParseInt(f[5], 10, 64)
-	if errors.Join(err1, err2, err3, err4) != nil {
-		return redisOrder{}, false
-	}
-	return redisOrder{user: f[0], qty: qty, price: price, status: f[3], created: created, expir: expires}, true
+	return redisOrder{user: o.UserID, qty: o.Quantity, price: o.PriceCents, status: string(o.Status),
+		created: o.CreatedAt.UnixMilli(), expir: o.ExpiresAt.UnixMilli()}, true
 }
 
 // redisCounters are an item's stock figures in its hash.
