@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,7 +15,9 @@ import (
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -32,10 +33,23 @@ type testAPI struct {
 	auth *httpapi.Auth
 	inv  *inventory.Store
 	ord  *orders.Store
+	rank *ranking.Store // nil unless built by newRankedAPI
 }
 
-// newTestAPI builds the api like cmd/api does; tweak adjusts the config first.
+// newTestAPI builds the api like cmd/api does, without ranking and rate limits; tweak adjusts
+// the config first.
 func newTestAPI(t testing.TB, tweak func(*config.Config)) *testAPI {
+	t.Helper()
+	return buildTestAPI(t, tweak, false)
+}
+
+// newRankedAPI is newTestAPI with ratings, leaderboards and the rate limiter wired in.
+func newRankedAPI(t testing.TB, tweak func(*config.Config)) *testAPI {
+	t.Helper()
+	return buildTestAPI(t, tweak, true)
+}
+
+func buildTestAPI(t testing.TB, tweak func(*config.Config), ranked bool) *testAPI {
 	t.Helper()
 	rdb, keys := testenv.Redis(t)
 	cfg, err := config.Parse(func(string) string { return "" })
@@ -55,10 +69,22 @@ func newTestAPI(t testing.TB, tweak func(*config.Config)) *testAPI {
 		PurchaseLimit: inventory.PurchaseLimit{Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst},
 	})
 	a.ord = orders.NewStore(rdb, keys)
-	a.srv = httpapi.New(httpapi.Deps{
+	deps := httpapi.Deps{
 		Config: cfg, Auth: a.auth, Inventory: a.inv, Orders: a.ord,
 		Ready: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-	})
+	}
+	if ranked {
+		a.rank = ranking.NewStore(rdb, keys, ranking.Options{
+			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
+		})
+		a.ord.Hooks.PaidChanged = a.rank.PaidChanged
+		limiter, err := limits.NewLimiter(rdb, keys, httpapi.RatePolicies(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps.Ranking, deps.Limiter = a.rank, limiter
+	}
+	a.srv = httpapi.New(deps)
 	return a
 }
 
@@ -129,5 +155,3 @@ func (a *testAPI) item(id string, stock, limit int64) {
 		a.t.Fatalf("create %s: %d %s", id, r.Status, r.Raw)
 	}
 }
-
-var _ = time.Second

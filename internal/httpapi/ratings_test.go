@@ -6,81 +6,39 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/httpapi"
-	"github.com/flashsale/flashsale/internal/inventory"
-	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/internal/limits"
-	"github.com/flashsale/flashsale/internal/orders"
-	"github.com/flashsale/flashsale/internal/ranking"
-	"github.com/flashsale/flashsale/internal/testenv"
 )
 
-// ratingAPI is the real router wired as cmd/api wires it, ranking included.
-type ratingAPI struct {
-	t    *testing.T
-	h    http.Handler
-	rdb  redis.UniversalClient
-	keys keyspace.Space
-	auth *httpapi.Auth
-	inv  *inventory.Store
-}
+// ratingAPI is the shared harness with ranking and the rate limiter, driven with raw JSON
+// bodies as a named user.
+type ratingAPI struct{ *testAPI }
 
 func newRatingAPI(t *testing.T, size int) *ratingAPI {
 	t.Helper()
-	rdb, keys := testenv.Redis(t)
-	cfg, err := config.Parse(func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AdminToken, cfg.JWTSecret = "rating-admin", "rating-secret"
-	cfg.LeaderboardSize = size
-	cfg.LimitPurchase = config.Limit{}
-	cfg.LimitRating = config.Limit{Rate: 1000, Period: 1e9, Burst: 1000}
-	inv := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: cfg.SnapshotInterval})
-	ord := orders.NewStore(rdb, keys)
-	rank := ranking.NewStore(rdb, keys, ranking.Options{
-		Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
-	})
-	ord.Hooks.PaidChanged = rank.PaidChanged
-	limiter, err := limits.NewLimiter(rdb, keys, httpapi.RatePolicies(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL)
-	srv := httpapi.New(httpapi.Deps{Config: cfg, Auth: auth, Inventory: inv, Orders: ord,
-		Limiter: limiter, Ranking: rank})
-	return &ratingAPI{t: t, h: srv, rdb: rdb, keys: keys, auth: auth, inv: inv}
+	return &ratingAPI{newRankedAPI(t, func(cfg *config.Config) {
+		cfg.LeaderboardSize = size
+		cfg.LimitRating = config.Limit{Rate: 1000, Period: 1e9, Burst: 1000}
+	})}
 }
 
 // do sends a request as user ("" = none, "admin" = the admin token) and decodes the JSON body.
 func (a *ratingAPI) do(method, path, user, body string) (int, map[string]any) {
 	a.t.Helper()
-	req := httptest.NewRequest(method, path, bytes.NewBufferString(body))
-	req.Header.Set("Content-Type", "application/json")
+	token := ""
 	switch user {
 	case "":
 	case "admin":
-		req.Header.Set("Authorization", "Bearer rating-admin")
+		token = testAdminToken
 	default:
-		tok, _, err := a.auth.Mint(user)
-		if err != nil {
-			a.t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
+		token = a.token(user)
 	}
-	w := httptest.NewRecorder()
-	a.h.ServeHTTP(w, req)
-	var out map[string]any
-	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
-		a.t.Fatalf("%s %s: body %q: %v", method, path, w.Body.String(), err)
+	r := a.testAPI.do(method, path, token, body)
+	if !json.Valid([]byte(r.Raw)) {
+		a.t.Fatalf("%s %s: body %q is not JSON", method, path, r.Raw)
 	}
-	return w.Code, out
+	return r.Status, r.Body
 }
 
 func (a *ratingAPI) item(id, name, category string) {
