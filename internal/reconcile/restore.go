@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/keyspace"
@@ -311,7 +312,7 @@ func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries 
 func (r *Reconciler) checkIdle(ctx context.Context, id string) error {
 	k := r.keys.Item(id)
 	v1, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
-	if err != nil && !isNil(err) {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
 	backlog, err := r.rdb.XLen(ctx, k.Outbox()).Result()
@@ -328,7 +329,7 @@ func (r *Reconciler) checkIdle(ctx context.Context, id string) error {
 		return err
 	}
 	v2, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
-	if err != nil && !isNil(err) {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
 	if v2 != v1 {
@@ -370,5 +371,3 @@ func (r *Reconciler) restoreRatings(ctx context.Context, id, category string, pa
 	}
 	return n, nil
 }
-
-func isNil(err error) bool { return err != nil && err.Error() == "redis: nil" }
