@@ -75,10 +75,11 @@ func (e Event) Position() (Position, error) {
 	} else {
 		return Position{}, fmt.Errorf("%w: event_id %q names no stream entry", ErrInvalid, e.EventID)
 	}
-	return parseEntryID(id)
+	return ParseEntryID(id)
 }
 
-func parseEntryID(id string) (Position, error) {
+// ParseEntryID parses a stream entry id "<ms>-<seq>" into its Position.
+func ParseEntryID(id string) (Position, error) {
 	msS, seqS, ok := strings.Cut(id, "-")
 	ms, err1 := strconv.ParseInt(msS, 10, 64)
 	seq, err2 := strconv.ParseInt(seqS, 10, 64)

@@ -50,11 +50,10 @@ type redisSnap struct {
 
 var zeroPos events.Position
 
+// parsePos reads a stream id Redis generated (the zero position if it were malformed).
 func parsePos(id string) events.Position {
-	ms, seq, _ := strings.Cut(id, "-")
-	a, _ := strconv.ParseInt(ms, 10, 64)
-	b, _ := strconv.ParseInt(seq, 10, 64)
-	return events.Position{Ms: a, Seq: b}
+	p, _ := events.ParseEntryID(id)
+	return p
 }
 
 func fmtPos(p events.Position) string { return fmt.Sprintf("%d-%d", p.Ms, p.Seq) }
