@@ -103,7 +103,7 @@ func (s *Store) Rate(ctx context.Context, item, category, user string, stars int
 }
 
 // boardKeys lists the category boards a rating or a move touches after the overall board:
-// the new category's (unless ”), then the old category's (if it is another, non-empty one).
+// the new category's (unless it is ""), then the old category's (if it is another, non-empty one).
 func (s *Store) boardKeys(category, seen string) []string {
 	overall := s.keys.TopRatedBoard("")
 	keys := []string{overall.Index, overall.Top}
