@@ -231,8 +231,9 @@ type entry struct {
 	msg    kafka.Message
 }
 
-// Poll does one round (Run calls it in a loop; a Relay is used by one goroutine): read (and, every ClaimInterval, claim) entries, publish them in one
-// Kafka write, then acknowledge and delete them. It returns how many entries it published.
+// Poll does one round (Run calls it in a loop; a Relay is used by one goroutine): read (and,
+// every ClaimInterval, claim) entries, publish them in one Kafka write, then acknowledge and
+// delete them. It returns how many entries it published.
 func (r *Relay) Poll(ctx context.Context) (int, error) {
 	if err := r.refreshStreams(ctx); err != nil {
 		return 0, err
