@@ -1,0 +1,80 @@
+package httpapi
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestTokenCacheMatchesWholeTokenOnly(t *testing.T) {
+	var c tokenCache
+	now := time.Now()
+	tok := "header.payload-alice.SIGNATURE-SIGNATURE-SIGNATURE"
+	c.put(tok, "alice", now.Add(time.Hour))
+	if u, ok := c.get(tok, now); !ok || u != "alice" {
+		t.Fatalf("get = %q, %v; want alice", u, ok)
+	}
+	// Same signature tail (same set, same hash), different head: an altered token.
+	forged := "header.payload-mallory.SIGNATURE-SIGNATURE-SIGNATURE"
+	if u, ok := c.get(forged, now); ok {
+		t.Fatalf("altered token matched the cache as %q", u)
+	}
+	if _, ok := c.get(tok[:len(tok)-1], now); ok {
+		t.Fatal("a truncated token matched the cache")
+	}
+	if _, ok := c.get(tok, now.Add(time.Hour)); ok {
+		t.Fatal("an expired token matched the cache")
+	}
+}
+
+// A full set evicts, and evicted tokens miss (they verify again); no token ever gets another's user.
+func TestTokenCacheEvictsInsteadOfConfusing(t *testing.T) {
+	var c tokenCache
+	now := time.Now()
+	// One shared tail puts every token in the same set.
+	tok := func(i int) string { return "t" + strconv.Itoa(i) + ".same-tail-same-tail-same-tail" }
+	for i := range 3 * tokenCacheWays {
+		c.put(tok(i), "u"+strconv.Itoa(i), now.Add(time.Hour))
+	}
+	hits := 0
+	for i := range 3 * tokenCacheWays {
+		u, ok := c.get(tok(i), now)
+		if ok && u != "u"+strconv.Itoa(i) {
+			t.Fatalf("token %d answered as %q", i, u)
+		}
+		if ok {
+			hits++
+		}
+	}
+	if hits != tokenCacheWays {
+		t.Fatalf("%d tokens of one set cached, want the set's %d ways", hits, tokenCacheWays)
+	}
+}
+
+// Many goroutines putting and getting overlapping tokens: every hit is the token's own user
+// (run under -race).
+func TestTokenCacheConcurrent(t *testing.T) {
+	var c tokenCache
+	exp := time.Now().Add(time.Hour)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20000 {
+				n := (i*7 + g) % 5000
+				tok := "jwt." + strconv.Itoa(n) + ".sig" + strconv.Itoa(n*2654435761%1000003)
+				if u, ok := c.get(tok, time.Now()); ok {
+					if u != "u"+strconv.Itoa(n) {
+						t.Errorf("token %d answered as %q", n, u)
+						return
+					}
+					continue
+				}
+				c.put(tok, "u"+strconv.Itoa(n), exp)
+			}
+		}()
+	}
+	wg.Wait()
+}
