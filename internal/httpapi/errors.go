@@ -65,6 +65,16 @@ func mapError(err error, status int, code string) {
 // fail answers err as a contract error. Unknown errors are logged with context and answered
 // 503 unavailable without internals.
 func fail(c *gin.Context, err error) {
+	if pe, ok := err.(*inventory.PurchaseError); ok {
+		// Refused purchases (sold out above all, in a sale's busiest seconds) carry the
+		// sentinel itself: one comparison per table row instead of unwrapping err per row.
+		for _, s := range sentinels {
+			if pe.Err == s.err {
+				abort(c, s.status, s.code, err.Error())
+				return
+			}
+		}
+	}
 	var ae *apiError
 	if errors.As(err, &ae) {
 		abort(c, ae.Status, ae.Code, ae.Message)

@@ -63,8 +63,11 @@ func (s *Server) purchase(c *gin.Context) {
 	}
 	res, err := s.Inventory.Purchase(c.Request.Context(), req)
 	if err != nil {
-		var pe *inventory.PurchaseError
-		if errors.As(err, &pe) && pe.Limit != nil {
+		pe, ok := err.(*inventory.PurchaseError) // unwrapped as Purchase returns it, usually
+		if !ok {
+			errors.As(err, &pe)
+		}
+		if pe != nil && pe.Limit != nil {
 			setRateLimitHeaders(c, "purchase", s.Config.LimitPurchase, *pe.Limit)
 		}
 		fail(c, err)

@@ -5,7 +5,6 @@ package httpapi
 import (
 	"context"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -56,7 +55,7 @@ const (
 func New(d Deps) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Deps: d, engine: gin.New()}
-	s.engine.Use(gin.Recovery(), accessLog, s.observe)
+	s.engine.Use(gin.Recovery(), s.observe) // observe also logs 5xx answers
 	s.engine.HandleMethodNotAllowed = false
 	// Gin trusts every proxy by default, which lets any client choose its rate-limit key with
 	// X-Forwarded-For. Trust only the configured proxies (none when empty); main checked them.
@@ -146,12 +145,3 @@ func (s *Server) login(c *gin.Context) {
 }
 
 func validUser(u string) bool { return keyspace.ValidID(u) }
-
-func accessLog(c *gin.Context) {
-	start := time.Now()
-	c.Next()
-	if st := c.Writer.Status(); st >= 500 {
-		slog.Warn("http", "method", c.Request.Method, "route", c.FullPath(), "status", st,
-			"ms", time.Since(start).Milliseconds())
-	}
-}

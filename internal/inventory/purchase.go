@@ -36,6 +36,11 @@ type PurchaseError struct {
 }
 
 func (e *PurchaseError) Error() string { return e.Err.Error() }
+
+// errKnownSoldOut is the answer of the in-memory sold-out short cut: one shared value (it
+// carries no per-call figures), so the answer a sale gives most often allocates nothing.
+// Callers read PurchaseErrors, never modify them.
+var errKnownSoldOut = &PurchaseError{Err: ErrSoldOut}
 func (e *PurchaseError) Unwrap() error { return e.Err }
 
 // ValidIdempotencyKey reports whether k is 1-64 printable ASCII characters.
@@ -70,7 +75,7 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 	}
 	// A retry with an idempotency key must get its order back, so it always asks Redis.
 	if req.IdempotencyKey == "" && s.KnownSoldOut(req.ItemID) {
-		return PurchaseResult{}, &PurchaseError{Err: ErrSoldOut}
+		return PurchaseResult{}, errKnownSoldOut
 	}
 	call := &purchaseCall{req: req, done: make(chan purchaseReply, 1)}
 	s.batcher.submit(call)
