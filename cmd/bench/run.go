@@ -45,7 +45,9 @@ type bench struct {
 	kafka   string
 	rows    []row
 	helloRS result
-	rdb     redis.UniversalClient
+	// helloPost is the hello handler answering the sold-out row's request bytes.
+	helloPost result
+	rdb       redis.UniversalClient
 }
 
 func run(ctx context.Context, opt options, out io.Writer) error {
@@ -167,7 +169,11 @@ func (b *bench) hello(ctx context.Context) error {
 		return err
 	}
 	defer c.stop()
-	b.helloRS, err = b.load(c.addr, [][]byte{request("GET", c.addr, "/hello", nil, "")}).run(ctx)
+	if b.helloRS, err = b.load(c.addr, [][]byte{request("GET", c.addr, "/hello", nil, "")}).run(ctx); err != nil {
+		return err
+	}
+	progress(b.out, "bare Gin hello fed the sold-out row's request bytes")
+	b.helloPost, err = b.load(c.addr, b.purchaseReqs(c.addr, goneItem, "u", b.opt.users)).run(ctx)
 	return err
 }
 
@@ -310,10 +316,11 @@ func (b *bench) readRows(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) purchaseReqs(item, userPrefix string, n int) [][]byte {
+// purchaseReqs builds n purchase requests of item by distinct shoppers, addressed to addr.
+func (b *bench) purchaseReqs(addr, item, userPrefix string, n int) [][]byte {
 	reqs := make([][]byte, n)
 	for i := range reqs {
-		reqs[i] = request("POST", b.api.addr, "/api/items/"+item+"/purchase",
+		reqs[i] = request("POST", addr, "/api/items/"+item+"/purchase",
 			map[string]string{"Authorization": "Bearer " + token(b.secret, userPrefix+itoa(i))}, `{"quantity":1}`)
 	}
 	return reqs
@@ -321,17 +328,22 @@ func (b *bench) purchaseReqs(item, userPrefix string, n int) [][]byte {
 
 func (b *bench) soldOut(ctx context.Context) error {
 	progress(b.out, "sold-out purchases")
-	res, err := b.apiRun(ctx, "soldout", b.load(b.api.addr, b.purchaseReqs(goneItem, "u", b.opt.users)))
+	res, err := b.apiRun(ctx, "soldout", b.load(b.api.addr, b.purchaseReqs(b.api.addr, goneItem, "u", b.opt.users)))
 	if err != nil {
 		return err
 	}
-	b.rows = append(b.rows, row{name: "sold-out answers/s", res: &res, base: &b.helloRS, baseName: "bare Gin hello", target: 0.9, want: 409})
+	b.rows = append(b.rows,
+		row{name: "sold-out answers/s", res: &res, base: &b.helloRS, baseName: "bare Gin hello", target: 0.9, want: 409},
+		// Not the issue's target: the same answers beside the hello handler receiving the very
+		// same request bytes, so net/http's parsing of the larger POST is on both sides.
+		row{name: "sold-out answers/s (hello fed the same POST bytes)", res: &res, base: &b.helloPost,
+			baseName: "bare Gin hello, same request bytes", want: 409})
 	return nil
 }
 
 func (b *bench) purchase(ctx context.Context) error {
 	progress(b.out, "purchases through the api")
-	res, err := b.apiRun(ctx, "purchase", b.load(b.api.addr, b.purchaseReqs(benchItem, "u", b.opt.users)))
+	res, err := b.apiRun(ctx, "purchase", b.load(b.api.addr, b.purchaseReqs(b.api.addr, benchItem, "u", b.opt.users)))
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ var rowNames = []string{
 	"GET /api/items/{id} reads/s",
 	"GET /api/leaderboards/best-sellers reads/s",
 	"sold-out answers/s",
+	"sold-out answers/s (hello fed the same POST bytes)",
 	"reconciler rows/s",
 	"purchase → Postgres latency",
 }
