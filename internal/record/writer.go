@@ -2,11 +2,11 @@ package record
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -17,19 +17,19 @@ import (
 // Writer applies batches of Kafka messages to the record, each batch in one transaction.
 //
 // Exactly once per event_id: the transaction first inserts the batch's event ids into
-// processed_events (ON CONFLICT DO NOTHING) and applies only the events that insert returned,
-// so a re-delivered event (relay retry, consumer crash before its offset commit) changes
-// nothing. Order of delivery does not matter either: order status only moves forward, and
-// item attributes, stock totals and ratings are taken from the newest event by stream position.
+// processed_events and applies only the events that insert took, so a re-delivered event
+// (relay retry, consumer crash before its offset commit) changes nothing. Order of delivery
+// does not matter either: order status only moves forward, and item attributes, stock totals
+// and ratings are taken from the newest event by stream position.
 //
-// Each table is written with one statement whose rows travel as a single jsonb parameter
-// (jsonb_to_recordset): the SQL text is constant, so it is prepared once per connection,
-// whatever the batch size.
+// Rows reach Postgres in binary through the pgx connection under gorm's pool: by COPY straight
+// into the tables when the batch is all new, else as array parameters of set-based
+// INSERT ... SELECT ... ON CONFLICT statements that apply those rules (merge.go).
 type Writer struct {
 	db *gorm.DB
 }
 
-// NewWriter returns a Writer over db.
+// NewWriter returns a Writer over db (opened by Open: gorm over pgx's database/sql driver).
 func NewWriter(db *gorm.DB) *Writer { return &Writer{db: db} }
 
 // Result counts what a batch did.
@@ -76,22 +76,25 @@ func (w *Writer) Apply(ctx context.Context, msgs []kafka.Message) (Result, error
 	}
 	res.Invalid = len(dead)
 
-	err := w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if len(dead) > 0 {
-			if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&dead).Error; err != nil {
-				return fmt.Errorf("dead letters: %w", err)
+	// One pooled connection for the whole batch: gorm writes the models through
+	// database/sql, COPY goes through the pgx connection under it, in the same transaction.
+	err := w.db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
+		return conn.Transaction(func(tx *gorm.DB) error {
+			if len(dead) > 0 {
+				if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&dead).Error; err != nil {
+					return fmt.Errorf("dead letters: %w", err)
+				}
 			}
-		}
-		if len(valid) == 0 {
-			return nil
-		}
-		fresh, err := claimEvents(tx, valid)
-		if err != nil {
-			return err
-		}
-		res.Duplicates += len(valid) - len(fresh)
-		res.Applied = len(fresh)
-		return applyEvents(tx, fresh)
+			if len(valid) == 0 {
+				return nil
+			}
+			return withPgx(conn, func(pc *pgx.Conn) error {
+				fresh, err := write(ctx, pc, valid)
+				res.Duplicates += len(valid) - len(fresh)
+				res.Applied = len(fresh)
+				return err
+			})
+		})
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("record: apply batch of %d: %w", len(msgs), err)
@@ -99,89 +102,52 @@ func (w *Writer) Apply(ctx context.Context, msgs []kafka.Message) (Result, error
 	return res, nil
 }
 
-// claimEvents records the events in processed_events and returns those not recorded before.
-func claimEvents(tx *gorm.DB, valid []parsed) ([]parsed, error) {
-	type row struct {
-		EventID   string `json:"event_id"`
-		Type      string `json:"type"`
-		Partition int    `json:"kafka_partition"`
-		Offset    int64  `json:"kafka_offset"`
-	}
-	rows := make([]row, len(valid))
-	for i, p := range valid {
-		rows[i] = row{p.ev.EventID, p.ev.Type, p.msg.Partition, p.msg.Offset}
-	}
-	js, err := json.Marshal(rows)
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	// processed_at is the wall clock of the insert (not the transaction start), so
-	// processed_at minus the event's time is its delay through the pipeline.
-	err = tx.Raw(`INSERT INTO processed_events (event_id, type, kafka_partition, kafka_offset, processed_at)
-		SELECT event_id, type, kafka_partition, kafka_offset, clock_timestamp()
-		FROM jsonb_to_recordset(?::jsonb) AS x(event_id text, type text, kafka_partition int, kafka_offset bigint)
-		ON CONFLICT (event_id) DO NOTHING
-		RETURNING event_id`, string(js)).Scan(&ids).Error
-	if err != nil {
-		return nil, fmt.Errorf("processed events: %w", err)
-	}
-	isNew := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		isNew[id] = true
-	}
-	fresh := valid[:0:0]
-	for _, p := range valid {
-		if isNew[p.ev.EventID] {
-			fresh = append(fresh, p)
-		}
-	}
-	return fresh, nil
-}
-
 // Rows of one batch, folded so each table row appears once (an upsert may touch a row only
-// once per statement).
+// once per statement, and COPY must not meet a row twice).
 type (
 	itemRow struct {
-		ID           string     `json:"id"`
-		Name         string     `json:"name"`
-		Category     string     `json:"category"`
-		PriceCents   int64      `json:"price_cents"`
-		StockTotal   int64      `json:"stock_total"`
-		PerUserLimit int64      `json:"per_user_limit"`
-		StartsAt     *time.Time `json:"starts_at"`
-		EndsAt       *time.Time `json:"ends_at"`
-		AttrPosMs    int64      `json:"attr_pos_ms"`
-		AttrPosSeq   int64      `json:"attr_pos_seq"`
-		StockPosMs   int64      `json:"stock_pos_ms"`
-		StockPosSeq  int64      `json:"stock_pos_seq"`
+		ID           string
+		Name         string
+		Category     string
+		PriceCents   int64
+		StockTotal   int64
+		PerUserLimit int64
+		StartsAt     *time.Time
+		EndsAt       *time.Time
+		AttrPosMs    int64
+		AttrPosSeq   int64
+		StockPosMs   int64
+		StockPosSeq  int64
 	}
 	orderRow struct {
-		ID         string    `json:"id"`
-		ItemID     string    `json:"item_id"`
-		UserID     string    `json:"user_id"`
-		Quantity   int64     `json:"quantity"`
-		PriceCents int64     `json:"price_cents"`
-		Status     string    `json:"status"`
-		CreatedAt  time.Time `json:"created_at"`
-		UpdatedAt  time.Time `json:"updated_at"`
+		ID         string
+		ItemID     string
+		UserID     string
+		Quantity   int64
+		PriceCents int64
+		Status     string
+		CreatedAt  time.Time
+		UpdatedAt  time.Time
+		// Reserved: the batch holds the order's order.reserved, the event that creates it, so
+		// the row is new unless events arrived out of order (see writeNew).
+		Reserved bool
 	}
 	ratingRow struct {
-		ItemID    string    `json:"item_id"`
-		UserID    string    `json:"user_id"`
-		Stars     int64     `json:"stars"`
-		PosMs     int64     `json:"pos_ms"`
-		PosSeq    int64     `json:"pos_seq"`
-		UpdatedAt time.Time `json:"updated_at"`
+		ItemID    string
+		UserID    string
+		Stars     int64
+		PosMs     int64
+		PosSeq    int64
+		UpdatedAt time.Time
 	}
 	movementRow struct {
-		EventID    string    `json:"event_id"`
-		ItemID     string    `json:"item_id"`
-		Kind       string    `json:"kind"`
-		Delta      int64     `json:"delta"`
-		OrderID    *string   `json:"order_id"`
-		StockTotal *int64    `json:"stock_total"`
-		At         time.Time `json:"at"`
+		EventID    string
+		ItemID     string
+		Kind       string
+		Delta      int64
+		OrderID    *string
+		StockTotal *int64
+		At         time.Time
 	}
 )
 
@@ -193,8 +159,17 @@ func statusRank(s string) int {
 	return 1
 }
 
-// applyEvents folds the batch's new events into rows and writes them.
-func applyEvents(tx *gorm.DB, fresh []parsed) error {
+// batchRows are a batch's events folded into the rows they write.
+type batchRows struct {
+	items   []*itemRow
+	orders  []*orderRow
+	ratings []*ratingRow
+	moves   []movementRow
+}
+
+// fold folds events into one row per table row, applying the same rules the merge statements
+// apply between batches: status only moves forward, the newest position wins.
+func fold(fresh []parsed) batchRows {
 	items := map[string]*itemRow{}
 	orders := map[string]*orderRow{}
 	ratings := map[[2]string]*ratingRow{}
@@ -240,6 +215,9 @@ func applyEvents(tx *gorm.DB, fresh []parsed) error {
 				orders[e.OrderID] = o
 				orderOrder = append(orderOrder, e.OrderID)
 			}
+			if e.Type == events.OrderReserved {
+				o.Reserved = true
+			}
 			if statusRank(status) > statusRank(o.Status) {
 				o.Status = status
 			}
@@ -284,78 +262,5 @@ func applyEvents(tx *gorm.DB, fresh []parsed) error {
 	for i, k := range ratingOrder {
 		ratingRows[i] = ratings[k]
 	}
-	if err := execRows(tx, "items", upsertItems, itemRows); err != nil {
-		return err
-	}
-	if err := execRows(tx, "orders", upsertOrders, orderRows); err != nil {
-		return err
-	}
-	if err := execRows(tx, "ratings", upsertRatings, ratingRows); err != nil {
-		return err
-	}
-	return execRows(tx, "stock movements", insertMovements, moves)
+	return batchRows{items: itemRows, orders: orderRows, ratings: ratingRows, moves: moves}
 }
-
-// execRows runs one statement with rows as its jsonb parameter; nothing for no rows.
-func execRows[T any](tx *gorm.DB, what, sql string, rows []T) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	js, err := json.Marshal(rows)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if err := tx.Exec(sql, string(js)).Error; err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
-}
-
-// newer sets each column from the new row only when the new row's position is later.
-func newer(table string, pos [2]string, cols ...string) string {
-	cond := fmt.Sprintf("(excluded.%s, excluded.%s) > (%s.%s, %s.%s)", pos[0], pos[1], table, pos[0], table, pos[1])
-	var b strings.Builder
-	for i, c := range append(cols, pos[0], pos[1]) {
-		if i > 0 {
-			b.WriteString(",\n\t")
-		}
-		fmt.Fprintf(&b, "%s = CASE WHEN %s THEN excluded.%s ELSE %s.%s END", c, cond, c, table, c)
-	}
-	return b.String()
-}
-
-var (
-	upsertItems = `INSERT INTO items AS i (id, name, category, price_cents, stock_total, per_user_limit,
-		starts_at, ends_at, attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq, updated_at)
-	SELECT id, name, category, price_cents, stock_total, per_user_limit, starts_at, ends_at,
-		attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq, now()
-	FROM jsonb_to_recordset(?::jsonb) AS x(id text, name text, category text, price_cents bigint,
-		stock_total bigint, per_user_limit bigint, starts_at timestamptz, ends_at timestamptz,
-		attr_pos_ms bigint, attr_pos_seq bigint, stock_pos_ms bigint, stock_pos_seq bigint)
-	ON CONFLICT (id) DO UPDATE SET
-	` + newer("i", [2]string{"attr_pos_ms", "attr_pos_seq"}, "name", "category", "price_cents", "per_user_limit", "starts_at", "ends_at") + `,
-	` + newer("i", [2]string{"stock_pos_ms", "stock_pos_seq"}, "stock_total") + `,
-	updated_at = now()`
-
-	upsertOrders = `INSERT INTO orders AS o (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at)
-	SELECT id, item_id, user_id, quantity, price_cents, status, created_at, updated_at
-	FROM jsonb_to_recordset(?::jsonb) AS x(id text, item_id text, user_id text, quantity bigint,
-		price_cents bigint, status text, created_at timestamptz, updated_at timestamptz)
-	ON CONFLICT (id) DO UPDATE SET
-	status = CASE WHEN order_status_rank(excluded.status) > order_status_rank(o.status) THEN excluded.status ELSE o.status END,
-	created_at = LEAST(o.created_at, excluded.created_at),
-	updated_at = GREATEST(o.updated_at, excluded.updated_at)`
-
-	upsertRatings = `INSERT INTO ratings AS r (item_id, user_id, stars, pos_ms, pos_seq, updated_at)
-	SELECT item_id, user_id, stars, pos_ms, pos_seq, updated_at
-	FROM jsonb_to_recordset(?::jsonb) AS x(item_id text, user_id text, stars smallint, pos_ms bigint,
-		pos_seq bigint, updated_at timestamptz)
-	ON CONFLICT (item_id, user_id) DO UPDATE SET
-	` + newer("r", [2]string{"pos_ms", "pos_seq"}, "stars", "updated_at")
-
-	insertMovements = `INSERT INTO stock_movements (event_id, item_id, kind, delta, order_id, stock_total, at)
-	SELECT event_id, item_id, kind, delta, order_id, stock_total, at
-	FROM jsonb_to_recordset(?::jsonb) AS x(event_id text, item_id text, kind text, delta bigint,
-		order_id text, stock_total bigint, at timestamptz)
-	ON CONFLICT (event_id) DO NOTHING`
-)

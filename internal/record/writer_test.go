@@ -189,3 +189,54 @@ func TestApplyParksPoison(t *testing.T) {
 		t.Fatalf("dead letters %d (want 5), orders %d (want 1)", dead, orders)
 	}
 }
+
+// TestApplyFallsBackOnConflict: a batch the fast path (COPY straight into the tables) cannot
+// take, because one event was applied before or one order already exists, is written by the
+// merge path instead, and whatever the fast path had written of it is gone: each event is
+// applied once and each order and movement appears once.
+func TestApplyFallsBackOnConflict(t *testing.T) {
+	db := openDB(t)
+	w := record.NewWriter(db)
+	ctx := context.Background()
+	order := func(typ string, ms int64, n int) events.Event {
+		return ev(typ, ms, func(e *events.Event) { e.OrderID = fmt.Sprintf("a.%d", n) })
+	}
+	// Order 1 paid before its reservation arrives; order 2 applied once already.
+	first := []events.Event{order(events.OrderPaid, 2, 1), order(events.OrderReserved, 3, 2)}
+	if _, err := w.Apply(ctx, msgs(t, first...)); err != nil {
+		t.Fatal(err)
+	}
+	var batch []events.Event
+	for i := 3; i < 50; i++ {
+		batch = append(batch, order(events.OrderReserved, int64(10+i), i))
+	}
+	// First a new event whose order exists (fast path fails on orders), then the same batch
+	// again plus an event applied before (fast path fails on processed_events).
+	res, err := w.Apply(ctx, msgs(t, append(batch, order(events.OrderReserved, 1, 1))...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (record.Result{Applied: len(batch) + 1}); res != want {
+		t.Fatalf("late reservation: %+v, want %+v", res, want)
+	}
+	res, err = w.Apply(ctx, msgs(t, append(batch, first[1], order(events.OrderPaid, 60, 3))...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (record.Result{Applied: 1, Duplicates: len(batch) + 1}); res != want {
+		t.Fatalf("re-delivery: %+v, want %+v", res, want)
+	}
+	var orders, moves, processed int64
+	db.Model(&record.Order{}).Count(&orders)
+	db.Model(&record.StockMovement{}).Count(&moves)
+	db.Model(&record.ProcessedEvent{}).Count(&processed)
+	if orders != 49 || moves != 49 || processed != 51 {
+		t.Fatalf("orders %d (want 49), movements %d (want 49), processed events %d (want 51)", orders, moves, processed)
+	}
+	var o1, o3 record.Order
+	db.First(&o1, "id = ?", "a.1")
+	db.First(&o3, "id = ?", "a.3")
+	if o1.Status != "paid" || o3.Status != "paid" {
+		t.Fatalf("orders a.1 %s (paid before its late reservation), a.3 %s: want both paid", o1.Status, o3.Status)
+	}
+}
