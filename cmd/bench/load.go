@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +30,8 @@ type load struct {
 	conns  int
 	warmup time.Duration
 	dur    time.Duration
+	// pid, when set, is the server's process: its CPU time over the measured window is taken.
+	pid int
 	// onReply, when set, sees every reply (index of the request, status, body, send time).
 	onReply func(i int, status int, body []byte, sent time.Time)
 }
@@ -37,6 +41,8 @@ type result struct {
 	n        int64
 	elapsed  time.Duration
 	p50, p99 time.Duration
+	lat      []time.Duration // every measured latency, sorted (merge pools turns)
+	cpu      time.Duration   // the server process's CPU time (user+system) while measured
 	statuses map[int]int64
 }
 
@@ -76,11 +82,13 @@ func (l load) run(ctx context.Context) (result, error) {
 		}()
 	}
 	sleepCtx(ctx, l.warmup)
+	cpu0 := procCPU(l.pid)
 	measure.Store(true)
 	start := time.Now()
 	sleepCtx(ctx, l.dur)
 	measure.Store(false)
 	elapsed := time.Since(start)
+	cpu := procCPU(l.pid) - cpu0
 	stop.Store(true)
 	wg.Wait()
 	if firstErr != nil {
@@ -91,10 +99,45 @@ func (l load) run(ctx context.Context) (result, error) {
 	}
 	slices.Sort(lat)
 	return result{
-		n: int64(len(lat)), elapsed: elapsed, statuses: statuses,
+		n: int64(len(lat)), elapsed: elapsed, statuses: statuses, lat: lat, cpu: cpu,
 		p50: lat[len(lat)*50/100], p99: lat[min(len(lat)-1, len(lat)*99/100)],
 	}, nil
 }
+
+// cpuPerOp is the server's CPU time per measured request (0 when not taken).
+func (r result) cpuPerOp() time.Duration {
+	if r.n == 0 {
+		return 0
+	}
+	return r.cpu / time.Duration(r.n)
+}
+
+// procCPU is a process's user+system CPU time from /proc (0 when unknown): the servers'
+// cost per request, which a shared machine's load changes much less than their rates.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64) // utime, field 14
+	st, _ := strconv.ParseInt(f[12], 10, 64) // stime, field 15
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, 100 on every Linux this runs on.
+const clockTicks = 100
 
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -30,24 +29,23 @@ const (
 
 // bench holds what one run set up.
 type bench struct {
-	opt     options
-	out     io.Writer
-	logw    io.Writer
-	self    string
-	apiBin  string
-	recBin  string
-	prefix  string
-	pgDSN   string
-	secret  string
-	admin   string
-	api     *child
-	apiAdm  string // the api's pprof listener
-	kafka   string
-	rows    []row
-	helloRS result
-	// helloPost is the hello handler answering the sold-out row's request bytes.
-	helloPost result
-	rdb       redis.UniversalClient
+	opt    options
+	out    io.Writer
+	logw   io.Writer
+	self   string
+	apiBin string
+	recBin string
+	prefix string
+	pgDSN  string
+	secret string
+	admin  string
+	api    *child
+	apiAdm string // the api's pprof listener
+	kafka  string
+	rows   []row
+	// The baseline servers stay up for the whole run: rows measure them in turns with the api.
+	helloSrv, evalSrv *child
+	rdb               redis.UniversalClient
 }
 
 func run(ctx context.Context, opt options, out io.Writer) error {
@@ -111,7 +109,7 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 		{"reconciler", b.reconciler},
 		{"latency", b.latency},
 	}
-	defer func() { b.api.stop() }()
+	defer func() { b.api.stop(); b.helloSrv.stop(); b.evalSrv.stop() }()
 	for _, step := range steps {
 		if opt.only != "" && !slices.Contains(strings.Split(opt.only, ","), step.name) {
 			continue
@@ -149,7 +147,13 @@ func cpuModel() string {
 }
 
 func (b *bench) load(addr string, reqs [][]byte) load {
-	return load{addr: addr, reqs: reqs, conns: b.opt.conns, warmup: b.opt.warmup(), dur: b.opt.dur}
+	l := load{addr: addr, reqs: reqs, conns: b.opt.conns, warmup: b.opt.warmup(), dur: b.opt.dur}
+	for _, c := range []*child{b.api, b.helloSrv, b.evalSrv} {
+		if c != nil && c.addr == addr && c.cmd.Process != nil {
+			l.pid = c.cmd.Process.Pid
+		}
+	}
+	return l
 }
 
 // startBaseline re-executes this binary as one baseline server.
@@ -162,23 +166,17 @@ func (b *bench) startBaseline(ctx context.Context, mode, prefix string) (*child,
 		addr, "", b.logw)
 }
 
+// hello starts the bare Gin hello server the reads and sold-out rows compare with.
 func (b *bench) hello(ctx context.Context) error {
-	progress(b.out, "bare Gin hello")
-	c, err := b.startBaseline(ctx, "hello", "")
-	if err != nil {
-		return err
-	}
-	defer c.stop()
-	if b.helloRS, err = b.load(c.addr, [][]byte{request("GET", c.addr, "/hello", nil, "")}).run(ctx); err != nil {
-		return err
-	}
-	progress(b.out, "bare Gin hello fed the sold-out row's request bytes")
-	b.helloPost, err = b.load(c.addr, b.purchaseReqs(c.addr, goneItem, "u", b.opt.users)).run(ctx)
+	progress(b.out, "starting the bare Gin hello server")
+	var err error
+	b.helloSrv, err = b.startBaseline(ctx, "hello", "")
 	return err
 }
 
+// evalsha starts the bare Gin + one-EVALSHA-per-purchase server the purchase row compares with.
 func (b *bench) evalsha(ctx context.Context) error {
-	progress(b.out, "bare Gin + one EVALSHA per purchase")
+	progress(b.out, "starting the bare Gin + one EVALSHA per purchase server")
 	prefix := b.prefix + "e:"
 	rdb, err := redisconn.Open(ctx, []string{redisAddr()}, 0)
 	if err != nil {
@@ -190,20 +188,27 @@ func (b *bench) evalsha(ctx context.Context) error {
 	if _, _, err := store.Upsert(ctx, inventory.Input{ID: benchItem, Name: "Bench", PriceCents: 100, Stock: &stock, PerUserLimit: 1e9}); err != nil {
 		return err
 	}
-	c, err := b.startBaseline(ctx, "evalsha", prefix)
-	if err != nil {
-		return err
+	b.evalSrv, err = b.startBaseline(ctx, "evalsha", prefix)
+	return err
+}
+
+// helloLoad is the hello baseline's GET, or nothing when the hello server is not up (-only).
+func (b *bench) helloLoads(extra ...[][]byte) []load {
+	if b.helloSrv == nil {
+		return nil
 	}
-	defer c.stop()
-	reqs := make([][]byte, b.opt.users)
-	for i := range reqs {
-		reqs[i] = request("POST", c.addr, "/purchase/u"+itoa(i), nil, `{"quantity":1}`)
+	ls := []load{b.load(b.helloSrv.addr, [][]byte{request("GET", b.helloSrv.addr, "/hello", nil, "")})}
+	for _, reqs := range extra {
+		ls = append(ls, b.load(b.helloSrv.addr, reqs))
 	}
-	res, err := b.load(c.addr, reqs).run(ctx)
-	if err != nil {
-		return err
+	return ls
+}
+
+// baseAt returns the i-th baseline result, nil when it was not measured.
+func baseAt(bases []result, i int) *result {
+	if i < len(bases) {
+		return &bases[i]
 	}
-	b.rows = append(b.rows, row{name: "purchase attempts/s", res: &res, baseName: "bare Gin + EVALSHA"})
 	return nil
 }
 
@@ -271,35 +276,6 @@ func (b *bench) admin2xx(ctx context.Context, method, path string, body any) err
 	return nil
 }
 
-// apiRun measures one load on the api, taking a CPU profile meanwhile when asked.
-func (b *bench) apiRun(ctx context.Context, name string, l load) (result, error) {
-	if b.opt.profileDir == "" {
-		return l.run(ctx)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(l.warmup)
-		secs := max(1, int(l.dur.Seconds())-1)
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.apiAdm, secs))
-		if err != nil {
-			progress(b.out, "profile %s: %v", name, err)
-			return
-		}
-		defer resp.Body.Close()
-		_ = os.MkdirAll(b.opt.profileDir, 0o755)
-		f, err := os.Create(filepath.Join(b.opt.profileDir, name+".pprof"))
-		if err != nil {
-			return
-		}
-		defer f.Close()
-		_, _ = io.Copy(f, resp.Body)
-	}()
-	res, err := l.run(ctx)
-	<-done
-	return res, err
-}
-
 func (b *bench) readRows(ctx context.Context) error {
 	for _, r := range []struct{ name, prof, path string }{
 		{"GET /api/items reads/s", "items", "/api/items"},
@@ -307,11 +283,11 @@ func (b *bench) readRows(ctx context.Context) error {
 		{"GET /api/leaderboards/best-sellers reads/s", "board", "/api/leaderboards/best-sellers?limit=10"},
 	} {
 		progress(b.out, "%s", r.path)
-		res, err := b.apiRun(ctx, r.prof, b.load(b.api.addr, [][]byte{request("GET", b.api.addr, r.path, nil, "")}))
+		res, bases, err := b.measure(ctx, r.prof, b.load(b.api.addr, [][]byte{request("GET", b.api.addr, r.path, nil, "")}), b.helloLoads()...)
 		if err != nil {
 			return err
 		}
-		b.rows = append(b.rows, row{name: r.name, res: &res, base: &b.helloRS, baseName: "bare Gin hello", target: 0.8, want: 200})
+		b.rows = append(b.rows, row{name: r.name, res: &res, base: baseAt(bases, 0), baseName: "bare Gin hello", target: 0.8, want: 200})
 	}
 	return nil
 }
@@ -328,32 +304,40 @@ func (b *bench) purchaseReqs(addr, item, userPrefix string, n int) [][]byte {
 
 func (b *bench) soldOut(ctx context.Context) error {
 	progress(b.out, "sold-out purchases")
-	res, err := b.apiRun(ctx, "soldout", b.load(b.api.addr, b.purchaseReqs(b.api.addr, goneItem, "u", b.opt.users)))
+	var same [][]byte
+	if b.helloSrv != nil {
+		// The sold-out row's very requests (same tokens, headers and body) sent to the hello
+		// server: only the Host header's port differs.
+		same = b.purchaseReqs(b.helloSrv.addr, goneItem, "u", b.opt.users)
+	}
+	res, bases, err := b.measure(ctx, "soldout", b.load(b.api.addr, b.purchaseReqs(b.api.addr, goneItem, "u", b.opt.users)),
+		b.helloLoads(same)...)
 	if err != nil {
 		return err
 	}
 	b.rows = append(b.rows,
-		row{name: "sold-out answers/s", res: &res, base: &b.helloRS, baseName: "bare Gin hello", target: 0.9, want: 409},
+		row{name: "sold-out answers/s", res: &res, base: baseAt(bases, 0), baseName: "bare Gin hello", target: 0.9, want: 409},
 		// Not the issue's target: the same answers beside the hello handler receiving the very
 		// same request bytes, so net/http's parsing of the larger POST is on both sides.
-		row{name: "sold-out answers/s (hello fed the same POST bytes)", res: &res, base: &b.helloPost,
+		row{name: "sold-out answers/s (hello fed the same POST bytes)", res: &res, base: baseAt(bases, 1),
 			baseName: "bare Gin hello, same request bytes", want: 409})
 	return nil
 }
 
 func (b *bench) purchase(ctx context.Context) error {
 	progress(b.out, "purchases through the api")
-	res, err := b.apiRun(ctx, "purchase", b.load(b.api.addr, b.purchaseReqs(b.api.addr, benchItem, "u", b.opt.users)))
+	var bases []load
+	if b.evalSrv != nil {
+		reqs := make([][]byte, b.opt.users)
+		for i := range reqs {
+			reqs[i] = request("POST", b.evalSrv.addr, "/purchase/u"+itoa(i), nil, `{"quantity":1}`)
+		}
+		bases = append(bases, b.load(b.evalSrv.addr, reqs))
+	}
+	res, base, err := b.measure(ctx, "purchase", b.load(b.api.addr, b.purchaseReqs(b.api.addr, benchItem, "u", b.opt.users)), bases...)
 	if err != nil {
 		return err
 	}
-	r := row{name: "purchase attempts/s", baseName: "bare Gin + EVALSHA", res: &res, target: 1.0, want: 201}
-	if len(b.rows) > 0 && b.rows[0].name == r.name {
-		// The EVALSHA baseline measured first.
-		r.base = b.rows[0].res
-		b.rows[0] = r
-		return nil
-	}
-	b.rows = append(b.rows, r)
+	b.rows = append(b.rows, row{name: "purchase attempts/s", baseName: "bare Gin + EVALSHA", res: &res, base: baseAt(base, 0), target: 1.0, want: 201})
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -72,10 +73,12 @@ func thousands(f float64) string {
 // print writes the table as Markdown (docs/performance.md quotes it as is).
 func (b *bench) print() {
 	w := b.out
-	fmt.Fprintln(w, "| measure | flashsale (rate, p50 / p99) | baseline | ratio | target |")
-	fmt.Fprintln(w, "|---|---|---|---|---|")
+	fmt.Fprintln(w, "| measure | flashsale (rate, p50 / p99) | baseline | ratio | target | server CPU per request: flashsale / baseline |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	var notes []string
-	for _, r := range b.rows {
+	rows := slices.Clone(b.rows)
+	slices.SortStableFunc(rows, func(x, y row) int { return rowOrder(x.name) - rowOrder(y.name) })
+	for _, r := range rows {
 		ours, base, ratio, target := "–", "–", "–", "–"
 		if r.res != nil {
 			ours = r.res.cell(r.noLatency, r.noRate)
@@ -93,7 +96,7 @@ func (b *bench) print() {
 		if r.wantP99 > 0 && r.res != nil {
 			target = fmt.Sprintf("p99 < %s %s", r.wantP99, mark(r.res.p99 < r.wantP99))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.name, ours, base, ratio, target)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.name, ours, base, ratio, target, cpuCell(r))
 		if r.note != "" {
 			notes = append(notes, r.name+": "+r.note)
 		}
@@ -109,6 +112,33 @@ func (b *bench) print() {
 			fmt.Fprintln(w, "- "+n)
 		}
 	}
+}
+
+// cpuCell compares the servers' CPU time per request (from /proc), which shows how much work
+// each answer costs even when a busy machine moves the rates.
+func cpuCell(r row) string {
+	if r.res == nil || r.base == nil || r.res.cpuPerOp() == 0 || r.base.cpuPerOp() == 0 {
+		return "–"
+	}
+	us := func(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond)) }
+	return fmt.Sprintf("%s / %s (%.2f×)", us(r.res.cpuPerOp()), us(r.base.cpuPerOp()),
+		float64(r.res.cpuPerOp())/float64(r.base.cpuPerOp()))
+}
+
+// rowOrder is the place of a row in rowNames (steps run in another order: the purchase row
+// is measured after the reads, beside the still running EVALSHA server).
+func rowOrder(name string) int {
+	for i, n := range rowNames {
+		if name == n {
+			return i
+		}
+	}
+	for i, n := range rowNames {
+		if strings.HasPrefix(name, n+" (") {
+			return i
+		}
+	}
+	return len(rowNames)
 }
 
 func mark(ok bool) string {

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// interleaveRounds is how many turns the api and its baselines take in a full run. The
+// machine is shared (other builds and tests come and go within seconds), so a baseline
+// measured a minute before its row can meet a different machine; in turns of dur/rounds
+// each, a change in the machine's load falls on both sides alike and the ratio holds.
+const interleaveRounds = 4
+
+// measure runs the api's load and each baseline's load in turns (the order rotating every
+// round), each for opt.dur in all after a short warm-up per turn, and returns the merged
+// results. With -profile it takes one CPU profile of the api across all its turns.
+func (b *bench) measure(ctx context.Context, prof string, api load, bases ...load) (result, []result, error) {
+	rounds := interleaveRounds
+	turnWarm := min(b.opt.warmup(), 300*time.Millisecond)
+	if b.opt.short {
+		rounds = 1
+	}
+	loads := append([]load{api}, bases...)
+	parts := make([][]result, len(loads))
+	var done chan struct{}
+	if b.opt.profileDir != "" {
+		total := time.Duration(rounds*len(loads)) * (b.opt.dur/time.Duration(rounds) + turnWarm)
+		done = b.profile(prof, total)
+	}
+	for r := range rounds {
+		for j := range loads {
+			k := (j + r) % len(loads)
+			l := loads[k]
+			l.warmup, l.dur = turnWarm, b.opt.dur/time.Duration(rounds)
+			res, err := l.run(ctx)
+			if err != nil {
+				return result{}, nil, err
+			}
+			parts[k] = append(parts[k], res)
+		}
+	}
+	if done != nil {
+		<-done
+	}
+	merged := make([]result, len(loads))
+	for k := range loads {
+		merged[k] = merge(parts[k])
+	}
+	return merged[0], merged[1:], nil
+}
+
+// profile fetches a CPU profile of the api covering about d from now into the profile
+// directory as name.pprof; the channel closes when it is written.
+func (b *bench) profile(name string, d time.Duration) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		secs := max(1, int(d.Seconds()))
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.apiAdm, secs))
+		if err != nil {
+			progress(b.out, "profile %s: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		_ = os.MkdirAll(b.opt.profileDir, 0o755)
+		f, err := os.Create(filepath.Join(b.opt.profileDir, name+".pprof"))
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		_, _ = io.Copy(f, resp.Body)
+	}()
+	return done
+}
+
+// merge adds up the turns of one load: counts and measured time add, latencies pool.
+func merge(parts []result) result {
+	var m result
+	m.statuses = map[int]int64{}
+	for _, p := range parts {
+		m.n += p.n
+		m.elapsed += p.elapsed
+		m.cpu += p.cpu
+		m.lat = append(m.lat, p.lat...)
+		for k, v := range p.statuses {
+			m.statuses[k] += v
+		}
+	}
+	if len(m.lat) > 0 {
+		slices.Sort(m.lat)
+		m.p50, m.p99 = m.lat[len(m.lat)*50/100], m.lat[min(len(m.lat)-1, len(m.lat)*99/100)]
+	}
+	return m
+}
