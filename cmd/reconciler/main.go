@@ -1,7 +1,8 @@
 // Command reconciler keeps the PostgreSQL record of the sale: it consumes the event topic in a
 // consumer group and writes every event exactly once (by event_id).
 //
-//	reconciler            consume events into Postgres (applies migrations first)
+//	reconciler            consume events into Postgres (applies migrations first), and run a
+//	                      batch reconciliation every FLASHSALE_RECONCILE_INTERVAL (when set)
 //	reconciler migrate    apply the migrations and exit
 //	reconciler batch      one reconciliation run of Redis against Postgres (see reconcile)
 //	reconciler restore    rebuild Redis from Postgres (see reconcile)
@@ -88,7 +89,8 @@ func migrate(ctx context.Context, cfg config.Config) error {
 	return nil
 }
 
-// run consumes until SIGINT/SIGTERM, then drains the batch in hand and commits it.
+// run consumes until SIGINT/SIGTERM, then drains the batch in hand and commits it. With
+// cfg.ReconcileInterval set it also runs scheduled batch reconciliation until then.
 func run(ctx context.Context, cfg config.Config) error {
 	slog.Info("starting reconciler", "config", fmt.Sprintf("%+v", cfg.Masked()))
 	db, err := record.Open(cfg.PostgresDSN)
@@ -119,6 +121,14 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 	defer stopAdmin()
 
+	stopSchedule, err := startSchedule(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	// Deferred after the consumer's Run: a batch run in progress is cancelled (and recorded
+	// as failed) while the consumer drains its last batch.
+	defer stopSchedule()
+
 	c := record.NewConsumer(db, record.ConsumerOptions{
 		Brokers:      brokers(cfg),
 		Topic:        cfg.KafkaTopic,
@@ -126,6 +136,31 @@ func run(ctx context.Context, cfg config.Config) error {
 		DrainTimeout: cfg.ShutdownTimeout,
 	})
 	return c.Run(ctx)
+}
+
+// startSchedule starts batch reconciliation every cfg.ReconcileInterval (none when 0) beside
+// the consumer; stop ends it and waits for it. Every instance may run it: the batch lock lets
+// one run at a time.
+func startSchedule(ctx context.Context, cfg config.Config) (stop func(), err error) {
+	if cfg.ReconcileInterval <= 0 {
+		return func() {}, nil
+	}
+	r, closeAll, err := reconcile.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("scheduled reconciliation: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.RunEvery(ctx, cfg.ReconcileInterval)
+	}()
+	slog.Info("scheduled reconciliation on", "every", cfg.ReconcileInterval)
+	return func() {
+		cancel()
+		<-done
+		closeAll()
+	}, nil
 }
 
 func closeDB(db *gorm.DB) {

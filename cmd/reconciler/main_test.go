@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// TestRunSchedulesReconciliation: `reconciler run` with FLASHSALE_RECONCILE_INTERVAL set runs
+// batch reconciliations beside the consumer (real Redis, Postgres and a kfake broker), and
+// stops both when its context ends. What a run checks, and that runs of several instances
+// never overlap, is internal/reconcile's TestSchedule.
+func TestRunSchedulesReconciliation(t *testing.T) {
+	cfg, err := config.Parse(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, keys := testenv.Redis(t)
+	cfg.RedisAddrs = []string{testenv.RedisAddr()}
+	cfg.RedisPrefix = keys.Prefix
+	cfg.PostgresDSN = testenv.Postgres(t)
+	cfg.KafkaBrokers = []string{testenv.Kafka(t, cfg.KafkaTopic, 1).Addr()}
+	cfg.ReconcileInterval = 50 * time.Millisecond
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg) }()
+
+	conn, err := pgx.Connect(context.Background(), cfg.PostgresDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var ok int
+		// The table exists from the start: testenv.Postgres applied the migrations.
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM reconciliation_runs WHERE status = 'ok'`).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		if ok >= 2 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned early: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d scheduled runs finished clean within 30 s, want 2", ok)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop within 30 s of its context ending")
+	}
+}
