@@ -4,7 +4,8 @@
 //   - purchase attempts/s through the real api (auth, rate limit, coalescing, outbox relay to
 //     the embedded Kafka broker) beside a bare Gin handler doing one EVALSHA of the same
 //     purchase script per request;
-//   - sold-out answers/s and catalogue/leaderboard reads/s beside a bare Gin hello handler;
+//   - sold-out answers/s and catalogue/leaderboard reads/s beside a bare Gin hello handler
+//     (and, for sold-out answers, beside the same handler fed the very same POST bytes);
 //   - the reconciler's write path (internal/record) in rows/s beside pgx CopyFrom of the same
 //     rows;
 //   - purchase -> Postgres latency (response sent to row committed) at the api's peak rate with
@@ -12,9 +13,12 @@
 //
 // Every server is a child process of its own (the api and reconciler binaries are built from
 // this module; the baselines are this binary re-executed), and one load generator (load.go)
-// drives them all. `-short` runs every row tiny: CI checks the rows appear, not the numbers.
+// drives them all. The api and its baseline servers are measured in turns (interleave.go),
+// so a shared machine's changing load falls on both sides of each ratio, and each row also
+// shows the servers' CPU time per request. `-short` runs every row tiny: CI checks that every
+// row appears with a measurement, not the numbers.
 //
-//	go run ./cmd/bench            # full run (about two minutes)
+//	go run ./cmd/bench            # full run (about three minutes)
 //	go run ./cmd/bench -short     # seconds
 package main
 
@@ -44,7 +48,7 @@ func main() {
 	flag.IntVar(&opt.rows, "rows", 200000, "rows for the reconciler and CopyFrom rows")
 	flag.StringVar(&opt.profileDir, "profile", "", "write CPU profiles of the api during its rows to this directory")
 	flag.BoolVar(&opt.verbose, "v", false, "show the servers' logs")
-	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,api,reads,soldout,purchase,reconciler,latency); default all")
+	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,api,reads,soldout,purchase,reconciler,latency; hello and evalsha start the baseline servers the later rows use); default all")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
