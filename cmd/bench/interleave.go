@@ -18,7 +18,8 @@ import (
 const interleaveRounds = 4
 
 // measure runs the api's load and each baseline's load in turns (the order rotating every
-// round), each for opt.dur in all after a short warm-up per turn, and returns the merged
+// round), each for opt.dur in all after a warm-up per turn (the row's full warm-up on its
+// first turn, a short one on the later turns), and returns the merged
 // results. With -profile it takes one CPU profile of the api across all its turns.
 func (b *bench) measure(ctx context.Context, prof string, api load, bases ...load) (result, []result, error) {
 	rounds := interleaveRounds
@@ -30,7 +31,8 @@ func (b *bench) measure(ctx context.Context, prof string, api load, bases ...loa
 	parts := make([][]result, len(loads))
 	var done chan struct{}
 	if b.opt.profileDir != "" {
-		total := time.Duration(rounds*len(loads)) * (b.opt.dur/time.Duration(rounds) + turnWarm)
+		total := time.Duration(rounds*len(loads))*(b.opt.dur/time.Duration(rounds)+turnWarm) +
+			time.Duration(len(loads))*(b.opt.warmup()-turnWarm)
 		done = b.profile(prof, total)
 	}
 	for r := range rounds {
@@ -38,6 +40,11 @@ func (b *bench) measure(ctx context.Context, prof string, api load, bases ...loa
 			k := (j + r) % len(loads)
 			l := loads[k]
 			l.warmup, l.dur = turnWarm, b.opt.dur/time.Duration(rounds)
+			if r == 0 {
+				// The first turn warms up as a row always did (every shopper's token
+				// verified once, pools and caches filled); later turns only reconnect.
+				l.warmup = b.opt.warmup()
+			}
 			res, err := l.run(ctx)
 			if err != nil {
 				return result{}, nil, err
