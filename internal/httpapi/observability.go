@@ -140,4 +140,3 @@ func (s *Server) openapi(c *gin.Context) {
 	c.Header("Cache-Control", "no-cache")
 	c.Data(http.StatusOK, "application/json", openapiDoc)
 }
-

@@ -37,11 +37,12 @@ type PurchaseError struct {
 
 func (e *PurchaseError) Error() string { return e.Err.Error() }
 
+func (e *PurchaseError) Unwrap() error { return e.Err }
+
 // errKnownSoldOut is the answer of the in-memory sold-out short cut: one shared value (it
 // carries no per-call figures), so the answer a sale gives most often allocates nothing.
 // Callers read PurchaseErrors, never modify them.
 var errKnownSoldOut = &PurchaseError{Err: ErrSoldOut}
-func (e *PurchaseError) Unwrap() error { return e.Err }
 
 // ValidIdempotencyKey reports whether k is 1-64 printable ASCII characters.
 func ValidIdempotencyKey(k string) bool {
