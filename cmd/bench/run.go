@@ -110,8 +110,17 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 		{"latency", b.latency},
 	}
 	defer func() { b.api.stop(); b.helloSrv.stop(); b.evalSrv.stop() }()
+	// Rows need the servers they are measured against: -only soldout also starts hello and api.
+	needs := map[string][]string{
+		"reads": {"hello", "api"}, "soldout": {"hello", "api"}, "purchase": {"evalsha", "api"},
+		"latency": {"api"},
+	}
+	only := strings.Split(opt.only, ",")
+	for _, name := range only {
+		only = append(only, needs[name]...)
+	}
 	for _, step := range steps {
-		if opt.only != "" && !slices.Contains(strings.Split(opt.only, ","), step.name) {
+		if opt.only != "" && !slices.Contains(only, step.name) {
 			continue
 		}
 		if err := step.run(ctx); err != nil {
