@@ -105,29 +105,11 @@ func (w *Writer) Apply(ctx context.Context, msgs []kafka.Message) (Result, error
 // Rows of one batch, folded so each table row appears once (an upsert may touch a row only
 // once per statement, and COPY must not meet a row twice).
 type (
-	itemRow struct {
-		ID           string
-		Name         string
-		Category     string
-		PriceCents   int64
-		StockTotal   int64
-		PerUserLimit int64
-		StartsAt     *time.Time
-		EndsAt       *time.Time
-		AttrPosMs    int64
-		AttrPosSeq   int64
-		StockPosMs   int64
-		StockPosSeq  int64
-	}
+	// itemRow is the Item model: the batch folds events into the row it stores.
+	itemRow = Item
+	// orderRow is the Order model plus what the batch knows about where the row comes from.
 	orderRow struct {
-		ID         string
-		ItemID     string
-		UserID     string
-		Quantity   int64
-		PriceCents int64
-		Status     string
-		CreatedAt  time.Time
-		UpdatedAt  time.Time
+		Order
 		// Reserved: the batch holds the order's order.reserved, the event that creates it, so
 		// the row is new unless events arrived out of order (see writeNew).
 		Reserved bool
@@ -210,8 +192,8 @@ func fold(fresh []parsed) batchRows {
 			status := strings.TrimPrefix(e.Type, "order.")
 			o := orders[e.OrderID]
 			if o == nil {
-				o = &orderRow{ID: e.OrderID, ItemID: e.ItemID, UserID: e.UserID, Quantity: *e.Quantity,
-					PriceCents: *e.PriceCents, Status: status, CreatedAt: e.At, UpdatedAt: e.At}
+				o = &orderRow{Order: Order{ID: e.OrderID, ItemID: e.ItemID, UserID: e.UserID, Quantity: *e.Quantity,
+					PriceCents: *e.PriceCents, Status: status, CreatedAt: e.At, UpdatedAt: e.At}}
 				orders[e.OrderID] = o
 				orderOrder = append(orderOrder, e.OrderID)
 			}
