@@ -1,12 +1,15 @@
 // Package lua embeds flashsale's Redis scripts. Each script is a .lua file here; scripts that
 // rate-limit get gcra.lua prepended so the limiter has one implementation. The Go package that
-// owns a script wraps it in a typed function; nobody else builds its KEYS and ARGV.
+// owns a script declares it with New and wraps it in a typed function; nobody else builds its
+// KEYS and ARGV. Every script is run exactly once in effect (once.go): re-sending it after a
+// timeout or a dropped connection is safe.
 package lua
 
 import (
 	"context"
 	"embed"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,34 +25,39 @@ func source(name string) string {
 	return string(b)
 }
 
-func script(names ...string) *redis.Script {
-	var src string
+// concat joins the named embedded files in order.
+func concat(names ...string) string {
+	var body strings.Builder
 	for _, n := range names {
-		src += source(n) + "\n"
+		body.WriteString(source(n))
+		body.WriteString("\n")
 	}
-	return redis.NewScript(src)
+	return body.String()
 }
 
-// The scripts. Run them with Script.Run, which uses EVALSHA and falls back to EVAL on NOSCRIPT
-// (after a Redis restart, failover or SCRIPT FLUSH), so callers keep working without a restart.
+// The scripts. Run them with Script.Run.
 var (
-	Purchase    = script("gcra.lua", "purchase.lua")
-	UpsertItem  = script("upsert_item.lua")
-	AdjustStock = script("adjust_stock.lua")
+	Purchase    = New("purchase", "gcra.lua", "purchase.lua")
+	UpsertItem  = New("upsert_item", "upsert_item.lua")
+	AdjustStock = New("adjust_stock", "adjust_stock.lua")
 )
 
-var all = map[string]*redis.Script{}
+var all = map[string]*Script{}
 
-// Register adds a script to the set that Load preloads; packages owning scripts register them.
-func Register(name string, s *redis.Script) *redis.Script {
+// New builds a script from embedded files (concatenated in order) and registers it, so Load
+// preloads it and metrics can name it.
+func New(name string, files ...string) *Script { return Register(name, concat(files...)) }
+
+// Register puts src inside the call-record wrapper (once.lua), so a re-sent call answers from
+// its record instead of running twice, and registers it under name.
+func Register(name, src string) *Script {
+	before, after, ok := strings.Cut(source("once.lua"), "--[[ script ]]")
+	if !ok {
+		panic("lua: once.lua has no --[[ script ]] marker")
+	}
+	s := &Script{name: name, rs: redis.NewScript(before + src + "\n" + after)}
 	all[name] = s
 	return s
-}
-
-func init() {
-	Register("purchase", Purchase)
-	Register("upsert_item", UpsertItem)
-	Register("adjust_stock", AdjustStock)
 }
 
 // Hashes returns every registered script's SHA1 by script name, so instrumentation can name
@@ -62,14 +70,11 @@ func Hashes() map[string]string {
 	return out
 }
 
-// New builds a script from embedded files (concatenated in order) and registers it.
-func New(name string, files ...string) *redis.Script { return Register(name, script(files...)) }
-
 // Load preloads every script with SCRIPT LOAD (on every master of a cluster), so pipelined
 // EVALSHA can be used and readiness can report "scripts loaded".
 func Load(ctx context.Context, rdb redis.UniversalClient) error {
 	for name, s := range all {
-		if err := s.Load(ctx, rdb).Err(); err != nil {
+		if err := s.rs.Load(ctx, rdb).Err(); err != nil {
 			return fmt.Errorf("lua: load %s: %w", name, err)
 		}
 	}
@@ -79,7 +84,7 @@ func Load(ctx context.Context, rdb redis.UniversalClient) error {
 // Loaded reports whether every script is in the server's script cache.
 func Loaded(ctx context.Context, rdb redis.UniversalClient) (bool, error) {
 	for _, s := range all {
-		ok, err := s.Exists(ctx, rdb).Result()
+		ok, err := s.rs.Exists(ctx, rdb).Result()
 		if err != nil {
 			return false, err
 		}

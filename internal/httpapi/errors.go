@@ -11,6 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/lua"
 )
 
 // apiError is a contract error: an HTTP status and a code.
@@ -31,6 +32,7 @@ var (
 	errForbidden    = &apiError{http.StatusForbidden, "forbidden", "this route needs the admin token"}
 	errTooLarge     = &apiError{http.StatusRequestEntityTooLarge, "too_large", "request body is too large"}
 	errUnavailable  = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service is unavailable; nothing was changed, try again"}
+	errUnknown      = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service did not answer in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
 	errNoRoute      = &apiError{http.StatusNotFound, "not_found", "no such route"}
 )
 
@@ -91,6 +93,10 @@ func fail(c *gin.Context, err error) {
 		return
 	}
 	slog.Error("request failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
+	if errors.Is(err, lua.ErrOutcomeUnknown) {
+		abort(c, errUnknown.Status, errUnknown.Code, errUnknown.Message)
+		return
+	}
 	abort(c, errUnavailable.Status, errUnavailable.Code, errUnavailable.Message)
 }
 

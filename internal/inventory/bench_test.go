@@ -27,7 +27,7 @@ func BenchmarkPurchase(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
-				err := lua.Purchase.EvalSha(ctx, rdb,
+				err := lua.Purchase.Run(ctx, rdb,
 					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u)},
 					600000, 86400000, 0, 0, 0, "bench", u, 1, "").Err()
 				if err != nil {

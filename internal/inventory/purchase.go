@@ -78,19 +78,21 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 	if req.IdempotencyKey == "" && s.KnownSoldOut(req.ItemID) {
 		return PurchaseResult{}, errKnownSoldOut
 	}
-	call := &purchaseCall{req: req, done: make(chan purchaseReply, 1)}
+	call := &purchaseCall{ctx: ctx, req: req, done: make(chan purchaseReply, 1)}
 	s.batcher.submit(call)
 	select {
 	case r := <-call.done:
 		return r.res, r.err
 	case <-ctx.Done():
-		// The batch may still run: the outcome is unknown to this caller. A retry with the
-		// same Idempotency-Key returns the order if it was made.
-		return PurchaseResult{}, fmt.Errorf("inventory: purchase %s: %w", req.ItemID, ctx.Err())
+		// A batch not yet sent drops this call; one already sent may still make the order, so
+		// the outcome is unknown to this caller. A retry with the same Idempotency-Key returns
+		// the order if it was made.
+		return PurchaseResult{}, fmt.Errorf("inventory: purchase %s: %w (%w)", req.ItemID, lua.ErrOutcomeUnknown, ctx.Err())
 	}
 }
 
 type purchaseCall struct {
+	ctx  context.Context // the caller's: a call whose caller has gone is never sent
 	req  PurchaseRequest
 	done chan purchaseReply
 }
@@ -100,11 +102,22 @@ type purchaseReply struct {
 	err error
 }
 
-// batchTimeout bounds one script call; callers whose context ends earlier stop waiting.
-const batchTimeout = 5 * time.Second
-
-// runBatch runs purchase.lua once for calls that all buy the same item.
+// runBatch runs purchase.lua once for calls that all buy the same item. Calls whose caller has
+// gone are dropped first: nobody would learn their outcome. The script call re-sends itself
+// until it has the reply or lua.CallDeadline passes (one run whatever the transport does).
 func (s *Store) runBatch(item string, calls []*purchaseCall) {
+	live := calls[:0]
+	for _, c := range calls {
+		if c.ctx.Err() != nil {
+			c.done <- purchaseReply{err: c.ctx.Err()}
+			continue
+		}
+		live = append(live, c)
+	}
+	calls = live
+	if len(calls) == 0 {
+		return
+	}
 	k := s.keys.Item(item)
 	keys := make([]string, 0, 5+3*len(calls))
 	keys = append(keys, k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox())
@@ -117,10 +130,8 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 			k.PurchaseLimit(c.req.UserID))
 		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
 	sent := time.Now() // when Redis was asked: the age of a sold-out answer (soldout.go)
-	res, err := lua.Purchase.Run(ctx, s.rdb, keys, args...).Slice()
+	res, err := lua.Purchase.Run(context.Background(), s.rdb, keys, args...).Slice()
 	if err == nil && len(res) != len(calls) {
 		err = errNoReply
 	}

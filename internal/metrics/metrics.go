@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flashsale/flashsale/lua"
 )
 
 // Registry holds every flashsale metric plus the Go runtime and process collectors. A
@@ -51,6 +53,11 @@ var (
 		Name: "flashsale_redis_script_calls_total",
 		Help: "Lua script calls (EVALSHA/EVAL) by script name and result: ok, noscript (EVALSHA missed the script cache; the client retries with EVAL), error (the script or Redis replied an error) or unavailable (no reply: timeout, connection).",
 	}, []string{"script", "result"})
+
+	ScriptResends = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "flashsale_redis_script_resends_total",
+		Help: "Script calls re-sent (or given up as outcome unknown) after a send got no reply: a stalling or flapping Redis. Re-sends are safe: each call runs once (lua/once.lua).",
+	}, func() float64 { return float64(lua.Resends()) })
 
 	ScriptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flashsale_redis_script_duration_seconds",
@@ -145,7 +152,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		HTTPRequests, HTTPDuration, Purchases,
-		ScriptCalls, ScriptDuration,
+		ScriptCalls, ScriptResends, ScriptDuration,
 		OutboxBacklog, RelayPublished, RelayErrors,
 		ConsumerLag, ConsumerEvents, ReconcilerBatchSize, ReconcilerCommitDuration,
 		ExpirerDrained,

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/testenv"
@@ -49,7 +48,7 @@ func TestRegistryHasRuntimeCollectors(t *testing.T) {
 }
 
 // testScript is registered like a real one so the hook can name it.
-var testScript = lua.Register("metrics_test_echo", redis.NewScript(`return ARGV[1]`))
+var testScript = lua.Register("metrics_test_echo", `return ARGV[1]`)
 
 // The hook names script calls by their registered name whether they go out as EVALSHA, as
 // the EVAL fallback after NOSCRIPT, or inside a pipeline; unregistered scripts are "unknown".

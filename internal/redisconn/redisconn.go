@@ -18,6 +18,10 @@ func Open(ctx context.Context, addrs []string, db int) (redis.UniversalClient, e
 		DialTimeout:  2 * time.Second,
 		ReadTimeout:  3 * time.Second,
 		WriteTimeout: 3 * time.Second,
+		// Deadlines reach the socket, and nothing is re-sent blindly: a command re-sent after
+		// a read timeout may run twice. Scripts re-send themselves safely (lua.Script.Run).
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
 	}
 	if len(addrs) > 1 {
 		opt.DB = 0

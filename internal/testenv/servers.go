@@ -69,11 +69,12 @@ func startRedisServer(t testing.TB, dir string, extra ...string) string {
 	}
 }
 
-// PrivateRedis starts a redis-server of the test's own (for tests that restart it or flush
-// its script cache, which must not disturb the shared server).
-func PrivateRedis(t testing.TB) (redis.UniversalClient, keyspace.Space, string) {
+// PrivateRedis starts a redis-server of the test's own (for tests that restart it, stall it or
+// flush its script cache, which must not disturb the shared server); extra are more
+// redis-server arguments (e.g. "--enable-debug-command", "yes" for DEBUG SLEEP).
+func PrivateRedis(t testing.TB, extra ...string) (redis.UniversalClient, keyspace.Space, string) {
 	t.Helper()
-	addr := startRedisServer(t, t.TempDir())
+	addr := startRedisServer(t, t.TempDir(), extra...)
 	rdb, err := redisconn.Open(context.Background(), []string{addr}, 0)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)

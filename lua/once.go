@@ -1,0 +1,181 @@
+package lua
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrOutcomeUnknown means a call may or may not have run: it was sent, and no reply came back
+// before the caller's deadline. Callers answer it as "the outcome is unknown", never as
+// "nothing was changed".
+var ErrOutcomeUnknown = errors.New("the outcome is unknown")
+
+// How a call is sent. A call is re-sent after a timeout or a dropped connection until a reply
+// arrives or its deadline passes; the call record (once.lua) makes every re-send safe.
+const (
+	// AttemptTimeout bounds one send: a healthy Redis answers any script in milliseconds, so a
+	// send that waited this long is on a stalled server or a dead connection.
+	AttemptTimeout = 2 * time.Second
+	// CallDeadline bounds a call whose context has no earlier deadline.
+	CallDeadline = 10 * time.Second
+	// recordTTL keeps a call's reply well past any re-send of it.
+	recordTTL = 60 * time.Second
+)
+
+// Script is one embedded script (see New).
+type Script struct {
+	name string
+	rs   *redis.Script
+}
+
+// Name is the script's registered name.
+func (s *Script) Name() string { return s.name }
+
+// Hash is the SHA1 the server knows the script by.
+func (s *Script) Hash() string { return s.rs.Hash() }
+
+// Run sends the script with a fresh call id and returns its reply (Cmd's Err is the script's
+// error reply, if any). After a timeout or a dropped connection it re-sends the same call, so
+// the reply is the one the single run gave. When the deadline (ctx's, at most CallDeadline)
+// passes without a reply, Err is ErrOutcomeUnknown. A first send that provably never reached
+// Redis (no connection) returns its error at once: nothing was changed. Every key must carry
+// the same hash tag.
+func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	if len(keys) == 0 {
+		return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: a script needs its keys", s.name))
+	}
+	keys, args = withCallRecord(keys, args)
+	ctx, cancel := context.WithTimeout(ctx, CallDeadline)
+	defer cancel()
+	sent := false
+	for attempt := 0; ; attempt++ {
+		actx, acancel := context.WithTimeout(ctx, AttemptTimeout)
+		cmd := s.rs.Run(actx, rdb, keys, args...)
+		acancel()
+		err := cmd.Err()
+		if err == nil || !resendable(err) {
+			return cmd
+		}
+		sent = sent || mayHaveRun(err)
+		if !sent {
+			// Nothing reached Redis: the outcome is known (nothing changed), so say so now
+			// rather than keep a shopper waiting on a server that is down.
+			return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w", s.name, err))
+		}
+		resends.Add(1)
+		if ctx.Err() == nil {
+			select {
+			case <-time.After(backoff(attempt)):
+				continue
+			case <-ctx.Done():
+			}
+		}
+		return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w (%v)", s.name, ErrOutcomeUnknown, err))
+	}
+}
+
+// EvalSha sends the script once by its hash, with a fresh call id: for pipelines (load the
+// scripts first), where a NOSCRIPT cannot fall back and the caller handles failures.
+func (s *Script) EvalSha(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	keys, args = withCallRecord(keys, args)
+	return s.rs.EvalSha(ctx, c, keys, args...)
+}
+
+// Eval sends the script once with its body (what Run falls back to after NOSCRIPT).
+func (s *Script) Eval(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	keys, args = withCallRecord(keys, args)
+	return s.rs.Eval(ctx, c, keys, args...)
+}
+
+// withCallRecord appends a fresh call's record key and lifetime (once.lua) without touching
+// the caller's slices.
+func withCallRecord(keys []string, args []any) ([]string, []any) {
+	keys = append(keys[:len(keys):len(keys)], callKey(keys[0], nextCallID()))
+	args = append(args[:len(args):len(args)], recordTTL.Milliseconds())
+	return keys, args
+}
+
+// resendable reports whether err says the call did not certainly run to a reply we have: a
+// transport error, or a server reply meaning the call was not executed (busy with another
+// script, loading its data, a cluster in transition). Any other server reply is the answer.
+func resendable(err error) bool {
+	if errors.Is(err, redis.Nil) {
+		return false
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		for _, p := range []string{"BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// mayHaveRun reports whether a failed send might have reached Redis. Only a failure to get a
+// connection at all (dial refused, pool exhausted) proves it did not; server replies that
+// refuse a call (BUSY, LOADING, ...) also prove it.
+func mayHaveRun(err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	return true
+}
+
+var resends atomic.Uint64
+
+// Resends counts sends of a call that may have reached Redis and got no reply (a timeout, a
+// dropped connection), each followed by a re-send or an unknown outcome: the metric of a
+// stalling or flapping Redis.
+func Resends() uint64 { return resends.Load() }
+
+func backoff(attempt int) time.Duration {
+	d := 20 * time.Millisecond << min(attempt, 4) // 20 ms .. 320 ms
+	return d
+}
+
+// callKey is the call record's key: the first key's hash tag, so it lives in the script's slot.
+func callKey(first, id string) string {
+	if open := strings.IndexByte(first, '{'); open >= 0 {
+		if end := strings.IndexByte(first[open+1:], '}'); end > 0 {
+			return first[:open+end+2] + ":call:" + id
+		}
+	}
+	return first + ":call:" + id
+}
+
+// Call ids: a random prefix per process and a counter, so ids never repeat across api
+// instances or restarts and minting one costs an atomic add.
+var (
+	callPrefix = func() string {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(fmt.Sprintf("lua: no randomness for call ids: %v", err))
+		}
+		return hex.EncodeToString(b[:]) + "."
+	}()
+	callSeq atomic.Uint64
+)
+
+func nextCallID() string { return callPrefix + strconv.FormatUint(callSeq.Add(1), 36) }
