@@ -227,10 +227,18 @@
     c.inFlight = true;
     updateButton(c);
     say(c.msg, '');
-    const r = await api('POST', `/api/items/${encodeURIComponent(c.id)}/purchase`, {
-      token: state.token, body: { quantity: qty }, headers: { 'Idempotency-Key': c.pendingKey },
-    });
-    if (r.status !== 0) c.pendingKey = null;
+    // A network error or a 503 may hide an order that was made: ask again with the same key
+    // (the api answers the order if it exists, and never makes a second one), a few times.
+    let r;
+    for (let attempt = 0; ; attempt++) {
+      r = await api('POST', `/api/items/${encodeURIComponent(c.id)}/purchase`, {
+        token: state.token, body: { quantity: qty }, headers: { 'Idempotency-Key': c.pendingKey },
+      });
+      if ((r.status !== 0 && r.status !== 503) || attempt === 3) break;
+      say(c.msg, 'The shop is busy; still trying…', 'warn');
+      await new Promise((resolve) => setTimeout(resolve, 500 * 2 ** attempt));
+    }
+    if (r.status !== 0 && r.status !== 503) c.pendingKey = null;
     c.inFlight = false;
     if (r.ok) {
       const o = r.data.order;

@@ -30,6 +30,7 @@ const run = Math.random().toString(36).slice(2, 8);
 const ITEM = { id: `e2e-phone-${run}`, name: `Pocket Phone ${run}`, category: 'phones' };
 const RL_ITEM = { id: `e2e-cable-${run}`, name: `USB Cable ${run}`, category: 'cables' };
 const SOON_ITEM = { id: `e2e-watch-${run}`, name: `Smart Watch ${run}`, category: 'watches' };
+const LOST_ITEM = { id: `e2e-case-${run}`, name: `Phone Case ${run}`, category: 'cases' };
 
 // ---- a tiny runner ---------------------------------------------------------------------------
 
@@ -282,6 +283,32 @@ async function main() {
       assert(posts === 1, `purchase requests sent: ${posts}`);
       const it = (await apiJSON('GET', `/api/items/${ITEM.id}`)).data.item;
       assert(it.stock_left === 5, `stock_left ${it.stock_left}, want 5`);
+    });
+
+    await step('a purchase whose answer is lost (503) is sent again with the same key: one order', async () => {
+      const put = await apiJSON('PUT', `/api/admin/items/${LOST_ITEM.id}`, ADMIN,
+        { name: LOST_ITEM.name, category: LOST_ITEM.category, price_cents: 1999, stock: 3, per_user_limit: 2 });
+      assert(put.status === 201, `create ${LOST_ITEM.id}: ${put.status}`);
+      const c = card(bob, LOST_ITEM.id);
+      await expectText(c.locator('.stock-text'), /^3 of 3 left$/, 'case card');
+      const url = `**/api/items/${LOST_ITEM.id}/purchase`;
+      const keys = [];
+      // The first request reaches the api (the order is made) but its answer is replaced by
+      // the 503 "outcome unknown" a stalled Redis gives; later ones pass through.
+      await bob.route(url, async (route) => {
+        keys.push(route.request().headers()['idempotency-key']);
+        const real = await route.fetch();
+        if (keys.length > 1) return route.fulfill({ response: real });
+        return route.fulfill({ status: 503, contentType: 'application/json',
+          body: JSON.stringify({ error: { code: 'unavailable', message: 'the outcome is unknown' } }) });
+      });
+      await c.locator('input[type=number]').fill('1');
+      await c.locator('button[type=submit]').click();
+      await expectText(c.locator('.msg'), /Reserved 1 ×/, 'purchase message after the retry');
+      await bob.unroute(url);
+      assert(keys.length === 2 && keys[0] && keys[0] === keys[1], `Idempotency-Keys sent: ${JSON.stringify(keys)}`);
+      const it = (await apiJSON('GET', `/api/items/${LOST_ITEM.id}`)).data.item;
+      assert(it.stock_left === 2, `stock_left ${it.stock_left}, want 2: one order, not two`);
     });
 
     await step('CSV import loads good lines and reports bad ones by line number', async () => {
