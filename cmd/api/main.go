@@ -70,7 +70,9 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 
 	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
+	var relay *outbox.Relay // built below; purchases ask it whether the outbox has room
 	inv := inventory.NewStore(rdb, keys, inventory.Options{
+		Admit:            func() error { return relay.Admit() },
 		ReservationTTL:   cfg.ReservationTTL,
 		IdempotencyTTL:   cfg.IdempotencyTTL,
 		SnapshotInterval: cfg.SnapshotInterval,
@@ -114,9 +116,11 @@ func run(ctx context.Context, cfg config.Config) error {
 			}
 			if !ok {
 				// Reload after a Redis restart or SCRIPT FLUSH; EVAL fallback covers the gap.
-				return lua.Load(ctx, rdb)
+				if err := lua.Load(ctx, rdb); err != nil {
+					return err
+				}
 			}
-			return nil
+			return relay.Ready()
 		},
 		Web:            web.Files,
 		Reconciliation: reconcile.LatestReport(record),
@@ -145,7 +149,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 	kafkaWriter := outbox.NewWriter(kafkaAddrs, cfg.KafkaTopic)
 	defer kafkaWriter.Close()
-	relay := outbox.New(rdb, keys, kafkaWriter, outbox.Options{})
+	relay = outbox.New(rdb, keys, kafkaWriter, outbox.Options{Max: int64(cfg.OutboxMax)})
 	relayCtx, stopRelay := context.WithCancel(context.Background())
 	defer stopRelay()
 	relayDone := make(chan struct{})

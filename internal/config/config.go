@@ -58,6 +58,7 @@ type Config struct {
 	LimitLoginIP        Limit
 	ReconcileInterval   time.Duration // 0 = batch only on demand
 	ShutdownTimeout     time.Duration
+	OutboxMax           int // outbox entries (all items) above which purchases answer 503
 }
 
 // FromEnv reads the configuration from the process environment.
@@ -99,6 +100,7 @@ func Parse(getenv func(string) string) (Config, error) {
 		LimitLoginIP:      p.limit("FLASHSALE_LIMIT_LOGIN_IP", "10/1m:10"),
 		ReconcileInterval: p.duration("FLASHSALE_RECONCILE_INTERVAL", 0),
 		ShutdownTimeout:   p.duration("FLASHSALE_SHUTDOWN_TIMEOUT", 10*time.Second),
+		OutboxMax:         p.integer("FLASHSALE_OUTBOX_MAX", 1_000_000, 1, 1<<40),
 	}
 	if p.err != nil {
 		return Config{}, p.err

@@ -11,6 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -53,6 +54,7 @@ var sentinels = []struct {
 	{orders.ErrInvalidState, http.StatusConflict, "invalid_state"},
 	{orders.ErrExpired, http.StatusConflict, "order_expired"},
 	{limits.ErrRateLimited, http.StatusTooManyRequests, "rate_limited"},
+	{outbox.ErrFull, http.StatusServiceUnavailable, "unavailable"},
 }
 
 // Extra sentinel mappings registered by other capabilities (ranking, reconciliation).

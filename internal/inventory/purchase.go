@@ -74,6 +74,11 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 	if req.IdempotencyKey != "" && !ValidIdempotencyKey(req.IdempotencyKey) {
 		return PurchaseResult{}, fmt.Errorf("%w: Idempotency-Key must be 1-64 printable ASCII characters", ErrInvalid)
 	}
+	if s.opt.Admit != nil {
+		if err := s.opt.Admit(); err != nil {
+			return PurchaseResult{}, err
+		}
+	}
 	// A retry with an idempotency key must get its order back, so it always asks Redis.
 	if req.IdempotencyKey == "" && s.KnownSoldOut(req.ItemID) {
 		return PurchaseResult{}, errKnownSoldOut

@@ -23,6 +23,9 @@ type Options struct {
 	SnapshotInterval time.Duration // catalogue snapshot refresh, default 500ms
 	PurchaseBatch    int           // most purchases coalesced into one script call, default 64
 	PurchaseLimit    PurchaseLimit // per-user-per-item purchase rate limit, folded into the script
+	// Admit, when set, may refuse a purchase before it reaches Redis with an error that says
+	// nothing was changed (the outbox over its bound: outbox.Relay.Admit).
+	Admit func() error
 }
 
 // PurchaseLimit is the GCRA policy the purchase script applies per user and item.

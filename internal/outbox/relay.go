@@ -73,6 +73,10 @@ type Options struct {
 	Items func(ctx context.Context) ([]string, error)
 	// ItemsInterval is how often Items is called to find new items (default 1s).
 	ItemsInterval time.Duration
+	// Max bounds the outbox: while every stream together holds more entries than this (Kafka
+	// unreachable for long), Admit refuses new purchases instead of letting Redis run out of
+	// memory. 0 = no bound.
+	Max int64
 	// AfterPublish, when set, runs after Kafka acknowledged a batch and before the entries are
 	// acknowledged in Redis; a non-nil error stops Run with it, leaving the entries pending
 	// as a crashed process would (tests use it to prove nothing is lost).
@@ -104,6 +108,27 @@ type Relay struct {
 
 	backlogMu sync.Mutex
 	backlog   map[string]int64 // by item ("rank" for the ratings stream)
+	total     atomic.Int64     // entries in every stream at the last measure
+}
+
+// ErrFull refuses a purchase while the outbox is over its bound (Options.Max).
+var ErrFull = errors.New("the event outbox is over its bound (Kafka unreachable?); nothing was changed, try again later")
+
+// Admit refuses new purchases (ErrFull) while the outbox is over Options.Max. Every relay reads
+// every stream, so every api instance sees the same total within a measure interval.
+func (r *Relay) Admit() error {
+	if r.opt.Max > 0 && r.total.Load() > r.opt.Max {
+		return ErrFull
+	}
+	return nil
+}
+
+// Ready reports the outbox bound as a readiness failure that says why.
+func (r *Relay) Ready() error {
+	if err := r.Admit(); err != nil {
+		return fmt.Errorf("outbox holds %d entries, over FLASHSALE_OUTBOX_MAX %d: purchases are refused until Kafka takes them", r.total.Load(), r.opt.Max)
+	}
+	return nil
 }
 
 // stream is one outbox stream and how to read it next.
@@ -172,7 +197,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		if errors.As(err, &stop) {
 			return stop.err
 		}
-		if time.Since(lastBacklog) > 2*time.Second || (err != nil && fails == 0) {
+		// Measured every 2 s, and on every round while over (or near) the bound so purchases
+		// resume as soon as the backlog drains.
+		near := r.opt.Max > 0 && r.total.Load() > r.opt.Max/2
+		if near || time.Since(lastBacklog) > 2*time.Second || (err != nil && fails == 0) {
 			lastBacklog = time.Now()
 			if total, berr := r.MeasureBacklog(ctx); berr == nil && (err != nil || total > 10*r.opt.ReadCount) {
 				slog.Warn("outbox backlog", "entries", total, "publish_error", errString(err))
@@ -528,5 +556,6 @@ func (r *Relay) MeasureBacklog(ctx context.Context) (int64, error) {
 		metrics.OutboxBacklog.WithLabelValues(label).Set(float64(n))
 		total += n
 	}
+	r.total.Store(total)
 	return total, nil
 }

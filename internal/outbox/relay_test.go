@@ -360,3 +360,56 @@ func TestKcatReadsEvents(t *testing.T) {
 		t.Fatalf("kcat read %d events, want %d", len(ids), e.events)
 	}
 }
+
+// TestOutboxBound: while Kafka is down the outbox grows; past Options.Max the relay refuses
+// purchases (a store wired with its Admit answers outbox.ErrFull and writes nothing) and
+// Ready says why; once Kafka is back and the backlog drains, purchases are admitted again.
+func TestOutboxBound(t *testing.T) {
+	e := newEnv(t, "a", "b")
+	const max = 50
+	r, _ := e.relay(outbox.Options{Max: max})
+	guarded := inventory.NewStore(e.rdb, e.keys, inventory.Options{Admit: r.Admit})
+	stop, _ := start(t, r)
+	e.waitDrained()
+
+	e.broker.Stop()
+	e.sell(max+20, 4) // through the unguarded store: the outbox passes its bound
+	deadline := time.Now().Add(30 * time.Second)
+	for r.Admit() == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox at %d entries, bound %d: purchases still admitted", e.backlog(), max)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := r.Ready(); err == nil || !strings.Contains(err.Error(), "FLASHSALE_OUTBOX_MAX") {
+		t.Fatalf("Ready = %v, want the bound named", err)
+	}
+	before := e.backlog()
+	_, err := guarded.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: "a", UserID: "late", Quantity: 1})
+	if !errors.Is(err, outbox.ErrFull) {
+		t.Fatalf("purchase over the bound: %v, want outbox.ErrFull", err)
+	}
+	if after := e.backlog(); after != before {
+		t.Fatalf("a refused purchase wrote: outbox %d -> %d", before, after)
+	}
+
+	if err := e.broker.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitDrained()
+	for r.Admit() != nil {
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatal("purchases still refused after the outbox drained")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := guarded.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: "a", UserID: "late", Quantity: 1}); err != nil {
+		t.Fatalf("purchase after the drain: %v", err)
+	}
+	e.mu.Lock()
+	e.events++
+	e.mu.Unlock()
+	e.waitDrained()
+	stop()
+	e.checkTopic(false, true)
+}
