@@ -48,6 +48,10 @@ var all = map[string]*Script{}
 // preloads it and metrics can name it.
 func New(name string, files ...string) *Script { return Register(name, concat(files...)) }
 
+// Bare builds a script from embedded files without the call record, unregistered: only for
+// benchmarks that measure what the record costs.
+func Bare(files ...string) *redis.Script { return redis.NewScript(concat(files...)) }
+
 // Register puts src inside the call-record wrapper (once.lua), so a re-sent call answers from
 // its record instead of running twice, and registers it under name.
 func Register(name, src string) *Script {

@@ -3,8 +3,13 @@ package inventory_test
 import (
 	"context"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/testenv"
@@ -49,4 +54,91 @@ func BenchmarkPurchase(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkCallRecord is the cost of exactly-once script calls (lua/once.lua): the same batch
+// of 20 purchases (as the batcher coalesces them under load) sent as the bare purchase script
+// and as the recorded one, in alternating turns so the machine's changing load falls on both.
+// It reports each side's purchases/s and Redis CPU per purchase (INFO cpu, user+sys, on a
+// private server), which that load moves far less than rates, and their ratios.
+// Run: go test -run=^$ -bench=CallRecord -benchtime=20x ./internal/inventory/
+func BenchmarkCallRecord(b *testing.B) {
+	rdb, keys, _ := testenv.PrivateRedis(b) // its own server: nobody else's commands in its CPU
+	ctx := context.Background()
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	newItem(b, s, "rec", 1_000_000_000_000, 1_000_000_000)
+	k := keys.Item("rec")
+	bare := lua.Bare("gcra.lua", "purchase.lua")
+	if err := bare.Load(ctx, rdb).Err(); err != nil {
+		b.Fatal(err)
+	}
+	const batch, batchesPerTurn, senders = 20, 400, 4
+	var n atomic.Int64
+	batchArgs := func() ([]string, []any) {
+		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox()}
+		args := []any{600000, 86400000, 0, 0, 0, "rec"}
+		for range batch {
+			u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
+			keys = append(keys, k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u))
+			args = append(args, u, 1, "")
+		}
+		return keys, args
+	}
+	sides := []struct {
+		name      string
+		send      func(keys []string, args []any) error
+		cpu, wall float64
+	}{
+		{name: "bare", send: func(keys []string, args []any) error { return bare.EvalSha(ctx, rdb, keys, args...).Err() }},
+		{name: "recorded", send: func(keys []string, args []any) error { return lua.Purchase.Run(ctx, rdb, keys, args...).Err() }},
+	}
+	b.ResetTimer()
+	for turn := range b.N {
+		for i := range sides {
+			side := &sides[(turn+i)%2] // alternate which side goes first
+			cpu0, t0 := redisCPU(b, rdb), time.Now()
+			var wg sync.WaitGroup
+			for range senders {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range batchesPerTurn / senders {
+						if err := side.send(batchArgs()); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			side.wall += time.Since(t0).Seconds()
+			side.cpu += redisCPU(b, rdb) - cpu0
+		}
+		// Keep the item's streams and indexes from growing across turns.
+		rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held())
+	}
+	purchases := float64(b.N * batchesPerTurn * batch)
+	for _, side := range sides {
+		b.ReportMetric(purchases/side.wall, side.name+"-purchases/s")
+		b.ReportMetric(side.cpu*1e6/purchases, side.name+"-redis-µs/purchase")
+	}
+	b.ReportMetric(sides[1].cpu/sides[0].cpu, "recorded/bare-redis-cpu")
+	b.ReportMetric(sides[0].wall/sides[1].wall, "recorded/bare-rate")
+}
+
+// redisCPU is the server's user+sys CPU seconds so far.
+func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return total
 }
