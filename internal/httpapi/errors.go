@@ -94,7 +94,7 @@ func fail(c *gin.Context, err error) {
 		c.Abort() // the client went away
 		return
 	}
-	slog.Error("request failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
+	slog.Error("request failed", "request_id", requestIDOf(c), "method", c.Request.Method, "route", c.FullPath(), "err", err)
 	if errors.Is(err, lua.ErrOutcomeUnknown) {
 		abort(c, errUnknown.Status, errUnknown.Code, errUnknown.Message)
 		return

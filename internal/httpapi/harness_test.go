@@ -136,9 +136,9 @@ func (a *testAPI) do(method, path, token string, body any, headers ...string) re
 	r := reply{Status: w.Code, Header: w.Header(), Raw: w.Body.String()}
 	_ = json.Unmarshal(w.Body.Bytes(), &r.Body)
 	if r.Status >= 400 {
-		// Every error has exactly the contract's body.
+		// Every error has exactly the contract's body: code, message and the request id.
 		e, ok := r.Body["error"].(map[string]any)
-		if !ok || len(r.Body) != 1 || e["code"] == nil || e["message"] == nil || len(e) != 2 {
+		if !ok || len(r.Body) != 1 || e["code"] == nil || e["message"] == nil || e["request_id"] != w.Header().Get("X-Request-Id") || len(e) != 3 {
 			a.t.Errorf("%s %s: error body is not the contract's: %s", method, path, r.Raw)
 		}
 	}

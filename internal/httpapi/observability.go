@@ -55,8 +55,8 @@ func (s *Server) observe(c *gin.Context) {
 		}).Inc()
 	}
 	if status >= 500 {
-		slog.Warn("http", "method", c.Request.Method, "route", c.FullPath(), "status", status,
-			"ms", took.Milliseconds())
+		slog.Warn("http", "request_id", requestIDOf(c), "method", c.Request.Method, "route", c.FullPath(),
+			"status", status, "ms", took.Milliseconds())
 	}
 }
 

@@ -150,7 +150,7 @@ func (a *limitedAPI) send(method, path, token, body, remote string, headers ...s
 	if w.Code >= 400 {
 		e, _ := r.body["error"].(map[string]any)
 		r.code, _ = e["code"].(string)
-		if len(r.body) != 1 || len(e) != 2 || r.code == "" || e["message"] == "" {
+		if len(r.body) != 1 || len(e) != 3 || r.code == "" || e["message"] == "" || e["request_id"] != w.Header().Get("X-Request-Id") {
 			a.t.Errorf("%s %s: error body is not the contract's: %s", method, path, w.Body.String())
 		}
 	}

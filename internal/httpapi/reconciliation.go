@@ -21,7 +21,7 @@ func (s *Server) reconciliationReport(c *gin.Context) {
 	defer cancel()
 	run, err := s.Reconciliation(ctx)
 	if err != nil {
-		slog.Warn("reconciliation report unavailable", "err", err)
+		slog.Warn("reconciliation report unavailable", "request_id", requestIDOf(c), "err", err)
 		abort(c, http.StatusServiceUnavailable, "unavailable", "the reconciliation record (Postgres) is unreachable")
 		return
 	}

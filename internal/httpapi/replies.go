@@ -41,6 +41,10 @@ func writeError(c *gin.Context, status int, code, msg string) {
 	b = appendString(b, code)
 	b = append(b, `,"message":`...)
 	b = appendString(b, msg)
+	if id := requestIDOf(c); id != "" {
+		b = append(b, `,"request_id":`...)
+		b = appendString(b, id)
+	}
 	b = append(b, "}}"...)
 	c.Abort()
 	writeJSON(c, status, b)

@@ -5,6 +5,7 @@ package httpapi
 import (
 	"context"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -55,7 +56,7 @@ const (
 func New(d Deps) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Deps: d, engine: gin.New()}
-	s.engine.Use(gin.Recovery(), s.observe) // observe also logs 5xx answers
+	s.engine.Use(s.requestID, s.observe) // requestID recovers panics; observe logs 5xx answers
 	s.engine.HandleMethodNotAllowed = false
 	// Gin trusts every proxy by default, which lets any client choose its rate-limit key with
 	// X-Forwarded-For. Trust only the configured proxies (none when empty); main checked them.
@@ -113,7 +114,9 @@ func (s *Server) readyz(c *gin.Context) {
 	defer cancel()
 	if s.Ready != nil {
 		if err := s.Ready(ctx); err != nil {
-			abort(c, http.StatusServiceUnavailable, "unavailable", "not ready: "+err.Error())
+			// The cause (addresses, server errors) is for operators' logs, not the public.
+			slog.Warn("not ready", "request_id", requestIDOf(c), "err", err)
+			abort(c, http.StatusServiceUnavailable, "unavailable", "not ready")
 			return
 		}
 	}

@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/gin-gonic/gin"
+)
+
+// requestIDKey is where requestID leaves the request's id for handlers and logs.
+const requestIDKey = "flashsale.request_id"
+
+// Request ids: the client's own X-Request-Id when it is 1-64 printable ASCII, else a process
+// prefix and a counter (unique across instances and restarts, one atomic add to mint).
+var (
+	requestIDPrefix = func() string {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(fmt.Sprintf("httpapi: no randomness for request ids: %v", err))
+		}
+		return hex.EncodeToString(b[:]) + "-"
+	}()
+	requestSeq atomic.Uint64
+)
+
+// requestID gives every request an id, answers it in X-Request-Id and keeps it for the error
+// body and every log line about the request. Its deferred recover turns a panic (a bug) into
+// the contract's error body with the id, logged with the stack, instead of an empty 500.
+func (s *Server) requestID(c *gin.Context) {
+	id := c.GetHeader("X-Request-Id")
+	if !validRequestID(id) {
+		id = requestIDPrefix + strconv.FormatUint(requestSeq.Add(1), 36)
+	}
+	c.Set(requestIDKey, id)
+	h := c.Writer.Header()
+	h["X-Request-Id"] = []string{id}
+	h["X-Content-Type-Options"] = nosniff
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p) // net/http's way to abort a response: not a bug
+			}
+			slog.Error("panic", "request_id", id, "method", c.Request.Method, "route", c.FullPath(),
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if !c.Writer.Written() {
+				abort(c, http.StatusInternalServerError, "internal",
+					"an internal error occurred (a bug, logged); the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders")
+			}
+		}
+	}()
+	c.Next()
+}
+
+var nosniff = []string{"nosniff"}
+
+func validRequestID(id string) bool {
+	if len(id) < 1 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// requestIDOf is the request's id ("" outside a request that went through requestID).
+func requestIDOf(c *gin.Context) string { return c.GetString(requestIDKey) }
