@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/logging"
 )
 
 // Expirer returns the stock of reservations nobody paid, with no request needed: every
@@ -43,6 +45,7 @@ func (e *Expirer) Calls() int64 { return e.calls.Load() }
 func (e *Expirer) Run(ctx context.Context) {
 	t := time.NewTicker(e.interval)
 	defer t.Stop()
+	warn := logging.NewThrottle(10 * time.Second) // a Redis outage is one line per 10 s, not four a second
 	for {
 		select {
 		case <-ctx.Done():
@@ -51,7 +54,7 @@ func (e *Expirer) Run(ctx context.Context) {
 		}
 		n, err := e.Sweep(ctx)
 		if err != nil && ctx.Err() == nil {
-			slog.Warn("expirer: sweep failed", "err", err, "expired", n)
+			warn.Warn("expirer: sweep failed", "err", err, "expired", n)
 			continue
 		}
 		if n > 0 {

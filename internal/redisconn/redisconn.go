@@ -5,13 +5,20 @@ package redisconn
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/logging"
 )
 
-// Open connects and pings; it fails with a message that says how to start Redis.
+var routeLogs sync.Once
+
+// Open connects and pings; it fails with a message that says how to start Redis. go-redis's
+// own log lines go into slog as throttled warnings.
 func Open(ctx context.Context, addrs []string, db int) (redis.UniversalClient, error) {
+	routeLogs.Do(func() { redis.SetLogger(logging.NewRedis()) })
 	opt := &redis.UniversalOptions{
 		Addrs:        addrs,
 		DB:           db,
