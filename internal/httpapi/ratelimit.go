@@ -67,7 +67,7 @@ func (s *Server) limit(policy string) gin.HandlerFunc {
 		if subject == "" {
 			subject = c.ClientIP()
 		}
-		s.applyLimits(c, check{policy, subject})
+		s.applyLimits(c, check{policy: policy, subject: subject})
 	}
 }
 
@@ -79,14 +79,17 @@ func (s *Server) limitLogin(c *gin.Context) {
 	if !s.Config.DevLogin {
 		return // the route answers 404: nothing to protect
 	}
-	checks := []check{{policyLoginIP, c.ClientIP()}}
-	if user := s.peekLoginUser(c); user != "" {
-		checks = append(checks, check{policyLoginUser, user})
-	}
-	s.applyLimits(c, checks...)
+	// The body is read only once the client's IP is allowed: a refused client costs no read.
+	s.applyLimits(c, check{policy: policyLoginIP, subject: c.ClientIP()},
+		check{policy: policyLoginUser, lazy: func() string { return s.peekLoginUser(c) }})
 }
 
-type check struct{ policy, subject string }
+// check is one policy applied to one subject; lazy, when set, finds the subject only if the
+// checks before it allowed the request ("" skips the check).
+type check struct {
+	policy, subject string
+	lazy            func() string
+}
 
 // applyLimits runs the checks in order and stops at the first refusal, so a refused request
 // takes no cell of the later policies. The headers describe the refusing policy, or else the
@@ -104,6 +107,11 @@ func (s *Server) applyLimits(c *gin.Context, checks ...check) {
 		p, on := s.Limiter.Policy(ch.policy)
 		if !on {
 			continue
+		}
+		if ch.lazy != nil {
+			if ch.subject = ch.lazy(); ch.subject == "" {
+				continue
+			}
 		}
 		d, err := s.Limiter.Allow(c.Request.Context(), ch.policy, ch.subject)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -244,6 +245,15 @@ func TestLimitLogin(t *testing.T) {
 	if r.status != http.StatusTooManyRequests || !strings.HasPrefix(r.header.Get("RateLimit-Policy"), `"login_ip"`) {
 		t.Fatalf("fourth login from one IP: %d %v", r.status, r.header)
 	}
+	// A refused IP costs no body read.
+	body := &watchedBody{r: strings.NewReader(`{"user":"u5"}`)}
+	req := httptest.NewRequest("POST", "/api/login", body)
+	req.RemoteAddr = "10.0.0.1:5002"
+	w := httptest.NewRecorder()
+	a.srv.ServeHTTP(w, req)
+	if w.Code != http.StatusTooManyRequests || body.read {
+		t.Fatalf("login from a refused IP: %d, body read: %v", w.Code, body.read)
+	}
 
 	// Many IPs, one name: refused by the user policy.
 	for i := 0; i < 2; i++ {
@@ -385,3 +395,11 @@ func TestSoldOutShortCutOverHTTP(t *testing.T) {
 		t.Fatalf("a second after the restock: %d %s", r.status, r.code)
 	}
 }
+
+// watchedBody is a request body that records whether anyone read it.
+type watchedBody struct {
+	r    io.Reader
+	read bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) { b.read = true; return b.r.Read(p) }
