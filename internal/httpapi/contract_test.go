@@ -152,6 +152,10 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "item without name", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
 		{name: "item ends before start", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1, "starts_at": future, "ends_at": past}, status: 400, code: "invalid_request"},
 		{name: "item bad time", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1, "starts_at": "tomorrow"}, status: 400, code: "invalid_request"},
+		{name: "item NUL in name", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "a\u0000b", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
+		{name: "item newline in name", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "a\nb", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
+		{name: "item C1 control in category", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "category": "a\u0085b", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
+		{name: "item tab in category", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","category":"a\tb","price_cents":1,"stock":1,"per_user_limit":1}`, status: 400, code: "invalid_request"},
 		{name: "item bad id", method: "PUT", path: "/api/admin/items/bad$id", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
 		{name: "item unknown field", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1, "colour": "red"}, status: 400, code: "invalid_request"},
 		{name: "item id mismatch", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"id": "x2", "name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
@@ -202,7 +206,8 @@ func TestImportContract(t *testing.T) {
 		"dup,Dup,phones,100,6,1,,\n" + // line 6: stock change on update
 		"dup,Dup,phones,100,5,1,,\n" + // line 7: update ok
 		"c8,Eight,phones,100,1,1,2026-01-01T00:00:00Z,2027-01-01T00:00:00Z\n" +
-		"c9,Nine,phones,100,1\n" // line 9: too few fields
+		"c9,Nine,phones,100,1\n" + // line 9: too few fields
+		"c10,\"Ten\x00\",phones,100,1,1,,\n" // line 10: NUL in the name
 	req := func(ct, body string) reply {
 		return a.do("POST", "/api/admin/items/import", testAdminToken, body, "Content-Type", ct)
 	}
@@ -214,17 +219,17 @@ func TestImportContract(t *testing.T) {
 	for _, e := range r.Body["errors"].([]any) {
 		lines[e.(map[string]any)["line"].(float64)] = true
 	}
-	for _, l := range []float64{3, 4, 5, 6, 9} {
+	for _, l := range []float64{3, 4, 5, 6, 9, 10} {
 		if !lines[l] {
 			t.Errorf("line %v not reported: %s", l, r.Raw)
 		}
 	}
-	if len(lines) != 5 {
-		t.Errorf("want 5 errors: %s", r.Raw)
+	if len(lines) != 6 {
+		t.Errorf("want 6 errors: %s", r.Raw)
 	}
 
-	r = req("application/json", `[{"id":"j1","name":"J","price_cents":1,"stock":3,"per_user_limit":1},{"id":"j2","name":"","price_cents":1,"per_user_limit":1},{"id":"j3","name":"J3","price_cents":1,"per_user_limit":1,"oops":1}]`)
-	if r.Status != 200 || r.Body["created"] != 1.0 || len(r.Body["errors"].([]any)) != 2 {
+	r = req("application/json", `[{"id":"j1","name":"J","price_cents":1,"stock":3,"per_user_limit":1},{"id":"j2","name":"","price_cents":1,"per_user_limit":1},{"id":"j3","name":"J3","price_cents":1,"per_user_limit":1,"oops":1},{"id":"j4","name":"a\u0000b","price_cents":1,"per_user_limit":1}]`)
+	if r.Status != 200 || r.Body["created"] != 1.0 || len(r.Body["errors"].([]any)) != 3 {
 		t.Fatalf("json import: %d %s", r.Status, r.Raw)
 	}
 	if e := r.Body["errors"].([]any)[0].(map[string]any); e["line"] != 2.0 {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/flashsale/flashsale/internal/keyspace"
 )
@@ -81,8 +83,12 @@ func (in Input) Validate() error {
 		return fmt.Errorf("%w: id must match [A-Za-z0-9_-]{1,64}", ErrInvalid)
 	case in.Name == "" || len(in.Name) > 200:
 		return fmt.Errorf("%w: name is required (at most 200 bytes)", ErrInvalid)
+	case !plainText(in.Name):
+		return fmt.Errorf("%w: name must be UTF-8 text without control characters", ErrInvalid)
 	case len(in.Category) > 64:
 		return fmt.Errorf("%w: category is at most 64 bytes", ErrInvalid)
+	case !plainText(in.Category):
+		return fmt.Errorf("%w: category must be UTF-8 text without control characters", ErrInvalid)
 	case in.PriceCents < 0 || in.PriceCents > 1e12:
 		return fmt.Errorf("%w: price_cents must be 0..1000000000000", ErrInvalid)
 	case in.Stock != nil && (*in.Stock < 0 || *in.Stock > 1e12):
@@ -97,6 +103,21 @@ func (in Input) Validate() error {
 		return fmt.Errorf("%w: ends_at before 1970", ErrInvalid)
 	}
 	return nil
+}
+
+// plainText reports whether s is valid UTF-8 without control characters (C0, DEL, C1): a NUL
+// is refused by Postgres and would stop the record, and a newline or escape code has no place
+// in a name shown on a page or a report.
+func plainText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // itemFromHash builds an Item from its Redis hash fields.
