@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -87,13 +88,24 @@ func (s *Store) List(ctx context.Context, user string, items []string) ([]Order,
 			out = append(out, o)
 		}
 	}
-	sort.SliceStable(out, func(a, b int) bool {
-		if !out[a].CreatedAt.Equal(out[b].CreatedAt) {
-			return out[a].CreatedAt.After(out[b].CreatedAt)
-		}
-		return out[a].ID > out[b].ID
-	})
+	sort.SliceStable(out, func(a, b int) bool { return newerFirst(out[a], out[b]) })
 	return out, nil
+}
+
+// newerFirst orders by creation time, newest first; within one millisecond, an item's later
+// order (higher sequence number: "x.10" after "x.9") comes first, then by id.
+func newerFirst(a, b Order) bool {
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.After(b.CreatedAt)
+	}
+	if a.ItemID == b.ItemID {
+		sa, _ := strconv.ParseUint(a.ID[len(a.ItemID)+1:], 10, 64)
+		sb, _ := strconv.ParseUint(b.ID[len(b.ItemID)+1:], 10, 64)
+		if sa != sb {
+			return sa > sb
+		}
+	}
+	return a.ID > b.ID
 }
 
 // Hooks let other capabilities react to lifecycle changes on this instance (all optional).
