@@ -2,14 +2,12 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/ranking"
 )
 
@@ -35,7 +33,9 @@ func (s *Server) rateItem(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	it, err := s.item(ctx, c.Param("id"))
+	// The item's own record, not the catalogue snapshot: a snapshot older than a category
+	// change would put the item back on its old category's board.
+	it, err := s.Inventory.Get(ctx, c.Param("id"))
 	if err != nil {
 		fail(c, err)
 		return
@@ -47,16 +47,6 @@ func (s *Server) rateItem(c *gin.Context) {
 	}
 	s.boards.forget() // the rater sees the change at once on this instance
 	c.JSON(http.StatusOK, r)
-}
-
-// item finds an item in the catalogue snapshot, or in Redis when the snapshot has not seen
-// it yet (created on another instance within the last snapshot interval).
-func (s *Server) item(ctx context.Context, id string) (inventory.Item, error) {
-	it, err := s.Inventory.Lookup(ctx, id)
-	if errors.Is(err, inventory.ErrNotFound) {
-		return s.Inventory.Get(ctx, id)
-	}
-	return it, err
 }
 
 func (s *Server) topRated(c *gin.Context) {

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/inventory"
 )
 
 // ratingAPI is the shared harness with ranking and the rate limiter, driven with raw JSON
@@ -229,5 +231,42 @@ func TestCategoryChangeMovesBoard(t *testing.T) {
 	}
 	if e := entries(t, phones); len(e) != 0 {
 		t.Fatalf("phones board still lists the item: %v", phones)
+	}
+}
+
+// A rating on an instance whose catalogue snapshot predates a category change (made on
+// another instance) keeps the item on its new category's board: the rating reads the item's
+// own record, not the snapshot.
+func TestRatingOnStaleSnapshotKeepsNewCategory(t *testing.T) {
+	a := &ratingAPI{newRankedAPI(t, func(cfg *config.Config) {
+		cfg.SnapshotInterval = time.Hour // this instance's snapshot stays as first loaded
+		cfg.LimitRating = config.Limit{Rate: 1000, Period: 1e9, Burst: 1000}
+	})}
+	a.item("book2", "Book Two", "phones")
+	a.buyer("book2", "ann")
+	if code, _ := a.do(http.MethodGet, "/api/items", "", ""); code != http.StatusOK {
+		t.Fatal("catalogue")
+	}
+	// Another api instance moves the item to "books".
+	other := inventory.NewStore(a.rdb, a.keys, inventory.Options{})
+	if _, _, err := other.Upsert(t.Context(), inventory.Input{ID: "book2", Name: "Book Two", Category: "books", PriceCents: 100, PerUserLimit: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.rank.SetCategory(t.Context(), "book2", "books"); err != nil {
+		t.Fatal(err)
+	}
+	if it, _ := a.inv.Lookup(t.Context(), "book2"); it.Category != "phones" {
+		t.Fatalf("the snapshot should still say phones (the test's premise): %q", it.Category)
+	}
+	if code, out := a.do(http.MethodPost, "/api/items/book2/rating", "ann", `{"stars":4}`); code != http.StatusOK {
+		t.Fatalf("rate: %d %v", code, out)
+	}
+	_, books := a.do(http.MethodGet, "/api/leaderboards/top-rated?category=books", "", "")
+	_, phones := a.do(http.MethodGet, "/api/leaderboards/top-rated?category=phones", "", "")
+	if e := entries(t, books); len(e) != 1 || e[0]["item_id"] != "book2" {
+		t.Fatalf("books board: %v", books)
+	}
+	if e := entries(t, phones); len(e) != 0 {
+		t.Fatalf("the stale snapshot moved the item back to phones: %v", phones)
 	}
 }

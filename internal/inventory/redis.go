@@ -261,6 +261,13 @@ func (s *Store) refresh(ctx context.Context) error {
 			s.observeStock(it, seen)
 		}
 		s.snapMu.Lock()
+		// A write that finished while these reads ran may have put a newer version of an item
+		// into the snapshot (update): never replace it with the older one read here.
+		for id, cur := range s.snap {
+			if it, ok := snap[id]; ok && cur.Version > it.Version {
+				snap[id] = cur
+			}
+		}
 		s.snap, s.snapAt = snap, time.Now()
 		s.snapGen++
 		s.snapMu.Unlock()
