@@ -66,4 +66,7 @@ func TestInvalid(t *testing.T) {
 			t.Errorf("%s: error %q", k, err)
 		}
 	}
+	if _, err := Parse(env(map[string]string{"FLASHSALE_OUTBOX_MAX": "0"})); err == nil {
+		t.Error("FLASHSALE_OUTBOX_MAX=0 accepted")
+	}
 }

@@ -129,3 +129,20 @@ func stallRedis(t *testing.T, addr, secs string) <-chan struct{} {
 	t.Fatal("the server never stopped answering PING")
 	return nil
 }
+
+// The longest reservation and idempotency TTLs the configuration can hold (Go durations end
+// at about 292 years, 9.2e12 ms) are under the purchase script's 1e13 ms bound, so no TTL that
+// starts the api can make every purchase fail.
+func TestLongestTTLsPurchase(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	const longest = time.Duration(1<<63 - 1)
+	s := inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: longest, IdempotencyTTL: longest})
+	newItem(t, s, "forever", 5, 5)
+	res, err := s.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: "forever", UserID: "u", Quantity: 1, IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatalf("purchase with the longest TTLs: %v", err)
+	}
+	if want := res.Order.CreatedAt.Add(longest.Truncate(time.Millisecond)); !res.Order.ExpiresAt.Equal(want) {
+		t.Fatalf("expires_at %v, want %v", res.Order.ExpiresAt, want)
+	}
+}
