@@ -174,7 +174,7 @@ func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.DrainTimeout)
 		start := time.Now()
 		var err error
-		res, err = c.w.Apply(wctx, batch)
+		res, err = c.w.ApplyIsolating(wctx, batch)
 		cancel()
 		if err == nil {
 			metrics.ReconcilerCommitDuration.Observe(time.Since(start).Seconds())

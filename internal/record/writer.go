@@ -2,11 +2,14 @@ package record
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -63,7 +66,7 @@ func (w *Writer) Apply(ctx context.Context, msgs []kafka.Message) (Result, error
 		if err != nil {
 			dead = append(dead, DeadLetter{
 				Topic: m.Topic, KafkaPartition: m.Partition, KafkaOffset: m.Offset,
-				Key: m.Key, Value: m.Value, Error: err.Error(), ReceivedAt: time.Now(),
+				Key: m.Key, Value: m.Value, Error: storableText(err.Error()), ReceivedAt: time.Now(),
 			})
 			continue
 		}
@@ -100,6 +103,66 @@ func (w *Writer) Apply(ctx context.Context, msgs []kafka.Message) (Result, error
 		return Result{}, fmt.Errorf("record: apply batch of %d: %w", len(msgs), err)
 	}
 	return res, nil
+}
+
+// ApplyIsolating is Apply that never lets one event stop the record: when Postgres refuses a
+// batch for its data (isDataError), the batch is split in halves, applied in order, until the
+// refused events stand alone; each is parked in dead_letters with Postgres's reason and the
+// rest is applied. Errors of availability (connection, timeout, shutdown) are returned as
+// they are, for the caller to retry the whole batch (what was applied is absorbed then).
+func (w *Writer) ApplyIsolating(ctx context.Context, msgs []kafka.Message) (Result, error) {
+	res, err := w.Apply(ctx, msgs)
+	if err == nil || !isDataError(err) {
+		return res, err
+	}
+	if len(msgs) == 1 {
+		if derr := w.park(ctx, &msgs[0], err); derr != nil {
+			return Result{}, derr
+		}
+		return Result{Invalid: 1}, nil
+	}
+	half := len(msgs) / 2
+	left, err := w.ApplyIsolating(ctx, msgs[:half])
+	if err != nil {
+		return Result{}, err
+	}
+	right, err := w.ApplyIsolating(ctx, msgs[half:])
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Applied: left.Applied + right.Applied, Duplicates: left.Duplicates + right.Duplicates,
+		Invalid: left.Invalid + right.Invalid}, nil
+}
+
+// isDataError reports whether Postgres refused the data itself, so retrying the same events
+// would fail forever: SQLSTATE class 22 (data exception: a NUL in text, a number out of
+// range, bad encoding) or 23 (integrity constraint violation). Anything else (connection
+// refused or reset, timeouts, the server shutting down, class 08/53/57) is availability, and a
+// schema bug (class 42) must stop the record loudly rather than dead-letter every event.
+func isDataError(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23")
+}
+
+// park stores one refused message in dead_letters with the reason, made storable: Postgres
+// text holds no NUL and only valid UTF-8 (the message itself is kept as bytes).
+func (w *Writer) park(ctx context.Context, m *kafka.Message, reason error) error {
+	d := DeadLetter{Topic: m.Topic, KafkaPartition: m.Partition, KafkaOffset: m.Offset,
+		Key: m.Key, Value: m.Value, Error: storableText(reason.Error()), ReceivedAt: time.Now()}
+	if err := w.db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&d).Error; err != nil {
+		return fmt.Errorf("record: park %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
+	}
+	slog.Warn("reconciler: event refused by Postgres, parked in dead_letters", "partition", m.Partition,
+		"offset", m.Offset, "err", d.Error)
+	return nil
+}
+
+// storableText makes s valid UTF-8 without NUL, for a Postgres text column.
+func storableText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
 }
 
 // Rows of one batch, folded so each table row appears once (an upsert may touch a row only

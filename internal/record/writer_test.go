@@ -1,9 +1,11 @@
 package record_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -238,5 +240,49 @@ func TestApplyFallsBackOnConflict(t *testing.T) {
 	db.First(&o3, "id = ?", "a.3")
 	if o1.Status != "paid" || o3.Status != "paid" {
 		t.Fatalf("orders a.1 %s (paid before its late reservation), a.3 %s: want both paid", o1.Status, o3.Status)
+	}
+}
+
+// TestApplyIsolatingParksWhatPostgresRefuses: an event Postgres refuses for its data (a NUL in
+// a name: "invalid byte sequence for encoding UTF8: 0x00") fails the whole batch under Apply;
+// ApplyIsolating splits the batch until the event stands alone, parks it with Postgres's
+// reason (made storable) and applies every other event. A re-delivery changes nothing more.
+func TestApplyIsolatingParksWhatPostgresRefuses(t *testing.T) {
+	db := openDB(t)
+	w := record.NewWriter(db)
+	ctx := context.Background()
+	var evs []events.Event
+	for i := range 9 {
+		item := fmt.Sprintf("i%d", i)
+		evs = append(evs, ev(events.ItemUpserted, int64(10+i), func(e *events.Event) {
+			e.ItemID, e.EventID = item, events.ItemEventID(item, fmt.Sprintf("%d-0", 10+i))
+			if i == 4 || i == 7 {
+				e.Name = "a\x00b"
+			}
+		}))
+	}
+	batch := msgs(t, evs...)
+	if _, err := w.Apply(ctx, batch); err == nil {
+		t.Fatal("Apply took a NUL in a name: the test's premise is gone")
+	}
+	for range 2 {
+		res, err := w.ApplyIsolating(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Invalid != 2 {
+			t.Fatalf("result %+v, want 2 parked", res)
+		}
+	}
+	var items, dead int64
+	db.Model(&record.Item{}).Count(&items)
+	db.Model(&record.DeadLetter{}).Count(&dead)
+	if items != 7 || dead != 2 {
+		t.Fatalf("%d items (want 7), %d dead letters (want 2)", items, dead)
+	}
+	var d record.DeadLetter
+	db.Where("kafka_offset = ?", 4).First(&d)
+	if !strings.Contains(d.Error, "0x00") || !bytes.Equal(d.Value, batch[4].Value) {
+		t.Fatalf("dead letter %+v: want Postgres's reason and the message", d)
 	}
 }
