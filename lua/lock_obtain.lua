@@ -4,20 +4,31 @@
 --
 -- KEYS[1] lock key   KEYS[2] fencing counter (same hash tag)
 -- ARGV[1] owner value (random per holder, non-empty)   ARGV[2] ttl ms (integer 1..1e13)
+-- ARGV[3] floor (integer >= 0, optional): the number handed out is above it. Redis can lose
+--         the counter (a flush, a restart without persistence) while the holders' writes
+--         remember their numbers (Postgres): the caller passes the largest it has seen, so a
+--         new holder is never refused as "older" by its own predecessors' records.
 -- Reply: {'obtained', fencing number, ttl ms}
 --        {'held', the holder's value, the holder's remaining ms}
 -- Bad arguments: an error reply, nothing written.
 
-local owner, ttl = ARGV[1], tonumber(ARGV[2])
+local owner, ttl, floor = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3] or '0')
 -- tonumber also reads 'inf' and '1e20', which SET PX refuses: after the INCR, that would
 -- burn a fencing number on a refused call.
 if not owner or owner == '' or not ttl or ttl < 1 or ttl > 1e13 or ttl ~= math.floor(ttl) then
   return redis.error_reply('ERR lock_obtain: bad owner or ttl')
+end
+if not floor or floor < 0 or floor > 9e15 or floor ~= math.floor(floor) then
+  return redis.error_reply('ERR lock_obtain: bad floor')
 end
 local holder = redis.call('GET', KEYS[1])
 if holder then
   return {'held', holder, redis.call('PTTL', KEYS[1])}
 end
 local fence = redis.call('INCR', KEYS[2])
+if fence <= floor then
+  fence = floor + 1
+  redis.call('SET', KEYS[2], fence)
+end
 redis.call('SET', KEYS[1], owner, 'PX', ttl)
 return {'obtained', fence, ttl}

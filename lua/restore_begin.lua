@@ -2,13 +2,17 @@
 -- restore fence and clear what the rebuild will write. The item hash goes first, so purchases
 -- answer not_found until restore_finish.lua writes it back with the right stock.
 -- One script so a stale restorer (one that stalled past its lock's TTL) is refused before it
--- deletes anything a newer restorer wrote.
+-- deletes anything a newer restorer wrote, and so an item that was sold after the restorer
+-- found it idle is refused before its live orders are deleted (the idle check runs long
+-- before this: the settle wait and the Postgres reads lie between).
 --
 -- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] orders hash   KEYS[4] held hash
--- KEYS[5] paidby hash   KEYS[6] expiry zset
+-- KEYS[5] paidby hash   KEYS[6] expiry zset   KEYS[7] outbox stream
 -- ARGV[1] fencing number (integer >= 1)
+-- ARGV[2] the item's version the idle check saw ('' for no item hash), or '*' (forced: any)
 -- Reply: {'ok', the item's version before (0 if none), its seq before (0 if none)}
 --        | {'fenced', the newer fencing number stored}
+--        | {'moved', the version now ('' for none), events waiting in the outbox}
 -- Bad arguments: an error reply, nothing written.
 
 local n = tonumber(ARGV[1])
@@ -16,9 +20,20 @@ local n = tonumber(ARGV[1])
 if not n or n < 1 or n == math.huge or n ~= math.floor(n) then
   return redis.error_reply('ERR restore_begin: bad fencing number')
 end
+local expected = ARGV[2]
+if not expected then
+  return redis.error_reply('ERR restore_begin: missing expected version')
+end
 local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
 if stored > n then
   return {'fenced', stored}
+end
+if expected ~= '*' then
+  local now = redis.call('HGET', KEYS[2], 'version') or ''
+  local waiting = redis.call('XLEN', KEYS[7])
+  if now ~= expected or waiting > 0 then
+    return {'moved', now, waiting}
+  end
 end
 redis.call('SET', KEYS[1], n)
 local f = redis.call('HMGET', KEYS[2], 'version', 'seq')

@@ -77,12 +77,21 @@ type Lock struct {
 // Obtain takes the named lock for ttl (whole milliseconds, at least 1ms), or returns a
 // *HeldError (errors.Is ErrHeld) when another holder has it.
 func (l *Locker) Obtain(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
+	return l.ObtainAbove(ctx, name, ttl, 0)
+}
+
+// ObtainAbove is Obtain with a fencing number above floor: the largest number the holders'
+// fenced writes have recorded elsewhere (Postgres), so a counter Redis lost restarts above it.
+func (l *Locker) ObtainAbove(ctx context.Context, name string, ttl time.Duration, floor int64) (*Lock, error) {
+	if floor < 0 {
+		return nil, fmt.Errorf("lock: obtain %q: negative floor %d", name, floor)
+	}
 	if ttl < time.Millisecond {
 		return nil, fmt.Errorf("lock: obtain %q: ttl %s is below 1ms", name, ttl)
 	}
 	key, fence := l.keys.Lock(name)
 	value := ownerValue()
-	reply, err := obtainScript.Run(ctx, l.rdb, []string{key, fence}, value, ttl.Milliseconds()).Slice()
+	reply, err := obtainScript.Run(ctx, l.rdb, []string{key, fence}, value, ttl.Milliseconds(), floor).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("lock: obtain %q: %w", name, err)
 	}

@@ -61,6 +61,9 @@ type Options struct {
 
 	// hooks for tests
 	afterStart func(ctx context.Context)
+	// beforeBegin, when set, runs between a restore's checks and its first write (tests sell
+	// the item there).
+	beforeBegin func(ctx context.Context, item string)
 }
 
 // Reconciler compares and repairs one key space against one Postgres record.
@@ -112,7 +115,13 @@ func OpenPostgres(dsn string) (*pgxpool.Pool, error) {
 
 // withLock runs job under the shared lock, cancelling it if the lock is lost.
 func (r *Reconciler) withLock(ctx context.Context, job func(ctx context.Context, fence int64) error) error {
-	lk, err := r.locker.Obtain(ctx, LockName, r.opt.LockTTL)
+	// The fencing counter lives in Redis; after Redis lost it, start above what Postgres has
+	// seen, or every job would be refused as older than the runs before the loss.
+	var floor int64
+	if err := r.db.QueryRow(ctx, `SELECT COALESCE(MAX(fencing_token), 0) FROM job_fences WHERE job = $1`, LockName).Scan(&floor); err != nil {
+		return fmt.Errorf("reconcile: read the fencing floor: %w", err)
+	}
+	lk, err := r.locker.ObtainAbove(ctx, LockName, r.opt.LockTTL, floor)
 	if errors.Is(err, lock.ErrHeld) {
 		return fmt.Errorf("%w: %w", ErrBusy, err)
 	}

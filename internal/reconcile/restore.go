@@ -138,10 +138,13 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 
 	// 1. Is the api selling it? Activity shows as events still waiting in the outbox or a
 	// version that moves while we watch.
+	expected := "*" // forced: whatever Redis holds is replaced
 	if !force {
-		if err := r.checkIdle(ctx, id); err != nil {
+		v, err := r.checkIdle(ctx, id)
+		if err != nil {
 			return out, err
 		}
+		expected = v
 	}
 	// 2. Everything already published must be in the record before it is read.
 	if r.opt.Pipeline != nil {
@@ -236,13 +239,20 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 		out.StockLeft = 0
 	}
 
-	// 5. Write: begin (fence, clear; the item hash goes), chunks, finish (the item hash last).
-	reply, err := restoreBegin.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry()}, n).Slice()
+	// 5. Write: begin (fence, re-check idle, clear; the item hash goes), chunks, finish (the
+	// item hash last).
+	if r.opt.beforeBegin != nil {
+		r.opt.beforeBegin(ctx, id)
+	}
+	reply, err := restoreBegin.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox()}, n, expected).Slice()
 	if err != nil {
 		return out, err
 	}
-	if reply[0] == "fenced" {
+	switch reply[0] {
+	case "fenced":
 		return out, refuse("%w: a newer restore (fencing %v) wrote this item", ErrFenced, reply[1])
+	case "moved":
+		return out, refuse("%w: it changed after its idle check (version %v, %v events unpublished); nothing was written (use --force to override)", ErrSelling, reply[1], reply[2])
 	}
 	version, _ := reply[1].(int64)
 	oldSeq, _ := reply[2].(int64)
@@ -308,34 +318,35 @@ func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries 
 }
 
 // checkIdle refuses an item that Redis shows being sold: events waiting in its outbox, or a
-// version that moves within QuietFor.
-func (r *Reconciler) checkIdle(ctx context.Context, id string) error {
+// version that moves within QuietFor. It returns the version it saw ("" for no item hash),
+// which restore_begin.lua checks again atomically before it deletes anything.
+func (r *Reconciler) checkIdle(ctx context.Context, id string) (string, error) {
 	k := r.keys.Item(id)
 	v1, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return err
+		return "", err
 	}
 	backlog, err := r.rdb.XLen(ctx, k.Outbox()).Result()
 	if err != nil {
-		return err
+		return "", err
 	}
 	if backlog > 0 {
-		return refuse("%w: %d events in its outbox are not published yet (use --force to override)", ErrSelling, backlog)
+		return "", refuse("%w: %d events in its outbox are not published yet (use --force to override)", ErrSelling, backlog)
 	}
 	if v1 == "" {
-		return nil // no item hash: nothing is being sold
+		return "", nil // no item hash: nothing is being sold
 	}
 	if err := pause(ctx, r.opt.QuietFor); err != nil {
-		return err
+		return "", err
 	}
 	v2, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return err
+		return "", err
 	}
 	if v2 != v1 {
-		return refuse("%w: it changed within the last %s (use --force to override)", ErrSelling, r.opt.QuietFor)
+		return "", refuse("%w: it changed within the last %s (use --force to override)", ErrSelling, r.opt.QuietFor)
 	}
-	return nil
+	return v2, nil
 }
 
 // restoreRatings replays the record's ratings of an item through the ranking store (which

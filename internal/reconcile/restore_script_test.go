@@ -18,9 +18,9 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	rdb.HSet(ctx, k.Hash(), "stock_total", 5)
 	rdb.HSet(ctx, k.Orders(), "r.1", "u|1|1|paid|1|2")
 
-	beginKeys := []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry()}
+	beginKeys := []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox()}
 	for _, n := range []string{"inf", "nan", "1.5", "0", "x"} {
-		if err := restoreBegin.Run(ctx, rdb, beginKeys, n).Err(); err == nil {
+		if err := restoreBegin.Run(ctx, rdb, beginKeys, n, "*").Err(); err == nil {
 			t.Errorf("restore_begin, fence %q: script accepted it", n)
 		}
 	}

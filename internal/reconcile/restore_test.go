@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/testenv"
@@ -248,4 +250,65 @@ func TestRestoreRefusesLiveItem(t *testing.T) {
 		t.Fatalf("forced restore: %+v %v", res, err)
 	}
 	e.sameState("A", before, e.dump("A", []string{"alice", "bob"}))
+}
+
+// TestRestoreRefusesItemSoldAfterItsCheck is issue 13's reproduction: a purchase lands between
+// restore's idle check and its first write (the settle wait and the Postgres reads lie
+// between). restore_begin.lua re-checks the item's version atomically, so the restore refuses
+// the item and the live order survives: nothing is wiped, nothing sells twice.
+func TestRestoreRefusesItemSoldAfterItsCheck(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 4, 4)
+	e.buy("A", "alice", 2)
+	e.drain()
+	var late orders.Order
+	opt := reconcile.Options{QuietFor: 10 * time.Millisecond, ReservationTTL: time.Hour}
+	reconcile.SetBeforeBegin(&opt, func(ctx context.Context, item string) {
+		late = e.buy(item, "bob", 2) // the item sells after it was found idle
+	})
+	res, err := e.reconciler(opt).Restore(e.ctx, reconcile.RestoreOptions{Items: []string{"A"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Restored) != 0 || len(res.Refused) != 1 || !strings.Contains(res.Refused[0].Reason, "changed after its idle check") {
+		t.Fatalf("restore of an item sold after its check: %+v", res)
+	}
+	if _, err := e.ord.Get(e.ctx, "bob", late.ID); err != nil {
+		t.Fatalf("the late order is gone from Redis: %v", err)
+	}
+	it, err := e.inv.Get(e.ctx, "A")
+	if err != nil || it.StockLeft != 0 || it.Reserved != 4 {
+		t.Fatalf("item A after the refused restore: %+v %v (want 0 left, 4 reserved)", it, err)
+	}
+	if _, err := e.inv.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: "A", UserID: "carol", Quantity: 1}); !errors.Is(err, inventory.ErrSoldOut) {
+		t.Fatalf("a fifth unit sold: %v", err)
+	}
+}
+
+// TestFencingSurvivesRedisLoss: the lock's fencing counter lives in Redis. After Redis lost
+// it, a job's number starts above the largest Postgres recorded, so batch and restore run the
+// first time instead of being refused as older than the runs before the loss.
+func TestFencingSurvivesRedisLoss(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 10, 4)
+	e.buy("A", "alice", 1)
+	e.drain()
+	rec := e.reconciler(reconcile.Options{QuietFor: 10 * time.Millisecond, ReservationTTL: time.Hour})
+	for range 3 {
+		if _, err := rec.Batch(e.ctx, reconcile.BatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Redis loses every key of this namespace (a private FLUSHDB, without the shared server).
+	testenv.DeletePrefix(t, e.rdb, e.keys.Prefix)
+	res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{All: true})
+	if err != nil {
+		t.Fatalf("restore after Redis lost its data: %v", err)
+	}
+	if len(res.Restored) != 1 || res.FencingToken <= 3 {
+		t.Fatalf("restore: %+v (fencing number must pass the 3 earlier runs)", res)
+	}
+	if _, err := rec.Batch(e.ctx, reconcile.BatchOptions{}); err != nil {
+		t.Fatalf("batch after the restore: %v", err)
+	}
 }
