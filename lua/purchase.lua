@@ -110,7 +110,7 @@ for i = 1, n do
         redis.call('SET', ikey, oid, 'PX', idem_ttl)
       end
       redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'at', now_int, 'item', item_id,
-        'order', oid, 'user', user, 'quantity', qty, 'price_cents', price)
+        'order', oid, 'user', user, 'quantity', qty, 'price_cents', price, 'expires', expires)
       reply = {'created', oid, packed, left, rl[1], rl[2], rl[3], rl[4]}
     end
   end

@@ -49,6 +49,9 @@ type Event struct {
 	PerUserLimit *int64     `json:"per_user_limit,omitempty"`
 	StartsAt     *time.Time `json:"starts_at,omitempty"`
 	EndsAt       *time.Time `json:"ends_at,omitempty"`
+	// ExpiresAt is carried by order.reserved: when the reservation lapses unpaid, so a restore
+	// from the record gives it back its own expiry.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // Position is where an event sits in its outbox stream: events of one stream (one item, or
@@ -110,6 +113,9 @@ func FromEntry(eventID string, values map[string]any) (Event, error) {
 		e.Name, e.Category = f.str("name"), f.str("category")
 		e.PerUserLimit = f.opt("per_user_limit")
 		e.StartsAt, e.EndsAt = f.millis("starts_at"), f.millis("ends_at")
+	}
+	if e.Type == OrderReserved {
+		e.ExpiresAt = f.millis("expires")
 	}
 	if f.err != nil {
 		return Event{}, fmt.Errorf("%w: entry %s: %v", ErrInvalid, eventID, f.err)

@@ -130,6 +130,7 @@ type pgFullOrder struct {
 	id, user, status string
 	qty, price       int64
 	created, updated time.Time
+	expires          *time.Time // null for orders recorded before the column
 }
 
 func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force bool) (RestoredItem, error) {
@@ -167,11 +168,11 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	if err != nil {
 		return out, err
 	}
-	rows, _ := r.db.Query(ctx, `SELECT id, user_id, status, quantity, price_cents, created_at, updated_at
+	rows, _ := r.db.Query(ctx, `SELECT id, user_id, status, quantity, price_cents, created_at, updated_at, expires_at
 		FROM orders WHERE item_id = $1`, id)
 	orders, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pgFullOrder, error) {
 		var o pgFullOrder
-		err := row.Scan(&o.id, &o.user, &o.status, &o.qty, &o.price, &o.created, &o.updated)
+		err := row.Scan(&o.id, &o.user, &o.status, &o.qty, &o.price, &o.created, &o.updated, &o.expires)
 		return o, err
 	})
 	if err != nil {
@@ -205,6 +206,9 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 		clear(o.user)
 		created := o.created.UnixMilli()
 		expires := created + ttl
+		if o.expires != nil {
+			expires = o.expires.UnixMilli() // its own expiry, not a new one
+		}
 		maxMs = max(maxMs, o.updated.UnixMilli(), created)
 		if _, seqS, ok := strings.Cut(o.id, "."); ok {
 			if s, err := strconv.ParseInt(seqS, 10, 64); err == nil {

@@ -312,3 +312,32 @@ func TestFencingSurvivesRedisLoss(t *testing.T) {
 		t.Fatalf("batch after the restore: %v", err)
 	}
 }
+
+// TestRestoredReservationKeepsItsExpiry: a reservation restored from the record keeps the
+// expiry the purchase gave it (order.reserved carries it), even when the reconciler runs with
+// another FLASHSALE_RESERVATION_TTL than the api that sold it.
+func TestRestoredReservationKeepsItsExpiry(t *testing.T) {
+	rdb, keys, _ := testenv.PrivateRedis(t)
+	e := newEnvOn(t, rdb, keys) // the api's reservations last an hour
+	e.item("A", 10, 4)
+	o := e.buy("A", "alice", 2)
+	e.drain()
+	if err := rdb.FlushDB(e.ctx).Err(); err != nil { // a private server: losing it is the test
+		t.Fatal(err)
+	}
+	rec := e.reconciler(reconcile.Options{QuietFor: 10 * time.Millisecond, ReservationTTL: 5 * time.Minute})
+	if res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{All: true}); err != nil || len(res.Restored) != 1 {
+		t.Fatalf("restore: %+v %v", res, err)
+	}
+	got, err := e.ord.Get(e.ctx, "alice", o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.ExpiresAt.Equal(o.ExpiresAt) || got.Status != orders.Reserved {
+		t.Fatalf("restored %+v, want expires_at %v as sold", got, o.ExpiresAt)
+	}
+	due, _ := rdb.ZScore(e.ctx, keys.Item("A").Expiry(), o.ID).Result()
+	if int64(due) != o.ExpiresAt.UnixMilli() {
+		t.Fatalf("expiry index says %v, want %v", int64(due), o.ExpiresAt.UnixMilli())
+	}
+}

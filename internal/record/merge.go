@@ -76,10 +76,10 @@ func writeNew(ctx context.Context, pc *pgx.Conn, valid []parsed) error {
 			changed = append(changed, o)
 		}
 	}
-	err = copyInto(ctx, pc, "orders", []string{"id", "item_id", "user_id", "quantity", "price_cents", "status", "created_at", "updated_at"},
+	err = copyInto(ctx, pc, "orders", []string{"id", "item_id", "user_id", "quantity", "price_cents", "status", "created_at", "updated_at", "expires_at"},
 		len(created), func(i int) []any {
 			r := created[i]
-			return []any{r.ID, r.ItemID, r.UserID, r.Quantity, r.PriceCents, r.Status, r.CreatedAt, r.UpdatedAt}
+			return []any{r.ID, r.ItemID, r.UserID, r.Quantity, r.PriceCents, r.Status, r.CreatedAt, r.UpdatedAt, r.ExpiresAt}
 		})
 	if err != nil {
 		return err
@@ -146,12 +146,14 @@ func merge(ctx context.Context, pc *pgx.Conn, rows batchRows) error {
 			ids, items, users, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 			qtys, prices                = make([]int64, n), make([]int64, n)
 			created, updated            = make([]time.Time, n), make([]time.Time, n)
+			expires                     = make([]*time.Time, n)
 		)
 		for i, r := range rows.orders {
 			ids[i], items[i], users[i], statuses[i] = r.ID, r.ItemID, r.UserID, r.Status
 			qtys[i], prices[i], created[i], updated[i] = r.Quantity, r.PriceCents, r.CreatedAt, r.UpdatedAt
+			expires[i] = r.ExpiresAt
 		}
-		if _, err := pc.Exec(ctx, mergeOrders, ids, items, users, qtys, prices, statuses, created, updated); err != nil {
+		if _, err := pc.Exec(ctx, mergeOrders, ids, items, users, qtys, prices, statuses, created, updated, expires); err != nil {
 			return fmt.Errorf("orders: %w", err)
 		}
 	}
@@ -253,12 +255,13 @@ var (
 	` + newer("i", [2]string{"stock_pos_ms", "stock_pos_seq"}, "stock_total") + `,
 	updated_at = now()`
 
-	mergeOrders = `INSERT INTO orders AS o (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at)
-	SELECT id, item_id, user_id, quantity, price_cents, status, created_at, updated_at
+	mergeOrders = `INSERT INTO orders AS o (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at)
+	SELECT id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
-		$7::timestamptz[], $8::timestamptz[])
-		AS x(id, item_id, user_id, quantity, price_cents, status, created_at, updated_at)
+		$7::timestamptz[], $8::timestamptz[], $9::timestamptz[])
+		AS x(id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at)
 	ON CONFLICT (id) DO UPDATE SET
+	expires_at = COALESCE(o.expires_at, excluded.expires_at),
 	status = CASE WHEN order_status_rank(excluded.status) > order_status_rank(o.status) THEN excluded.status ELSE o.status END,
 	created_at = LEAST(o.created_at, excluded.created_at),
 	updated_at = GREATEST(o.updated_at, excluded.updated_at)`

@@ -34,6 +34,7 @@ type Order struct {
 	Status     string
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	ExpiresAt  *time.Time // when the reservation lapses (from order.reserved)
 }
 
 // Rating is one user's stars for one item.

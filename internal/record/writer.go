@@ -262,6 +262,7 @@ func fold(fresh []parsed) batchRows {
 			}
 			if e.Type == events.OrderReserved {
 				o.Reserved = true
+				o.ExpiresAt = e.ExpiresAt
 			}
 			if statusRank(status) > statusRank(o.Status) {
 				o.Status = status
