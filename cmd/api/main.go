@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/crashpoint"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/kafkabroker"
@@ -149,7 +150,11 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 	kafkaWriter := outbox.NewWriter(kafkaAddrs, cfg.KafkaTopic)
 	defer kafkaWriter.Close()
-	relay = outbox.New(rdb, keys, kafkaWriter, outbox.Options{Max: int64(cfg.OutboxMax)})
+	relayOpt := outbox.Options{Max: int64(cfg.OutboxMax)}
+	if crashpoint.Enabled("relay-after-publish") { // fault tests only
+		relayOpt.AfterPublish = func(int) error { crashpoint.Reached("relay-after-publish"); return nil }
+	}
+	relay = outbox.New(rdb, keys, kafkaWriter, relayOpt)
 	relayCtx, stopRelay := context.WithCancel(context.Background())
 	defer stopRelay()
 	relayDone := make(chan struct{})

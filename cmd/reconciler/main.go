@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/crashpoint"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
@@ -129,13 +130,16 @@ func run(ctx context.Context, cfg config.Config) error {
 	// as failed) while the consumer drains its last batch.
 	defer stopSchedule()
 
-	c := record.NewConsumer(db, record.ConsumerOptions{
+	opt := record.ConsumerOptions{
 		Brokers:      brokers(cfg),
 		Topic:        cfg.KafkaTopic,
 		GroupID:      reconcile.ConsumerGroup,
 		DrainTimeout: cfg.ShutdownTimeout,
-	})
-	return c.Run(ctx)
+	}
+	if crashpoint.Enabled("consumer-after-commit") { // fault tests only
+		opt.AfterCommit = func(record.Result) error { crashpoint.Reached("consumer-after-commit"); return nil }
+	}
+	return record.NewConsumer(db, opt).Run(ctx)
 }
 
 // startSchedule starts batch reconciliation every cfg.ReconcileInterval (none when 0) beside
