@@ -152,7 +152,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	defer kafkaWriter.Close()
 	relayOpt := outbox.Options{Max: int64(cfg.OutboxMax)}
 	if crashpoint.Enabled("relay-after-publish") { // fault tests only
-		relayOpt.AfterPublish = func(int) error { crashpoint.Reached("relay-after-publish"); return nil }
+		relayOpt.AfterPublish = func(n int) error { crashpoint.Reached("relay-after-publish", n); return nil }
 	}
 	relay = outbox.New(rdb, keys, kafkaWriter, relayOpt)
 	relayCtx, stopRelay := context.WithCancel(context.Background())

@@ -137,7 +137,10 @@ func run(ctx context.Context, cfg config.Config) error {
 		DrainTimeout: cfg.ShutdownTimeout,
 	}
 	if crashpoint.Enabled("consumer-after-commit") { // fault tests only
-		opt.AfterCommit = func(record.Result) error { crashpoint.Reached("consumer-after-commit"); return nil }
+		opt.AfterCommit = func(r record.Result) error {
+			crashpoint.Reached("consumer-after-commit", r.Applied+r.Duplicates+r.Invalid)
+			return nil
+		}
 	}
 	return record.NewConsumer(db, opt).Run(ctx)
 }

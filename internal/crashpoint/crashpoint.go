@@ -1,9 +1,9 @@
 // Package crashpoint lets the fault tests kill a real process at a named point in its work,
 // as a power cut would: FLASHSALE_CRASH_POINT=<name>[:<n>] makes the process SIGKILL itself
-// the n-th time (default 1st) it reaches that point. It is a test hook; unset (always, in
-// production) a point costs one comparison. Points: relay-after-publish (Kafka acknowledged
-// a batch, Redis not yet), consumer-after-commit (Postgres committed a batch, Kafka offsets
-// not yet).
+// at that point once n events (default 1) have passed it, counting the events of each batch.
+// It is a test hook; unset (always, in production) a point costs one comparison. Points:
+// relay-after-publish (Kafka acknowledged a batch, Redis not yet), consumer-after-commit
+// (Postgres committed a batch, Kafka offsets not yet).
 package crashpoint
 
 import (
@@ -38,13 +38,14 @@ func init() {
 // Enabled reports whether the process was told to crash at point p.
 func Enabled(p string) bool { return name != "" && name == p }
 
-// Reached counts a pass through point p and kills the process on the configured pass.
-func Reached(p string) {
+// Reached counts events passing point p and kills the process once the configured number
+// has passed.
+func Reached(p string, events int) {
 	if name == "" || name != p {
 		return
 	}
-	if count.Add(1) == at {
-		fmt.Fprintf(os.Stderr, "crashpoint: killing the process at %s (pass %d)\n", p, at)
+	if n := count.Add(int64(events)); n >= at {
+		fmt.Fprintf(os.Stderr, "crashpoint: killing the process at %s after %d events\n", p, n)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
 	}
