@@ -44,6 +44,19 @@ go_tests() {
 stage "gofmt and go vet" fmt_vet
 stage "docker-compose config" ./scripts/compose-check.sh
 stage "go test -race" go_tests
+# The fault matrix (internal/faults, build tag faults): real api and reconciler processes,
+# toxiproxy, kill -9, server restarts. Its own stage: it builds -race binaries and takes minutes.
+fault_matrix() {
+  command -v redis-server >/dev/null || { echo "redis-server is missing: ./scripts/services.sh installs it"; return 1; }
+  go build -o bin/testsummary ./internal/testsummary || return 1
+  local out
+  out=$(go test -race -tags faults -count=1 -timeout 15m -json ./internal/faults/ | ./bin/testsummary) ; local rc=$?
+  echo "$out"
+  # A matrix that ran nothing (a lost build tag, a renamed package) must not pass.
+  if echo "$out" | grep -q "^go test: 0 passed"; then echo "the fault matrix ran no scenario"; return 1; fi
+  return $rc
+}
+stage "fault matrix (real processes)" fault_matrix
 stage "web e2e (headless Chromium)" ./scripts/web-e2e.sh
 stage "k6 smoke" ./scripts/k6.sh
 

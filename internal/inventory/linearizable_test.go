@@ -67,7 +67,7 @@ func TestStockIsLinearizable(t *testing.T) {
 	inv := inventory.NewStore(rdb, keys, inventory.Options{})
 	ord := orders.NewStore(rdb, keys)
 	ord.Hooks.StockReturned = inv.ForgetSoldOut // as the api wires it
-	newItem(t, inv, "lin", 0, 1_000_000) // starts empty: the model's Init
+	newItem(t, inv, "lin", 0, 1_000_000)        // starts empty: the model's Init
 	const clients, perClient = 8, 40
 	var idem atomic.Int64
 	var mu sync.Mutex
