@@ -2,7 +2,7 @@
 GO ?= go
 export K6_NO_USAGE_REPORT = true
 
-.PHONY: run test test-go vet fmt build bench services
+.PHONY: run test test-faults lint vet fmt build bench services
 
 run: services build
 	./scripts/run.sh
@@ -15,6 +15,10 @@ services:
 
 test: services
 	./scripts/test.sh
+
+# Only the fault matrix (real processes, toxiproxy, kill -9): a few minutes.
+test-faults: services
+	$(GO) test -race -tags faults -count=1 -timeout 15m -v ./internal/faults/
 
 # The performance table of docs/performance.md: the api against naive baselines, in one run.
 bench: services

@@ -505,6 +505,7 @@ func parallel[T any](n int, xs []T, f func(T)) {
 // figures are one scenario's row of docs/reliability.md.
 type figures struct {
 	calls, created, unknown, duplicates, lost, oversold int
+	unchanged                                           int // answered 503 "nothing was changed"
 	recover                                             time.Duration
 	slowest                                             time.Duration // the longest a purchase waited
 }
@@ -560,6 +561,9 @@ func (s *sale) verify(items map[string]int) figures {
 	keyOrders := map[string]map[string]bool{}
 	for _, c := range sh.calls {
 		f.calls++
+		if c.status == 503 && !c.unknown() {
+			f.unchanged++
+		}
 		if c.unknown() {
 			f.unknown++
 			if c.kind == "purchase" {
@@ -649,13 +653,13 @@ func parseOrder(id, item, packed string) order {
 
 // report prints the scenario's row for docs/reliability.md.
 func report(t *testing.T, name string, f figures) {
-	t.Logf("| %s | %d | %d | %d | %d | %d | %d | %.1f | %.1f |", name, f.calls, f.created, f.unknown,
+	t.Logf("| %s | %d | %d | %d | %d | %d | %d | %d | %.1f | %.1f |", name, f.calls, f.created, f.unchanged, f.unknown,
 		f.duplicates, f.lost, f.oversold, f.recover.Seconds(), f.slowest.Seconds())
 	if path := os.Getenv("FAULTS_REPORT"); path != "" {
 		fh, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err == nil {
 			w := bufio.NewWriter(fh)
-			fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d | %.1f | %.1f |\n", name, f.calls, f.created, f.unknown,
+			fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d | %d | %.1f | %.1f |\n", name, f.calls, f.created, f.unchanged, f.unknown,
 				f.duplicates, f.lost, f.oversold, f.recover.Seconds(), f.slowest.Seconds())
 			w.Flush()
 			fh.Close()

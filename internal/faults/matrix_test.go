@@ -20,19 +20,17 @@ type workload struct {
 	items   []string
 	keyed   func(i int) bool
 	workers int
-	// when is called once when at purchases have been answered: the fault's start (an event
-	// of the sale, never a point in time); then, once end more have been answered (answers
-	// keep coming during most faults: refusals, 503s), the fault's end. The worker that
-	// reaches the count runs the call while the others go on.
+	// when is called once when at purchases have been answered: the fault (an event of the
+	// sale, never a point in time). The worker that reaches the count runs it while the
+	// others go on buying. more are further faults at further counts.
 	at   int
 	when func()
-	end  int
-	then func()
+	more map[int]func()
 }
 
 func (s *sale) run(w workload) {
 	var answered atomic.Int64
-	var once, onceEnd sync.Once
+	var once sync.Once
 	idx := make([]int, len(w.users))
 	for i := range idx {
 		idx[i] = i
@@ -48,11 +46,12 @@ func (s *sale) run(w workload) {
 			key = "k-" + u
 		}
 		c := s.shop.buy(u, item, key)
-		switch n := answered.Add(1); {
-		case n == int64(w.at) && w.when != nil:
+		n := int(answered.Add(1))
+		if n == w.at && w.when != nil {
 			once.Do(w.when)
-		case n == int64(w.at+w.end) && w.then != nil:
-			onceEnd.Do(w.then)
+		}
+		if f := w.more[n]; f != nil {
+			f() // each count is reached once
 		}
 		if c.status == 201 {
 			switch i % 5 {
@@ -138,19 +137,17 @@ func TestRedisConnectionsReset(t *testing.T) {
 	items := s.setupItems(4, 300)
 	users := s.shop.login("r", 1000)
 	var end time.Time
-	// Each reset: the proxy drops every connection (calls in flight lose theirs) and refuses
-	// new ones until 50 more purchases were answered (503: nothing changed), then takes them.
-	reset := func(at int) workload {
-		return workload{users: users, items: itemIDs(items), keyed: func(i int) bool { return i%2 == 0 }, at: at,
-			when: s.redisPx.Stop, end: 50,
-			then: func() {
-				if err := s.redisPx.Start(); err != nil {
-					t.Errorf("proxy restart: %v", err)
-				}
-				end = time.Now()
-			}}
+	// Each reset: the proxy drops every connection, so calls in flight lose theirs mid-batch,
+	// and takes new ones at once.
+	reset := func() {
+		s.redisPx.Stop()
+		if err := s.redisPx.Start(); err != nil {
+			t.Errorf("proxy restart: %v", err)
+		}
+		end = time.Now()
 	}
-	s.run(reset(150))
+	s.run(workload{users: users, items: itemIDs(items), keyed: func(i int) bool { return i%2 == 0 },
+		at: 150, when: reset, more: map[int]func(){300: reset, 450: reset}})
 	s.felt("resets")
 	f := s.verify(items)
 	f.recover = s.recovery(end)

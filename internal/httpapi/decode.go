@@ -28,7 +28,7 @@ func readBody(c *gin.Context, limit int64) ([]byte, error) {
 }
 
 // decodeJSON strictly decodes one JSON object: unknown fields, trailing data and wrong
-// types are 400 invalid_request. An empty body leaves v as it is when allowEmpty.
+// types are 400 invalid_request.
 func decodeJSON(c *gin.Context, limit int64, v any) error {
 	b, err := readBody(c, limit)
 	if err != nil {

@@ -27,7 +27,7 @@ var jsonContentTypeValue = []string{jsonContentType}
 
 var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// writeJSON sends body as the reply and aborts the handler chain when abort is set.
+// writeJSON sends body as the reply with the given status.
 func writeJSON(c *gin.Context, status int, body []byte) {
 	c.Writer.Header()["Content-Type"] = jsonContentTypeValue
 	c.Writer.WriteHeader(status)
