@@ -35,13 +35,6 @@ func concat(names ...string) string {
 	return body.String()
 }
 
-// The scripts. Run them with Script.Run.
-var (
-	Purchase    = New("purchase", "gcra.lua", "purchase.lua")
-	UpsertItem  = New("upsert_item", "upsert_item.lua")
-	AdjustStock = New("adjust_stock", "adjust_stock.lua")
-)
-
 var all = map[string]*Script{}
 
 // New builds a script from embedded files (concatenated in order) and registers it, so Load

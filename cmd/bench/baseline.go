@@ -25,6 +25,10 @@ const (
 	prefixEnv = "FLASHSALE_BENCH_PREFIX"
 )
 
+// baselinePurchase is purchase.lua (with its call record) for the naive baseline server,
+// declared here like every package declares the scripts it runs.
+var baselinePurchase = lua.New("bench_purchase", "gcra.lua", "purchase.lua")
+
 // serveBaseline runs the baseline named by FLASHSALE_BENCH_SERVE until killed.
 func serveBaseline(mode string) error {
 	gin.SetMode(gin.ReleaseMode)
@@ -69,7 +73,7 @@ func evalshaHandler() (gin.HandlerFunc, error) {
 	k := keyspace.Space{Prefix: os.Getenv(prefixEnv)}.Item(benchItem)
 	return func(c *gin.Context) {
 		u := c.Param("user")
-		res, err := lua.Purchase.Run(c.Request.Context(), rdb,
+		res, err := baselinePurchase.Run(c.Request.Context(), rdb,
 			[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u)},
 			600000, 86400000, lim.Rate, lim.Period.Milliseconds(), lim.Burst, benchItem, u, 1, "").Slice()
 		if err != nil || len(res) != 1 {

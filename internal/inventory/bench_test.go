@@ -32,7 +32,7 @@ func BenchmarkPurchase(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
-				err := lua.Purchase.Run(ctx, rdb,
+				err := inventory.PurchaseScript.Run(ctx, rdb,
 					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u)},
 					600000, 86400000, 0, 0, 0, "bench", u, 1, "").Err()
 				if err != nil {
@@ -90,7 +90,7 @@ func BenchmarkCallRecord(b *testing.B) {
 		cpu, wall float64
 	}{
 		{name: "bare", send: func(keys []string, args []any) error { return bare.EvalSha(ctx, rdb, keys, args...).Err() }},
-		{name: "recorded", send: func(keys []string, args []any) error { return lua.Purchase.Run(ctx, rdb, keys, args...).Err() }},
+		{name: "recorded", send: func(keys []string, args []any) error { return inventory.PurchaseScript.Run(ctx, rdb, keys, args...).Err() }},
 	}
 	b.ResetTimer()
 	for turn := range b.N {

@@ -473,12 +473,12 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 		{"infinite burst", append(base, per...), []any{600000, 1000, 1, 1000, "inf", "m", "u", 1, ""}},
 	}
 	for _, tc := range cases {
-		if err := lua.Purchase.Run(ctx, rdb, tc.keys, tc.args...).Err(); err == nil {
+		if err := inventory.PurchaseScript.Run(ctx, rdb, tc.keys, tc.args...).Err(); err == nil {
 			t.Errorf("%s: script accepted it", tc.name)
 		}
 	}
 	// A non-numeric quantity inside a batch is refused for that attempt only.
-	res, err := lua.Purchase.Run(ctx, rdb, append(base, per...), 600000, 1000, 0, 0, 0, "m", "u", "1x", "").Slice()
+	res, err := inventory.PurchaseScript.Run(ctx, rdb, append(base, per...), 600000, 1000, 0, 0, 0, "m", "u", "1x", "").Slice()
 	if err != nil || res[0].([]any)[0] != "invalid_request" {
 		t.Fatalf("quantity '1x': %v %v", res, err)
 	}
@@ -515,16 +515,16 @@ func TestItemScriptsRejectBadNumbers(t *testing.T) {
 		{"negative stock", []any{"n", "N", "c", 999, -1, 5, 0, 0}},
 	}
 	for _, tc := range upserts {
-		if err := lua.UpsertItem.Run(ctx, rdb, ik, tc.args...).Err(); err == nil {
+		if err := inventory.UpsertItemScript.Run(ctx, rdb, ik, tc.args...).Err(); err == nil {
 			t.Errorf("upsert_item, %s: script accepted it", tc.name)
 		}
 	}
-	if err := lua.UpsertItem.Run(ctx, rdb, []string{keys.Item("fresh").Hash(), keys.Item("fresh").Outbox()},
+	if err := inventory.UpsertItemScript.Run(ctx, rdb, []string{keys.Item("fresh").Hash(), keys.Item("fresh").Outbox()},
 		"fresh", "F", "c", 1, -1, 5, 0, 0).Err(); err == nil {
 		t.Errorf("upsert_item: created an item from stock -1")
 	}
 	for _, delta := range []string{"inf", "-inf", "nan", "1.5", "0"} {
-		if err := lua.AdjustStock.Run(ctx, rdb, ik, "n", delta).Err(); err == nil {
+		if err := inventory.AdjustStockScript.Run(ctx, rdb, ik, "n", delta).Err(); err == nil {
 			t.Errorf("adjust_stock, delta %s: script accepted it", delta)
 		}
 	}

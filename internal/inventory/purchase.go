@@ -136,7 +136,7 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey)
 	}
 	sent := time.Now() // when Redis was asked: the age of a sold-out answer (soldout.go)
-	res, err := lua.Purchase.Run(context.Background(), s.rdb, keys, args...).Slice()
+	res, err := purchaseScript.Run(context.Background(), s.rdb, keys, args...).Slice()
 	if err == nil && len(res) != len(calls) {
 		err = errNoReply
 	}

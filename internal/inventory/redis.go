@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // Options tune a Store; zero values take the defaults.
@@ -85,7 +84,7 @@ func (s *Store) Upsert(ctx context.Context, in Input) (Item, bool, error) {
 	if in.Stock != nil {
 		stock = strconv.FormatInt(*in.Stock, 10)
 	}
-	res, err := lua.UpsertItem.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox()},
+	res, err := upsertItemScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox()},
 		in.ID, in.Name, in.Category, in.PriceCents, stock, in.PerUserLimit,
 		msOrZero(in.StartsAt), msOrZero(in.EndsAt)).Slice()
 	if err != nil {
@@ -113,7 +112,7 @@ func (s *Store) AdjustStock(ctx context.Context, id string, delta int64) (Item, 
 		return Item{}, fmt.Errorf("%w: delta must be a non-zero integer within ±1000000000000", ErrInvalid)
 	}
 	k := s.keys.Item(id)
-	res, err := lua.AdjustStock.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox()}, id, delta).Slice()
+	res, err := adjustStockScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox()}, id, delta).Slice()
 	if err != nil {
 		return Item{}, fmt.Errorf("inventory: adjust %s: %w", id, err)
 	}

@@ -1,0 +1,10 @@
+package inventory
+
+import "github.com/flashsale/flashsale/lua"
+
+// The inventory's scripts (lua/), each wrapped by one function of this package.
+var (
+	purchaseScript    = lua.New("purchase", "gcra.lua", "purchase.lua")
+	upsertItemScript  = lua.New("upsert_item", "upsert_item.lua")
+	adjustStockScript = lua.New("adjust_stock", "adjust_stock.lua")
+)
