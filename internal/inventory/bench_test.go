@@ -90,7 +90,9 @@ func BenchmarkCallRecord(b *testing.B) {
 		cpu, wall float64
 	}{
 		{name: "bare", send: func(keys []string, args []any) error { return bare.EvalSha(ctx, rdb, keys, args...).Err() }},
-		{name: "recorded", send: func(keys []string, args []any) error { return inventory.PurchaseScript.Run(ctx, rdb, keys, args...).Err() }},
+		{name: "recorded", send: func(keys []string, args []any) error {
+			return inventory.PurchaseScript.Run(ctx, rdb, keys, args...).Err()
+		}},
 	}
 	b.ResetTimer()
 	for turn := range b.N {
