@@ -23,7 +23,6 @@ import (
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/crashpoint"
 	"github.com/flashsale/flashsale/internal/metrics"
-	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
 )
 
@@ -49,9 +48,9 @@ func main() {
 	case "migrate":
 		err = migrate(ctx, cfg)
 	case "batch":
-		err = reconcile.BatchCommand(ctx, cfg, args, os.Stdout)
+		err = batchCommand(ctx, cfg, args, os.Stdout)
 	case "restore":
-		err = reconcile.RestoreCommand(ctx, cfg, args, os.Stdout)
+		err = restoreCommand(ctx, cfg, args, os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return
@@ -61,7 +60,7 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reconciler:", err)
-		if errors.Is(err, reconcile.ErrDrift) {
+		if errors.Is(err, errDrift) {
 			os.Exit(3)
 		}
 		os.Exit(1)
@@ -133,7 +132,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	opt := record.ConsumerOptions{
 		Brokers:      brokers(cfg),
 		Topic:        cfg.KafkaTopic,
-		GroupID:      reconcile.ConsumerGroup,
+		GroupID:      consumerGroup,
 		DrainTimeout: cfg.ShutdownTimeout,
 	}
 	if crashpoint.Enabled("consumer-after-commit") { // fault tests only
@@ -152,7 +151,7 @@ func startSchedule(ctx context.Context, cfg config.Config) (stop func(), err err
 	if cfg.ReconcileInterval <= 0 {
 		return func() {}, nil
 	}
-	r, closeAll, err := reconcile.Open(ctx, cfg)
+	r, closeAll, err := openReconciler(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("scheduled reconciliation: %w", err)
 	}

@@ -11,11 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/testenv"
@@ -36,14 +36,14 @@ type testAPI struct {
 	rank *ranking.Store // nil unless built by newRankedAPI
 }
 
-// newTestAPI builds the api like cmd/api does, without ranking and rate limits; tweak adjusts
-// the config first.
+// newTestAPI builds the api like cmd/api does (internal/app), with every rate limit off;
+// tweak adjusts the config first.
 func newTestAPI(t testing.TB, tweak func(*config.Config)) *testAPI {
 	t.Helper()
 	return buildTestAPI(t, tweak, false)
 }
 
-// newRankedAPI is newTestAPI with ratings, leaderboards and the rate limiter wired in.
+// newRankedAPI is newTestAPI with the configured rate limits of pay, cancel, rating and login.
 func newRankedAPI(t testing.TB, tweak func(*config.Config)) *testAPI {
 	t.Helper()
 	return buildTestAPI(t, tweak, true)
@@ -56,35 +56,31 @@ func buildTestAPI(t testing.TB, tweak func(*config.Config), ranked bool) *testAP
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.RedisAddrs = []string{testenv.RedisAddr()}
+	cfg.RedisPrefix = keys.Prefix
+	cfg.KafkaBrokers = []string{"127.0.0.1:1"} // the relay never runs here: no embedded broker
 	cfg.AdminToken = testAdminToken
 	cfg.JWTSecret = "test-secret"
 	cfg.LimitPurchase = config.Limit{} // tests that want limits turn them on
+	if !ranked {
+		cfg.LimitPay, cfg.LimitCancel, cfg.LimitRating = config.Limit{}, config.Limit{}, config.Limit{}
+		cfg.LimitLoginUser, cfg.LimitLoginIP = config.Limit{}, config.Limit{}
+	}
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	a := &testAPI{t: t, rdb: rdb, keys: keys, cfg: cfg}
-	a.auth = httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL)
-	a.inv = inventory.NewStore(rdb, keys, inventory.Options{
-		ReservationTTL: cfg.ReservationTTL, SnapshotInterval: cfg.SnapshotInterval,
-		PurchaseLimit: inventory.PurchaseLimit{Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst},
-	})
-	a.ord = orders.NewStore(rdb, keys)
-	deps := httpapi.Deps{
-		Config: cfg, Auth: a.auth, Inventory: a.inv, Orders: a.ord,
-		Ready: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+	// The api exactly as cmd/api builds it (internal/app), driven in-process without Run.
+	api, err := app.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(api.Close)
+	a := &testAPI{t: t, rdb: rdb, keys: keys, cfg: cfg, srv: api.Server(),
+		inv: api.Inventory, ord: api.Orders}
+	a.auth = a.srv.Auth
 	if ranked {
-		a.rank = ranking.NewStore(rdb, keys, ranking.Options{
-			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
-		})
-		a.ord.Hooks.PaidChanged = a.rank.PaidChanged
-		limiter, err := limits.NewLimiter(rdb, keys, httpapi.RatePolicies(cfg))
-		if err != nil {
-			t.Fatal(err)
-		}
-		deps.Ranking, deps.Limiter = a.rank, limiter
+		a.rank = api.Ranking
 	}
-	a.srv = httpapi.New(deps)
 	return a
 }
 

@@ -1,4 +1,4 @@
-package reconcile
+package main
 
 import (
 	"context"
@@ -13,21 +13,22 @@ import (
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
 )
 
-// ErrDrift is returned by BatchCommand when the run found drift or could not verify
+// errDrift is returned by batchCommand when the run found drift or could not verify
 // everything (the report was printed and stored); commands exit non-zero on it.
-var ErrDrift = errors.New("reconcile: drift found")
+var errDrift = errors.New("reconcile: drift found")
 
-// ConsumerGroup is the Kafka group of the reconciler's consumer (record.ConsumerOptions'
+// consumerGroup is the Kafka group of the reconciler's consumer (record.ConsumerOptions'
 // default), whose progress runs wait for.
-const ConsumerGroup = "reconciler"
+const consumerGroup = "reconciler"
 
-// Open builds a Reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
+// openReconciler builds a Reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
 // pipeline (embedded broker address when KAFKA_BROKERS is unset), the ranking store.
-func Open(ctx context.Context, cfg config.Config) (*Reconciler, func(), error) {
+func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconciler, func(), error) {
 	rdb, err := redisconn.Open(ctx, cfg.RedisAddrs, cfg.RedisDB)
 	if err != nil {
 		return nil, nil, err
@@ -36,7 +37,7 @@ func Open(ctx context.Context, cfg config.Config) (*Reconciler, func(), error) {
 		rdb.Close()
 		return nil, nil, err
 	}
-	db, err := OpenPostgres(cfg.PostgresDSN)
+	db, err := reconcile.OpenPostgres(cfg.PostgresDSN)
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err
@@ -46,9 +47,9 @@ func Open(ctx context.Context, cfg config.Config) (*Reconciler, func(), error) {
 		brokers = []string{cfg.EmbeddedKafkaAddr}
 	}
 	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
-	r := New(rdb, keys, db, Options{
+	r := reconcile.New(rdb, keys, db, reconcile.Options{
 		ReservationTTL: cfg.ReservationTTL,
-		Pipeline:       NewKafkaPipeline(brokers, cfg.KafkaTopic, ConsumerGroup),
+		Pipeline:       reconcile.NewKafkaPipeline(brokers, cfg.KafkaTopic, consumerGroup),
 		Ranking: ranking.NewStore(rdb, keys, ranking.Options{
 			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
 		}),
@@ -56,9 +57,9 @@ func Open(ctx context.Context, cfg config.Config) (*Reconciler, func(), error) {
 	return r, func() { db.Close(); rdb.Close() }, nil
 }
 
-// BatchCommand is `reconciler batch [--repair] [--json|--table]`: one batch run, its report
+// batchCommand is `reconciler batch [--repair] [--json|--table]`: one batch run, its report
 // printed as a table on a terminal and as JSON otherwise.
-func BatchCommand(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
+func batchCommand(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
 	repair := fs.Bool("repair", false, "re-emit the events of orders and items Postgres is missing or behind on")
 	asJSON := fs.Bool("json", false, "print the report as JSON (default when stdout is not a terminal)")
@@ -69,12 +70,12 @@ func BatchCommand(ctx context.Context, cfg config.Config, args []string, stdout 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("batch: unexpected arguments %q", fs.Args())
 	}
-	r, closeAll, err := Open(ctx, cfg)
+	r, closeAll, err := openReconciler(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	rep, err := r.Batch(ctx, BatchOptions{Repair: *repair})
+	rep, err := r.Batch(ctx, reconcile.BatchOptions{Repair: *repair})
 	if rep != nil {
 		table := *asTable || (!*asJSON && isTerminal(stdout))
 		if table {
@@ -89,13 +90,13 @@ func BatchCommand(ctx context.Context, cfg config.Config, args []string, stdout 
 		return err
 	}
 	if !rep.Clean() {
-		return ErrDrift
+		return errDrift
 	}
 	return nil
 }
 
-// RestoreCommand is `reconciler restore (--item ID[,ID...] | --all) [--force]`.
-func RestoreCommand(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
+// restoreCommand is `reconciler restore (--item ID[,ID...] | --all) [--force]`.
+func restoreCommand(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
 	items := fs.String("item", "", "comma-separated item ids to rebuild")
 	all := fs.Bool("all", false, "rebuild every item of the record")
@@ -106,11 +107,11 @@ func RestoreCommand(ctx context.Context, cfg config.Config, args []string, stdou
 	if (*items == "") == !*all || fs.NArg() > 0 {
 		return errors.New("restore: give exactly one of --item ID[,ID...] or --all")
 	}
-	opt := RestoreOptions{All: *all, Force: *force}
+	opt := reconcile.RestoreOptions{All: *all, Force: *force}
 	if *items != "" {
 		opt.Items = strings.Split(*items, ",")
 	}
-	r, closeAll, err := Open(ctx, cfg)
+	r, closeAll, err := openReconciler(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,263 @@
+// Package app wires the whole api: Redis, the stores, the HTTP server, the expirer, the
+// catalogue snapshot, the outbox relay and (when KAFKA_BROKERS is unset) the embedded Kafka
+// broker. cmd/api is a few lines around it, and the tests (HTTP harness, fault matrix) build
+// the api with the same constructor, so they run production's wiring.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/crashpoint"
+	"github.com/flashsale/flashsale/internal/httpapi"
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/kafkabroker"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/outbox"
+	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/web"
+)
+
+// API is the whole api process. New connects and builds everything; Run serves until its
+// context ends and returns once every goroutine it started has stopped; Close releases the
+// connections (also after a failed New).
+type API struct {
+	cfg config.Config
+
+	rdb       redis.UniversalClient
+	record    *pgxpool.Pool
+	broker    *kafkabroker.Broker // nil with KAFKA_BROKERS
+	writer    *kafka.Writer
+	relay     *outbox.Relay
+	expirer   *orders.Expirer
+	server    *httpapi.Server
+	Inventory *inventory.Store
+	Orders    *orders.Store
+	Ranking   *ranking.Store
+
+	closeOnce sync.Once
+}
+
+// New builds the api from cfg. It needs Redis (and scripts loaded); Postgres and Kafka are
+// dialled on first use, so the api starts and sells without them.
+func New(ctx context.Context, cfg config.Config) (a *API, err error) {
+	a = &API{cfg: cfg}
+	defer func() {
+		if err != nil {
+			a.Close()
+			a = nil
+		}
+	}()
+	if a.rdb, err = redisconn.Open(ctx, cfg.RedisAddrs, cfg.RedisDB); err != nil {
+		return nil, err
+	}
+	metrics.InstrumentRedis(a.rdb) // script calls and latency by script name
+	if err = lua.Load(ctx, a.rdb); err != nil {
+		return nil, err
+	}
+
+	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
+	a.Inventory = inventory.NewStore(a.rdb, keys, inventory.Options{
+		Admit:            func() error { return a.relay.Admit() }, // the outbox bound
+		ReservationTTL:   cfg.ReservationTTL,
+		IdempotencyTTL:   cfg.IdempotencyTTL,
+		SnapshotInterval: cfg.SnapshotInterval,
+		PurchaseBatch:    cfg.PurchaseBatch,
+		PurchaseLimit: inventory.PurchaseLimit{
+			Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst,
+		},
+	})
+	a.Orders = orders.NewStore(a.rdb, keys)
+	a.Orders.Hooks.StockReturned = a.Inventory.ForgetSoldOut
+	a.Ranking = ranking.NewStore(a.rdb, keys, ranking.Options{
+		Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
+	})
+	a.Orders.Hooks.PaidChanged = a.Ranking.PaidChanged
+	limiter, err := limits.NewLimiter(a.rdb, keys, httpapi.RatePolicies(cfg))
+	if err != nil {
+		return nil, err
+	}
+	a.expirer = orders.NewExpirer(a.Orders, a.Inventory.IDs, cfg.ExpiryInterval, cfg.ExpiryBatch)
+	metrics.ExpirerDrained.From(a.expirer.Drained)
+	// The pool dials on first use: only the reconciliation report route needs Postgres (and
+	// answers 503 while it is unreachable).
+	if a.record, err = reconcile.OpenPostgres(cfg.PostgresDSN); err != nil {
+		return nil, err
+	}
+
+	// Events: the relay publishes to KAFKA_BROKERS, or to an embedded Kafka-protocol broker
+	// when that is unset. Kafka being down never stops selling: events wait in Redis (up to
+	// FLASHSALE_OUTBOX_MAX).
+	brokers := cfg.KafkaBrokers
+	if len(brokers) == 0 {
+		dir, derr := brokerDir(cfg.EmbeddedKafkaAddr)
+		if derr != nil {
+			return nil, derr
+		}
+		a.broker, err = kafkabroker.Start(kafkabroker.Options{
+			Addr: cfg.EmbeddedKafkaAddr, Topic: cfg.KafkaTopic, Partitions: cfg.KafkaPartitions,
+			DataDir: dir, // on disk, so events the reconciler has not read survive a restart
+		})
+		if err != nil {
+			return nil, err
+		}
+		brokers = []string{a.broker.Addr()}
+		slog.Info("embedded Kafka-protocol broker", "addr", a.broker.Addr(), "topic", cfg.KafkaTopic, "dir", dir)
+	}
+	a.writer = outbox.NewWriter(brokers, cfg.KafkaTopic)
+	relayOpt := outbox.Options{Max: int64(cfg.OutboxMax)}
+	if crashpoint.Enabled("relay-after-publish") { // fault tests only
+		relayOpt.AfterPublish = func(n int) error { crashpoint.Reached("relay-after-publish", n); return nil }
+	}
+	a.relay = outbox.New(a.rdb, keys, a.writer, relayOpt)
+
+	a.server = httpapi.New(httpapi.Deps{
+		Config:         cfg,
+		Auth:           httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
+		Inventory:      a.Inventory,
+		Orders:         a.Orders,
+		Limiter:        limiter,
+		Metrics:        metrics.Handler(),
+		Ranking:        a.Ranking,
+		Ready:          a.ready,
+		Web:            web.Files,
+		Reconciliation: reconcile.LatestReport(a.record),
+	})
+	return a, nil
+}
+
+// brokerDir is the embedded broker's data directory: private to this user (0700), made for
+// it, named for its address so a restart finds the events it kept.
+func brokerDir(addr string) (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	dir := filepath.Join(base, "flashsale", "kafka-"+strings.ReplaceAll(addr, ":", "_"))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("embedded broker data directory %s: %w", dir, err)
+	}
+	return dir, os.Chmod(dir, 0o700)
+}
+
+// ready is /readyz: Redis answers, every script is loaded (reloaded after a Redis restart or
+// SCRIPT FLUSH; the EVAL fallback covers the gap), and the outbox is under its bound.
+func (a *API) ready(ctx context.Context) error {
+	ok, err := lua.Loaded(ctx, a.rdb)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := lua.Load(ctx, a.rdb); err != nil {
+			return err
+		}
+	}
+	return a.relay.Ready()
+}
+
+// Handler is the api's HTTP handler (tests drive it without a listener).
+func (a *API) Handler() http.Handler { return a.server }
+
+// Server is the HTTP layer, for tests that add routes or list them.
+func (a *API) Server() *httpapi.Server { return a.server }
+
+// Redis is the api's Redis client.
+func (a *API) Redis() redis.UniversalClient { return a.rdb }
+
+// Run serves cfg.HTTPAddr (or ln, when given: tests pass a listener on a free port) and runs
+// the snapshot loop, the expirer, the relay and the admin listener until ctx ends; then it
+// drains HTTP within cfg.ShutdownTimeout, lets the relay publish what it holds, stops the
+// rest and returns once every goroutine it started has returned.
+func (a *API) Run(ctx context.Context, ln net.Listener) error {
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", a.cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("listen %s: %w", a.cfg.HTTPAddr, err)
+		}
+	}
+	stopAdmin, err := metrics.StartAdmin(a.cfg.AdminAddr) // pprof and /metrics; off when empty
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopAdmin()
+
+	var wg sync.WaitGroup
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() { stopBG(); wg.Wait() }()
+	wg.Add(2)
+	go func() { defer wg.Done(); a.Inventory.RunSnapshot(bg) }()
+	go func() { defer wg.Done(); a.expirer.Run(bg) }()
+	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRelay()
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		if err := a.relay.Run(relayCtx); err != nil {
+			slog.Error("outbox relay stopped", "err", err)
+		}
+	}()
+
+	srv := &http.Server{Handler: a.server, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	slog.Info("api listening", "url", "http://"+ln.Addr().String()+"/")
+	fmt.Fprintf(os.Stderr, "flashsale api: http://%s/  (admin page: http://%s/admin)\n", ln.Addr(), ln.Addr())
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	slog.Info("shutting down", "timeout", a.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		slog.Warn("http shutdown", "err", err)
+	}
+	// After the last request: the relay publishes what it holds, then the rest stops.
+	stopRelay()
+	<-relayDone
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+// Close releases the api's connections and the embedded broker. Safe to call twice.
+func (a *API) Close() {
+	a.closeOnce.Do(func() {
+		if a.writer != nil {
+			a.writer.Close()
+		}
+		if a.broker != nil {
+			a.broker.Close()
+		}
+		if a.record != nil {
+			a.record.Close()
+		}
+		if a.rdb != nil {
+			a.rdb.Close()
+		}
+	})
+}
