@@ -12,15 +12,11 @@ import (
 
 	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/httpapi"
 )
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	cfg, err := config.FromEnv()
-	if err == nil {
-		err = httpapi.CheckTrustedProxies(cfg.TrustedProxies)
-	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
 		os.Exit(2)

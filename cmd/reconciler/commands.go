@@ -42,14 +42,10 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 		rdb.Close()
 		return nil, nil, err
 	}
-	brokers := cfg.KafkaBrokers
-	if len(brokers) == 0 {
-		brokers = []string{cfg.EmbeddedKafkaAddr}
-	}
 	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
 	r := reconcile.New(rdb, keys, db, reconcile.Options{
 		ReservationTTL: cfg.ReservationTTL,
-		Pipeline:       reconcile.NewKafkaPipeline(brokers, cfg.KafkaTopic, consumerGroup),
+		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, consumerGroup),
 		Ranking: ranking.NewStore(rdb, keys, ranking.Options{
 			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
 		}),

@@ -67,14 +67,6 @@ func main() {
 	}
 }
 
-// brokers are KAFKA_BROKERS, or the api's embedded broker when it is unset.
-func brokers(cfg config.Config) []string {
-	if len(cfg.KafkaBrokers) > 0 {
-		return cfg.KafkaBrokers
-	}
-	return []string{cfg.EmbeddedKafkaAddr}
-}
-
 func migrate(ctx context.Context, cfg config.Config) error {
 	db, err := record.Open(cfg.PostgresDSN)
 	if err != nil {
@@ -130,7 +122,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	defer stopSchedule()
 
 	opt := record.ConsumerOptions{
-		Brokers:      brokers(cfg),
+		Brokers:      cfg.Brokers(),
 		Topic:        cfg.KafkaTopic,
 		GroupID:      consumerGroup,
 		DrainTimeout: cfg.ShutdownTimeout,

@@ -83,7 +83,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		IdempotencyTTL:   cfg.IdempotencyTTL,
 		SnapshotInterval: cfg.SnapshotInterval,
 		PurchaseBatch:    cfg.PurchaseBatch,
-		PurchaseLimit: inventory.PurchaseLimit{
+		PurchaseLimit: limits.Policy{
 			Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst,
 		},
 	})

@@ -6,21 +6,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/limits"
 )
-
-// Limit is one rate-limit policy: Rate requests per Period, with bursts up to Burst.
-// Rate 0 turns the policy off.
-type Limit struct {
-	Rate   int
-	Period time.Duration
-	Burst  int
-}
-
-func (l Limit) String() string { return fmt.Sprintf("%d/%s burst %d", l.Rate, l.Period, l.Burst) }
 
 // Config is every setting of the api and the reconciler.
 type Config struct {
@@ -50,12 +43,12 @@ type Config struct {
 	SnapshotInterval    time.Duration
 	PurchaseBatch       int
 	TrustedProxies      []string
-	LimitPurchase       Limit
-	LimitPay            Limit
-	LimitCancel         Limit
-	LimitRating         Limit
-	LimitLoginUser      Limit
-	LimitLoginIP        Limit
+	LimitPurchase       limits.Policy
+	LimitPay            limits.Policy
+	LimitCancel         limits.Policy
+	LimitRating         limits.Policy
+	LimitLoginUser      limits.Policy
+	LimitLoginIP        limits.Policy
 	ReconcileInterval   time.Duration // 0 = batch only on demand
 	ShutdownTimeout     time.Duration
 	OutboxMax           int // outbox entries (all items) above which purchases answer 503
@@ -111,6 +104,13 @@ func Parse(getenv func(string) string) (Config, error) {
 	if c.AdminToken == "" {
 		c.AdminToken, c.AdminTokenGenerated = randomHex(24), true
 	}
+	// Gin would trust anything it cannot parse as no proxy at all: refuse instead of guessing
+	// whom to trust with X-Forwarded-For.
+	for _, px := range c.TrustedProxies {
+		if _, _, err := net.ParseCIDR(px); err != nil && net.ParseIP(px) == nil {
+			return Config{}, fmt.Errorf("config: FLASHSALE_TRUSTED_PROXIES: %q is neither an IP address nor a CIDR range", px)
+		}
+	}
 	if len(c.RedisAddrs) == 0 {
 		return Config{}, fmt.Errorf("config: FLASHSALE_REDIS_ADDRS: at least one address is needed")
 	}
@@ -122,6 +122,15 @@ func Parse(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")
 	}
 	return c, nil
+}
+
+// Brokers are the Kafka brokers both binaries use: KAFKA_BROKERS, or the api's embedded
+// broker (FLASHSALE_EMBEDDED_KAFKA_ADDR) when that is unset.
+func (c Config) Brokers() []string {
+	if len(c.KafkaBrokers) > 0 {
+		return c.KafkaBrokers
+	}
+	return []string{c.EmbeddedKafkaAddr}
 }
 
 // Masked returns a copy safe to log: secrets are replaced.
@@ -216,10 +225,10 @@ func (p *parser) duration(name string, def time.Duration) time.Duration {
 }
 
 // limit parses "RATE/PERIOD:BURST", e.g. "5/1s:10"; "off" disables the policy.
-func (p *parser) limit(name, def string) Limit {
+func (p *parser) limit(name, def string) limits.Policy {
 	v := p.str(name, def)
 	if v == "off" {
-		return Limit{}
+		return limits.Policy{}
 	}
 	l, err := ParseLimit(v)
 	if err != nil {
@@ -229,11 +238,11 @@ func (p *parser) limit(name, def string) Limit {
 }
 
 // ParseLimit parses "RATE/PERIOD:BURST" such as "5/1s:10" (burst defaults to rate).
-func ParseLimit(v string) (Limit, error) {
+func ParseLimit(v string) (limits.Policy, error) {
 	bad := fmt.Errorf("want RATE/PERIOD:BURST such as 5/1s:10, or off")
 	rateS, rest, ok := strings.Cut(v, "/")
 	if !ok {
-		return Limit{}, bad
+		return limits.Policy{}, bad
 	}
 	periodS, burstS, hasBurst := strings.Cut(rest, ":")
 	rate, err1 := strconv.Atoi(rateS)
@@ -244,7 +253,7 @@ func ParseLimit(v string) (Limit, error) {
 		burst, err3 = strconv.Atoi(burstS)
 	}
 	if err1 != nil || err2 != nil || err3 != nil || rate < 1 || period < time.Millisecond || burst < 1 {
-		return Limit{}, bad
+		return limits.Policy{}, bad
 	}
-	return Limit{Rate: rate, Period: period, Burst: burst}, nil
+	return limits.Policy{Rate: rate, Period: period, Burst: burst}, nil
 }

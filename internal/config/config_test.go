@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/limits"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -23,7 +25,7 @@ func TestDefaults(t *testing.T) {
 	if m := c.Masked(); m.JWTSecret != "***" || m.AdminToken != "***" {
 		t.Fatal("Masked leaves a secret")
 	}
-	if c.LimitPurchase != (Limit{Rate: 5, Period: time.Second, Burst: 10}) {
+	if c.LimitPurchase != (limits.Policy{Rate: 5, Period: time.Second, Burst: 10}) {
 		t.Fatalf("purchase limit %v", c.LimitPurchase)
 	}
 }
@@ -41,7 +43,7 @@ func TestValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(c.RedisAddrs) != 3 || c.RedisAddrs[1] != "b:2" || len(c.KafkaBrokers) != 2 || c.DevLogin ||
-		c.LimitPay.Rate != 0 || c.LimitLoginIP != (Limit{100, time.Minute, 100}) || c.ReservationTTL != 90*time.Second {
+		c.LimitPay.Rate != 0 || c.LimitLoginIP != (limits.Policy{Rate: 100, Period: time.Minute, Burst: 100}) || c.ReservationTTL != 90*time.Second {
 		t.Fatalf("parsed: %+v", c)
 	}
 }
@@ -59,6 +61,7 @@ func TestInvalid(t *testing.T) {
 		"FLASHSALE_SNAPSHOT_INTERVAL": "-1s",
 		"FLASHSALE_IDEMPOTENCY_TTL":   "1us",
 		"FLASHSALE_REDIS_ADDRS":       " , ",
+		"FLASHSALE_TRUSTED_PROXIES":   "10.0.0.0/8,not-an-ip",
 	} {
 		if _, err := Parse(env(map[string]string{k: v})); err == nil {
 			t.Errorf("%s=%q accepted", k, v)

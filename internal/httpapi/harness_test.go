@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/testenv"
@@ -61,10 +62,10 @@ func buildTestAPI(t testing.TB, tweak func(*config.Config), ranked bool) *testAP
 	cfg.KafkaBrokers = []string{"127.0.0.1:1"} // the relay never runs here: no embedded broker
 	cfg.AdminToken = testAdminToken
 	cfg.JWTSecret = "test-secret"
-	cfg.LimitPurchase = config.Limit{} // tests that want limits turn them on
+	cfg.LimitPurchase = limits.Policy{} // tests that want limits turn them on
 	if !ranked {
-		cfg.LimitPay, cfg.LimitCancel, cfg.LimitRating = config.Limit{}, config.Limit{}, config.Limit{}
-		cfg.LimitLoginUser, cfg.LimitLoginIP = config.Limit{}, config.Limit{}
+		cfg.LimitPay, cfg.LimitCancel, cfg.LimitRating = limits.Policy{}, limits.Policy{}, limits.Policy{}
+		cfg.LimitLoginUser, cfg.LimitLoginIP = limits.Policy{}, limits.Policy{}
 	}
 	if tweak != nil {
 		tweak(&cfg)

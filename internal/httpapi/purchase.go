@@ -11,7 +11,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/limits"
 )
@@ -166,7 +165,7 @@ func (s *Server) getOrder(c *gin.Context) {
 // setRateLimitHeaders writes the contract's rate-limit headers for one decision: the
 // RateLimit-Limit/-Remaining/-Reset trio, the IETF draft's structured RateLimit-Policy and
 // RateLimit fields, and Retry-After (whole seconds, at least 1) on a refusal.
-func setRateLimitHeaders(c *gin.Context, name string, p config.Limit, d limits.Decision) {
+func setRateLimitHeaders(c *gin.Context, name string, p limits.Policy, d limits.Decision) {
 	// Canonical keys assigned directly: this runs on every purchase, and Header.Set would
 	// canonicalise (allocate) each name again.
 	h := c.Writer.Header()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -24,33 +23,16 @@ const (
 	policyLoginUser = "login_user"
 )
 
-// RatePolicies maps the configuration's limits to the limiter's named policies. Passing a new
-// configuration to Limiter.SetPolicies reloads them while the api serves.
+// RatePolicies names the configuration's limits for the limiter. Passing a new configuration
+// to Limiter.SetPolicies reloads them while the api serves.
 func RatePolicies(cfg config.Config) map[string]limits.Policy {
-	p := func(l config.Limit) limits.Policy {
-		return limits.Policy{Rate: l.Rate, Period: l.Period, Burst: l.Burst}
-	}
 	return map[string]limits.Policy{
-		policyPay:       p(cfg.LimitPay),
-		policyCancel:    p(cfg.LimitCancel),
-		policyRating:    p(cfg.LimitRating),
-		policyLoginIP:   p(cfg.LimitLoginIP),
-		policyLoginUser: p(cfg.LimitLoginUser),
+		policyPay:       cfg.LimitPay,
+		policyCancel:    cfg.LimitCancel,
+		policyRating:    cfg.LimitRating,
+		policyLoginIP:   cfg.LimitLoginIP,
+		policyLoginUser: cfg.LimitLoginUser,
 	}
-}
-
-// CheckTrustedProxies reports a FLASHSALE_TRUSTED_PROXIES entry that is neither an IP address
-// nor a CIDR range, so the api refuses to start instead of guessing whom to trust.
-func CheckTrustedProxies(list []string) error {
-	for _, p := range list {
-		if _, _, err := net.ParseCIDR(p); err == nil {
-			continue
-		}
-		if net.ParseIP(p) == nil {
-			return fmt.Errorf("config: FLASHSALE_TRUSTED_PROXIES: %q is neither an IP address nor a CIDR range", p)
-		}
-	}
-	return nil
 }
 
 // limit returns middleware applying the named policy to the caller: the user id from the
@@ -128,7 +110,7 @@ func (s *Server) applyLimits(c *gin.Context, checks ...check) {
 	if name == "" {
 		return
 	}
-	setRateLimitHeaders(c, name, config.Limit{Rate: policy.Rate, Period: policy.Period, Burst: policy.Burst}, shown)
+	setRateLimitHeaders(c, name, limits.Policy{Rate: policy.Rate, Period: policy.Period, Burst: policy.Burst}, shown)
 	if !shown.Allowed {
 		fail(c, fmt.Errorf("%w: %s limit reached, retry in %s", limits.ErrRateLimited,
 			strings.ReplaceAll(name, "_", " "), c.Writer.Header().Get("Retry-After")+"s"))

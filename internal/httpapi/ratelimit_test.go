@@ -92,7 +92,7 @@ func newLimitedAPI(t testing.TB, env map[string]string) *limitedAPI {
 	if a.lim, err = limits.NewLimiter(rdb, keys, RatePolicies(cfg)); err != nil {
 		t.Fatal(err)
 	}
-	a.inv = inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: inventory.PurchaseLimit{
+	a.inv = inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{
 		Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst}})
 	a.srv = New(Deps{
 		Config: cfg, Auth: NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),

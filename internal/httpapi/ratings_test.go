@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/limits"
 )
 
 // ratingAPI is the shared harness with ranking and the rate limiter, driven with raw JSON
@@ -21,7 +22,7 @@ func newRatingAPI(t *testing.T, size int) *ratingAPI {
 	t.Helper()
 	return &ratingAPI{newRankedAPI(t, func(cfg *config.Config) {
 		cfg.LeaderboardSize = size
-		cfg.LimitRating = config.Limit{Rate: 1000, Period: 1e9, Burst: 1000}
+		cfg.LimitRating = limits.Policy{Rate: 1000, Period: 1e9, Burst: 1000}
 	})}
 }
 
@@ -240,7 +241,7 @@ func TestCategoryChangeMovesBoard(t *testing.T) {
 func TestRatingOnStaleSnapshotKeepsNewCategory(t *testing.T) {
 	a := &ratingAPI{newRankedAPI(t, func(cfg *config.Config) {
 		cfg.SnapshotInterval = time.Hour // this instance's snapshot stays as first loaded
-		cfg.LimitRating = config.Limit{Rate: 1000, Period: 1e9, Burst: 1000}
+		cfg.LimitRating = limits.Policy{Rate: 1000, Period: 1e9, Burst: 1000}
 	})}
 	a.item("book2", "Book Two", "phones")
 	a.buyer("book2", "ann")

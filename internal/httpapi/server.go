@@ -59,7 +59,7 @@ func New(d Deps) *Server {
 	s.engine.Use(s.requestID, s.observe) // requestID recovers panics; observe logs 5xx answers
 	s.engine.HandleMethodNotAllowed = false
 	// Gin trusts every proxy by default, which lets any client choose its rate-limit key with
-	// X-Forwarded-For. Trust only the configured proxies (none when empty); main checked them.
+	// X-Forwarded-For. Trust only the configured proxies (none when empty; config.Parse checked them).
 	if err := s.engine.SetTrustedProxies(d.Config.TrustedProxies); err != nil {
 		_ = s.engine.SetTrustedProxies(nil)
 	}

@@ -342,7 +342,7 @@ func TestPurchaseIsOneRoundTrip(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	counter := &commandCounter{names: map[string]int{}}
 	rdb.AddHook(counter)
-	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: inventory.PurchaseLimit{Rate: 100, Period: time.Second, Burst: 100}})
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 100, Period: time.Second, Burst: 100}})
 	ctx := context.Background()
 	newItem(t, s, "rt", 1000, 1000)
 
@@ -376,7 +376,7 @@ func TestPurchaseIsOneRoundTrip(t *testing.T) {
 // TestPurchaseRefusals: every refusal of the purchase script, in a table.
 func TestPurchaseRefusals(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: inventory.PurchaseLimit{Rate: 1, Period: time.Hour, Burst: 2}})
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 1, Period: time.Hour, Burst: 2}})
 	ctx := context.Background()
 	future := time.Now().Add(time.Hour)
 	past := time.Now().Add(-time.Hour)
@@ -545,7 +545,7 @@ func TestItemScriptsRejectBadNumbers(t *testing.T) {
 // every key of a script shares the item's hash tag, so there is no CROSSSLOT.
 func TestCluster(t *testing.T) {
 	rdb, keys := testenv.Cluster(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: inventory.PurchaseLimit{Rate: 100, Period: time.Second, Burst: 100}})
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 100, Period: time.Second, Burst: 100}})
 	ord := orders.NewStore(rdb, keys)
 	ctx := context.Background()
 	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/limits"
 )
 
 // Options tune a Store; zero values take the defaults.
@@ -21,17 +22,10 @@ type Options struct {
 	IdempotencyTTL   time.Duration // default 24h
 	SnapshotInterval time.Duration // catalogue snapshot refresh, default 500ms
 	PurchaseBatch    int           // most purchases coalesced into one script call, default 64
-	PurchaseLimit    PurchaseLimit // per-user-per-item purchase rate limit, folded into the script
+	PurchaseLimit    limits.Policy // per-user-per-item purchase rate limit, folded into the script
 	// Admit, when set, may refuse a purchase before it reaches Redis with an error that says
 	// nothing was changed (the outbox over its bound: outbox.Relay.Admit).
 	Admit func() error
-}
-
-// PurchaseLimit is the GCRA policy the purchase script applies per user and item.
-type PurchaseLimit struct {
-	Rate   int // per Period; 0 = off
-	Period time.Duration
-	Burst  int
 }
 
 // Store is the inventory over Redis: items, stock and purchases.

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
@@ -57,7 +58,7 @@ func TestSoldOutShortCut(t *testing.T) {
 	counter := &soldOutCounter{}
 	rdb.AddHook(counter)
 	s := inventory.NewStore(rdb, keys, inventory.Options{
-		PurchaseLimit: inventory.PurchaseLimit{Rate: 1000, Period: time.Second, Burst: 1000},
+		PurchaseLimit: limits.Policy{Rate: 1000, Period: time.Second, Burst: 1000},
 	})
 	if _, _, err := s.Upsert(ctx, inventory.Input{ID: "hot", Name: "Hot", PriceCents: 100, Stock: unitsOf(3), PerUserLimit: 5}); err != nil {
 		t.Fatal(err)

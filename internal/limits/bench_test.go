@@ -26,7 +26,7 @@ import (
 // a shared machine falls on all of them alike; the ratios to "off" are reported too.
 // Run: go test -run='^$' -bench=PurchaseLimit -benchtime=8x ./internal/limits/
 func BenchmarkPurchaseLimit(b *testing.B) {
-	generous := inventory.PurchaseLimit{Rate: 1_000_000_000, Period: time.Second, Burst: 1_000_000_000}
+	generous := limits.Policy{Rate: 1_000_000_000, Period: time.Second, Burst: 1_000_000_000}
 	ctx := context.Background()
 	type variant struct {
 		name  string
@@ -35,7 +35,7 @@ func BenchmarkPurchaseLimit(b *testing.B) {
 		done  int64
 		spent time.Duration
 	}
-	setup := func(name string, lim inventory.PurchaseLimit, separate bool) *variant {
+	setup := func(name string, lim limits.Policy, separate bool) *variant {
 		rdb, keys := testenv.Redis(b)
 		s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: lim})
 		stock := int64(1_000_000_000_000)
@@ -54,9 +54,9 @@ func BenchmarkPurchaseLimit(b *testing.B) {
 		return v
 	}
 	variants := []*variant{
-		setup("off", inventory.PurchaseLimit{}, false),
+		setup("off", limits.Policy{}, false),
 		setup("folded", generous, false),
-		setup("separate", inventory.PurchaseLimit{}, true),
+		setup("separate", limits.Policy{}, true),
 	}
 	var user atomic.Int64
 	drive := func(v *variant, slice time.Duration) {

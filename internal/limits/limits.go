@@ -58,6 +58,8 @@ type Policy struct {
 	Burst  int
 }
 
+func (p Policy) String() string { return fmt.Sprintf("%d/%s burst %d", p.Rate, p.Period, p.Burst) }
+
 // Off reports whether the policy lets everything through.
 func (p Policy) Off() bool { return p.Rate == 0 }
 
