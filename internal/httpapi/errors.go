@@ -12,6 +12,7 @@ import (
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/outbox"
+	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -32,53 +33,42 @@ var (
 	errUnauthorized = &apiError{http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"}
 	errForbidden    = &apiError{http.StatusForbidden, "forbidden", "this route needs the admin token"}
 	errTooLarge     = &apiError{http.StatusRequestEntityTooLarge, "too_large", "request body is too large"}
+	errNoRoute      = &apiError{http.StatusNotFound, "not_found", "no such route"}
 	errUnavailable  = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service is unavailable; nothing was changed, try again"}
 	errUnknown      = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service did not answer in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
-	errNoRoute      = &apiError{http.StatusNotFound, "not_found", "no such route"}
+	errNotReady     = &apiError{http.StatusServiceUnavailable, "unavailable", "not ready"}
+	errNoReports    = &apiError{http.StatusServiceUnavailable, "unavailable", "reconciliation reports are not configured"}
+	errNoRecord     = &apiError{http.StatusServiceUnavailable, "unavailable", "the reconciliation record (Postgres) is unreachable"}
+	errInternal     = &apiError{http.StatusInternalServerError, "internal", "an internal error occurred (a bug, logged); the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
 )
 
-// sentinels is the one table from domain errors to the contract's status and code.
+// sentinels is the one table from domain errors to the contract's status and code; the
+// message is the error's own. sold_out comes first: it is the answer a sale gives most.
 var sentinels = []struct {
 	err    error
 	status int
 	code   string
 }{
+	{inventory.ErrSoldOut, http.StatusConflict, "sold_out"},
 	{inventory.ErrInvalid, http.StatusBadRequest, "invalid_request"},
+	{ranking.ErrInvalid, http.StatusBadRequest, "invalid_request"},
 	{inventory.ErrNotFound, http.StatusNotFound, "not_found"},
 	{orders.ErrNotFound, http.StatusNotFound, "not_found"},
-	{inventory.ErrSoldOut, http.StatusConflict, "sold_out"},
 	{inventory.ErrLimitExceeded, http.StatusConflict, "limit_exceeded"},
 	{inventory.ErrSaleNotStarted, http.StatusConflict, "sale_not_started"},
 	{inventory.ErrSaleEnded, http.StatusConflict, "sale_ended"},
 	{inventory.ErrInvalidState, http.StatusConflict, "invalid_state"},
 	{orders.ErrInvalidState, http.StatusConflict, "invalid_state"},
 	{orders.ErrExpired, http.StatusConflict, "order_expired"},
+	{ranking.ErrNotABuyer, http.StatusConflict, "not_a_buyer"},
 	{limits.ErrRateLimited, http.StatusTooManyRequests, "rate_limited"},
 	{outbox.ErrFull, http.StatusServiceUnavailable, "unavailable"},
 }
 
-// Extra sentinel mappings registered by other capabilities (ranking, reconciliation).
-func mapError(err error, status int, code string) {
-	sentinels = append(sentinels, struct {
-		err    error
-		status int
-		code   string
-	}{err, status, code})
-}
-
-// fail answers err as a contract error. Unknown errors are logged with context and answered
-// 503 unavailable without internals.
+// fail answers err as a contract error: an *apiError as it is, a domain sentinel through the
+// table, an unknown outcome as such; anything else is logged with context and answered 503
+// unavailable without internals.
 func fail(c *gin.Context, err error) {
-	if pe, ok := err.(*inventory.PurchaseError); ok {
-		// Refused purchases (sold out above all, in a sale's busiest seconds) carry the
-		// sentinel itself: one comparison per table row instead of unwrapping err per row.
-		for _, s := range sentinels {
-			if pe.Err == s.err {
-				abort(c, s.status, s.code, err.Error())
-				return
-			}
-		}
-	}
 	var ae *apiError
 	if errors.As(err, &ae) {
 		abort(c, ae.Status, ae.Code, ae.Message)
@@ -96,10 +86,10 @@ func fail(c *gin.Context, err error) {
 	}
 	slog.Error("request failed", "request_id", requestIDOf(c), "method", c.Request.Method, "route", c.FullPath(), "err", err)
 	if errors.Is(err, lua.ErrOutcomeUnknown) {
-		abort(c, errUnknown.Status, errUnknown.Code, errUnknown.Message)
+		fail(c, errUnknown)
 		return
 	}
-	abort(c, errUnavailable.Status, errUnavailable.Code, errUnavailable.Message)
+	fail(c, errUnavailable)
 }
 
 func abort(c *gin.Context, status int, code, msg string) {

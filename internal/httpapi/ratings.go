@@ -11,11 +11,6 @@ import (
 	"github.com/flashsale/flashsale/internal/ranking"
 )
 
-func init() {
-	mapError(ranking.ErrNotABuyer, http.StatusConflict, "not_a_buyer")
-	mapError(ranking.ErrInvalid, http.StatusBadRequest, "invalid_request")
-}
-
 // defaultBoardLimit is the number of entries a leaderboard read returns without ?limit=.
 const defaultBoardLimit = 10
 

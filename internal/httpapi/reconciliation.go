@@ -14,7 +14,7 @@ import (
 // Postgres is read only here, so while it is unreachable this route alone answers 503.
 func (s *Server) reconciliationReport(c *gin.Context) {
 	if s.Reconciliation == nil {
-		abort(c, http.StatusServiceUnavailable, "unavailable", "reconciliation reports are not configured")
+		fail(c, errNoReports)
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 3*time.Second)
@@ -22,7 +22,7 @@ func (s *Server) reconciliationReport(c *gin.Context) {
 	run, err := s.Reconciliation(ctx)
 	if err != nil {
 		slog.Warn("reconciliation report unavailable", "request_id", requestIDOf(c), "err", err)
-		abort(c, http.StatusServiceUnavailable, "unavailable", "the reconciliation record (Postgres) is unreachable")
+		fail(c, errNoRecord)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"run": run})

@@ -49,8 +49,7 @@ func (s *Server) requestID(c *gin.Context) {
 			slog.Error("panic", "request_id", id, "method", c.Request.Method, "route", c.FullPath(),
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			if !c.Writer.Written() {
-				abort(c, http.StatusInternalServerError, "internal",
-					"an internal error occurred (a bug, logged); the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders")
+				fail(c, errInternal)
 			}
 		}
 	}()

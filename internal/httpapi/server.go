@@ -116,7 +116,7 @@ func (s *Server) readyz(c *gin.Context) {
 		if err := s.Ready(ctx); err != nil {
 			// The cause (addresses, server errors) is for operators' logs, not the public.
 			slog.Warn("not ready", "request_id", requestIDOf(c), "err", err)
-			abort(c, http.StatusServiceUnavailable, "unavailable", "not ready")
+			fail(c, errNotReady)
 			return
 		}
 	}
