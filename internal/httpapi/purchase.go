@@ -16,22 +16,48 @@ import (
 )
 
 func (s *Server) purchase(c *gin.Context) {
+	qty, err := purchaseQuantity(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	key, err := idempotencyKey(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	res, err := s.Inventory.Purchase(c.Request.Context(), inventory.PurchaseRequest{
+		ItemID: c.Param("id"), UserID: userOf(c), Quantity: qty, IdempotencyKey: key})
+	if limit := purchaseLimitOf(res, err); limit != nil {
+		setRateLimitHeaders(c, "purchase", s.Config.LimitPurchase, *limit)
+	}
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	status := http.StatusCreated
+	if res.Replayed {
+		status = http.StatusOK
+	}
+	writeOrder(c, status, res.Order)
+}
+
+// purchaseQuantity reads the body's quantity (1 when absent). The usual body is a few bytes of
+// known length: it is read into a pooled buffer (net/http's body reader stops at
+// Content-Length) and parsed without reflection when it has the common shape.
+func purchaseQuantity(c *gin.Context) (int64, error) {
 	var b []byte
 	if n := c.Request.ContentLength; n >= 0 && n <= smallBody {
-		// The usual purchase body is a few bytes of known length: read it into a pooled
-		// buffer (net/http's body reader stops at Content-Length) instead of io.ReadAll.
 		bp := smallBodies.Get().(*[smallBody]byte)
 		defer smallBodies.Put(bp)
 		if _, err := io.ReadFull(c.Request.Body, bp[:n]); err != nil {
-			fail(c, errInvalid("could not read the request body"))
-			return
+			return 0, errInvalid("could not read the request body")
 		}
 		b = bp[:n]
 	} else {
 		var err error
 		if b, err = readBody(c, maxBody); err != nil {
-			fail(c, err)
-			return
+			return 0, err
 		}
 	}
 	qty, ok := quickQuantity(b)
@@ -40,46 +66,40 @@ func (s *Server) purchase(c *gin.Context) {
 			Quantity *int64 `json:"quantity"`
 		}{}
 		if err := strictUnmarshal(b, &body); err != nil {
-			fail(c, err)
-			return
+			return 0, err
 		}
 		if body.Quantity != nil {
 			qty = *body.Quantity
 		}
 	}
 	if qty < 1 || qty > 1e9 {
-		fail(c, errInvalid("quantity must be at least 1"))
-		return
+		return 0, errInvalid("quantity must be at least 1")
 	}
-	key, hasKey := c.Request.Header["Idempotency-Key"]
-	req := inventory.PurchaseRequest{ItemID: c.Param("id"), UserID: userOf(c), Quantity: qty}
-	if hasKey {
-		req.IdempotencyKey = key[0]
-		if !inventory.ValidIdempotencyKey(req.IdempotencyKey) {
-			fail(c, errInvalid("Idempotency-Key must be 1-64 printable ASCII characters"))
-			return
-		}
+	return qty, nil
+}
+
+// idempotencyKey is the optional Idempotency-Key header ("" when absent).
+func idempotencyKey(c *gin.Context) (string, error) {
+	key, ok := c.Request.Header["Idempotency-Key"]
+	if !ok {
+		return "", nil
 	}
-	res, err := s.Inventory.Purchase(c.Request.Context(), req)
-	if err != nil {
-		pe, ok := err.(*inventory.PurchaseError) // unwrapped as Purchase returns it, usually
-		if !ok {
-			errors.As(err, &pe)
-		}
-		if pe != nil && pe.Limit != nil {
-			setRateLimitHeaders(c, "purchase", s.Config.LimitPurchase, *pe.Limit)
-		}
-		fail(c, err)
-		return
+	if !inventory.ValidIdempotencyKey(key[0]) {
+		return "", errInvalid("Idempotency-Key must be 1-64 printable ASCII characters")
 	}
-	if res.Limit != nil {
-		setRateLimitHeaders(c, "purchase", s.Config.LimitPurchase, *res.Limit)
+	return key[0], nil
+}
+
+// purchaseLimitOf is the purchase rate limit's verdict, when the script reached it.
+func purchaseLimitOf(res inventory.PurchaseResult, err error) *limits.Decision {
+	if err == nil {
+		return res.Limit
 	}
-	status := http.StatusCreated
-	if res.Replayed {
-		status = http.StatusOK
+	pe, ok := err.(*inventory.PurchaseError) // unwrapped as Purchase returns it, usually
+	if !ok && !errors.As(err, &pe) {
+		return nil
 	}
-	writeOrder(c, status, res.Order)
+	return pe.Limit
 }
 
 const smallBody = 256
