@@ -37,7 +37,7 @@ ensure_kcat() {
 
 go_tests() {
   ensure_kcat || echo "kcat could not be installed; the kcat test will fail saying so"
-  go build -o bin/testsummary ./internal/testsummary || return 1
+  go build -o bin/testsummary ./cmd/testsummary || return 1
   go test -race -count=1 -timeout 9m -json ./... | ./bin/testsummary
 }
 
@@ -48,7 +48,7 @@ stage "go test -race" go_tests
 # toxiproxy, kill -9, server restarts. Its own stage: it builds -race binaries and takes minutes.
 fault_matrix() {
   command -v redis-server >/dev/null || { echo "redis-server is missing: ./scripts/services.sh installs it"; return 1; }
-  go build -o bin/testsummary ./internal/testsummary || return 1
+  go build -o bin/testsummary ./cmd/testsummary || return 1
   local out
   out=$(go test -race -tags faults -count=1 -timeout 15m -json ./internal/faults/ | ./bin/testsummary) ; local rc=$?
   echo "$out"
