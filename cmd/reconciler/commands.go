@@ -14,6 +14,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
 )
@@ -37,7 +38,7 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 		rdb.Close()
 		return nil, nil, err
 	}
-	db, err := reconcile.OpenPostgres(cfg.PostgresDSN)
+	db, err := record.OpenQueries(cfg.PostgresDSN)
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err

@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
@@ -32,7 +31,7 @@ import (
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/ranking"
-	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/web"
@@ -45,7 +44,7 @@ type API struct {
 	cfg config.Config
 
 	rdb       redis.UniversalClient
-	record    *pgxpool.Pool
+	record    *record.Queries
 	broker    *kafkabroker.Broker // nil with KAFKA_BROKERS
 	writer    *kafka.Writer
 	relay     *outbox.Relay
@@ -101,7 +100,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 	metrics.ExpirerDrained.From(a.expirer.Drained)
 	// The pool dials on first use: only the reconciliation report route needs Postgres (and
 	// answers 503 while it is unreachable).
-	if a.record, err = reconcile.OpenPostgres(cfg.PostgresDSN); err != nil {
+	if a.record, err = record.OpenQueries(cfg.PostgresDSN); err != nil {
 		return nil, err
 	}
 
@@ -141,7 +140,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Ranking:        a.Ranking,
 		Ready:          a.ready,
 		Web:            web.Files,
-		Reconciliation: reconcile.LatestReport(a.record),
+		Reconciliation: a.record.LatestReport,
 	})
 	return a, nil
 }

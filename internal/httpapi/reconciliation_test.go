@@ -7,6 +7,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -14,13 +15,13 @@ import (
 // is unreachable, and admin only.
 func TestReconciliationReport(t *testing.T) {
 	a := newTestAPI(t, nil)
-	db, err := reconcile.OpenPostgres(testenv.Postgres(t))
+	db, err := record.OpenQueries(testenv.Postgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	a.srv = httpapi.New(httpapi.Deps{Config: a.cfg, Auth: a.auth, Inventory: a.inv, Orders: a.ord,
-		Reconciliation: reconcile.LatestReport(db)})
+		Reconciliation: db.LatestReport})
 
 	if r := a.do("GET", "/api/admin/reconciliation", a.token("alice"), nil); r.Status != http.StatusForbidden {
 		t.Fatalf("shopper: %d %s", r.Status, r.Raw)
@@ -40,12 +41,12 @@ func TestReconciliationReport(t *testing.T) {
 		t.Fatalf("after a run: %d %s", r.Status, r.Raw)
 	}
 
-	down, err := reconcile.OpenPostgres("postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	down, err := record.OpenQueries("postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer down.Close()
-	a.srv = httpapi.New(httpapi.Deps{Config: a.cfg, Auth: a.auth, Reconciliation: reconcile.LatestReport(down)})
+	a.srv = httpapi.New(httpapi.Deps{Config: a.cfg, Auth: a.auth, Reconciliation: down.LatestReport})
 	if r := a.do("GET", "/api/admin/reconciliation", testAdminToken, nil); r.Status != http.StatusServiceUnavailable || r.code() != "unavailable" {
 		t.Fatalf("postgres down: %d %s", r.Status, r.Raw)
 	}

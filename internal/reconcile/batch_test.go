@@ -37,7 +37,7 @@ func TestCleanSale(t *testing.T) {
 	if !rep.Clean() || rep.Items != 2 || rep.Orders != 20 {
 		t.Fatalf("report %+v", rep)
 	}
-	latest, err := reconcile.Latest(e.ctx, e.db)
+	latest, err := e.rec.Latest(e.ctx)
 	if err != nil || latest == nil || latest.ID != rep.RunID || latest.Status != "ok" || latest.FencingToken != rep.FencingToken {
 		t.Fatalf("latest %+v %v; want run %d", latest, err, rep.RunID)
 	}
@@ -160,7 +160,7 @@ func TestDriftNotFixable(t *testing.T) {
 	if n != 1 {
 		t.Fatal("repair deleted a row of the record")
 	}
-	latest, _ := reconcile.Latest(e.ctx, e.db)
+	latest, _ := e.rec.Latest(e.ctx)
 	if latest == nil || latest.Status != "drift" {
 		t.Fatalf("latest %+v", latest)
 	}
@@ -300,7 +300,7 @@ func TestStalledRunnerFenced(t *testing.T) {
 	if !errors.Is(staleErr, reconcile.ErrFenced) {
 		t.Fatalf("stale runner: %v; want ErrFenced", staleErr)
 	}
-	latest, err := reconcile.Latest(e.ctx, e.db)
+	latest, err := e.rec.Latest(e.ctx)
 	if err != nil || latest.ID != fresh.RunID {
 		t.Fatalf("latest %+v %v; want the fresh run %d", latest, err, fresh.RunID)
 	}

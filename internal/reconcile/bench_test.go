@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -30,7 +31,8 @@ const benchItems = 100
 type seeded struct {
 	rdb  redis.UniversalClient
 	keys keyspace.Space
-	db   *pgxpool.Pool
+	db   *pgxpool.Pool   // the benchmark's own reads
+	rec  *record.Queries // what the reconciler reads
 	n    int
 }
 
@@ -38,11 +40,17 @@ type seeded struct {
 // COPY), identical on both sides, on a private Redis.
 func seed(b *testing.B, n int) seeded {
 	rdb, keys, _ := testenv.PrivateRedis(b)
-	db, err := reconcile.OpenPostgres(testenv.Postgres(b))
+	dsn := testenv.Postgres(b)
+	db, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(db.Close)
+	rec, err := record.OpenQueries(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(rec.Close)
 	ctx := context.Background()
 	start := time.Now()
 	per := n / benchItems
@@ -95,7 +103,7 @@ func seed(b *testing.B, n int) seeded {
 		b.Fatal(err)
 	}
 	b.Logf("seeded %d orders over %d items in %s", per*benchItems, benchItems, time.Since(start).Round(time.Millisecond))
-	return seeded{rdb, keys, db, per * benchItems}
+	return seeded{rdb, keys, db, rec, per * benchItems}
 }
 
 // BenchmarkBatch measures a full batch (lock, run record, first pass over every order of both
@@ -103,7 +111,7 @@ func seed(b *testing.B, n int) seeded {
 // The baseline, BenchmarkReadBoth, only reads the same rows from both sides.
 func BenchmarkBatch(b *testing.B) {
 	s := seed(b, benchOrders())
-	r := reconcile.New(s.rdb, s.keys, s.db, reconcile.Options{})
+	r := reconcile.New(s.rdb, s.keys, s.rec, reconcile.Options{})
 	b.ResetTimer()
 	var rows int
 	for i := 0; i < b.N; i++ {

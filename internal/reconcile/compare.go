@@ -169,11 +169,11 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 	seen := 0
 	err = r.pgEachOrder(ctx, item, func(id string, o pgOrder) {
 		st.rows++
-		switch o.status {
+		switch o.Status {
 		case "reserved":
-			pc.reserved += o.qty
+			pc.reserved += o.Qty
 		case "paid":
-			pc.paid += o.qty
+			pc.paid += o.Qty
 		}
 		x, ok := ro[id]
 		if !ok {
@@ -182,7 +182,7 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 			return
 		}
 		seen++
-		if x.user != o.user || x.qty != o.qty || x.status != o.status {
+		if x.user != o.User || x.qty != o.Qty || x.status != o.Status {
 			c.orders[id] = true
 		}
 		delete(ro, id)
@@ -241,18 +241,18 @@ func orderDrift(item, id string, ro *redisOrder, po *pgOrder) []Drift {
 	case po == nil:
 		return []Drift{{Kind: KindOrderMissing, ItemID: item, OrderID: id, Redis: ro.status}}
 	case ro == nil:
-		return []Drift{{Kind: KindOrderExtra, ItemID: item, OrderID: id, Postgres: po.status}}
+		return []Drift{{Kind: KindOrderExtra, ItemID: item, OrderID: id, Postgres: po.Status}}
 	}
 	var out []Drift
-	if ro.status != po.status {
-		out = append(out, Drift{Kind: KindOrderStatus, ItemID: item, OrderID: id, Field: "status", Redis: ro.status, Postgres: po.status})
+	if ro.status != po.Status {
+		out = append(out, Drift{Kind: KindOrderStatus, ItemID: item, OrderID: id, Field: "status", Redis: ro.status, Postgres: po.Status})
 	}
-	if ro.user != po.user {
-		out = append(out, Drift{Kind: KindOrderUser, ItemID: item, OrderID: id, Field: "user_id", Redis: ro.user, Postgres: po.user})
+	if ro.user != po.User {
+		out = append(out, Drift{Kind: KindOrderUser, ItemID: item, OrderID: id, Field: "user_id", Redis: ro.user, Postgres: po.User})
 	}
-	if ro.qty != po.qty {
+	if ro.qty != po.Qty {
 		out = append(out, Drift{Kind: KindOrderQuantity, ItemID: item, OrderID: id, Field: "quantity",
-			Redis: strconv.FormatInt(ro.qty, 10), Postgres: strconv.FormatInt(po.qty, 10)})
+			Redis: strconv.FormatInt(ro.qty, 10), Postgres: strconv.FormatInt(po.Qty, 10)})
 	}
 	return out
 }
@@ -318,7 +318,7 @@ func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, [
 					// reported once, as itself, not again as the sums it is part of.
 					pc.add(pp, -1)
 					if ro != nil {
-						pc.add(&pgOrder{user: ro.user, qty: ro.qty, status: ro.status}, 1)
+						pc.add(&pgOrder{User: ro.user, Qty: ro.qty, Status: ro.status}, 1)
 					}
 				}
 			}

@@ -29,7 +29,8 @@ type env struct {
 	rdb     redis.UniversalClient
 	keys    keyspace.Space
 	dsn     string
-	db      *pgxpool.Pool
+	db      *pgxpool.Pool   // the tests' own SQL
+	rec     *record.Queries // what the reconciler reads
 	brokers []string
 	inv     *inventory.Store
 	ord     *orders.Store
@@ -47,12 +48,16 @@ func newEnvOn(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space) *env
 	e.dsn = testenv.Postgres(t)
 	b := testenv.Kafka(t, topic, 3)
 	e.brokers = []string{b.Addr()}
-	db, err := reconcile.OpenPostgres(e.dsn)
+	db, err := pgxpool.New(context.Background(), e.dsn) // the tests' own SQL
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
 	e.db = db
+	if e.rec, err = record.OpenQueries(e.dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.rec.Close)
 	e.inv = inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: time.Hour})
 	e.ord = orders.NewStore(rdb, keys)
 	e.pipe = reconcile.NewKafkaPipeline(e.brokers, topic, "reconciler")
@@ -93,7 +98,7 @@ func (e *env) reconciler(opt reconcile.Options) *reconcile.Reconciler {
 	if opt.SettleTimeout == 0 {
 		opt.SettleTimeout = 30 * time.Second
 	}
-	return reconcile.New(e.rdb, e.keys, e.db, opt)
+	return reconcile.New(e.rdb, e.keys, e.rec, opt)
 }
 
 func (e *env) item(id string, stock, limit int64) {

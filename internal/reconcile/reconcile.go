@@ -11,12 +11,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/lock"
 	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/record"
 )
 
 // LockName is the one lock batch and restore share: they must never overlap.
@@ -28,7 +28,7 @@ var (
 	ErrBusy = errors.New("reconcile: another batch or restore is running")
 	// ErrFenced means a newer runner has written since this one obtained the lock (this one
 	// stalled past its lock's TTL): its writes are refused.
-	ErrFenced = errors.New("reconcile: a newer run has taken over; this run's writes are refused")
+	ErrFenced = record.ErrFenced
 	// ErrSelling means restore found the item being sold in Redis (use force to override).
 	ErrSelling = errors.New("reconcile: item is live in Redis")
 	// ErrNotInRecord means restore was asked for an item Postgres does not have.
@@ -70,13 +70,13 @@ type Options struct {
 type Reconciler struct {
 	rdb    redis.UniversalClient
 	keys   keyspace.Space
-	db     *pgxpool.Pool
+	db     Record
 	locker *lock.Locker
 	opt    Options
 }
 
 // New returns a Reconciler.
-func New(rdb redis.UniversalClient, keys keyspace.Space, db *pgxpool.Pool, opt Options) *Reconciler {
+func New(rdb redis.UniversalClient, keys keyspace.Space, db Record, opt Options) *Reconciler {
 	if opt.LockTTL <= 0 {
 		opt.LockTTL = 15 * time.Second
 	}
@@ -98,28 +98,13 @@ func New(rdb redis.UniversalClient, keys keyspace.Space, db *pgxpool.Pool, opt O
 	return &Reconciler{rdb: rdb, keys: keys, db: db, locker: lock.New(rdb, keys), opt: opt}
 }
 
-// OpenPostgres connects a small pool to dsn without touching the server (the first query
-// dials), so a process that only sometimes needs Postgres starts without it.
-func OpenPostgres(dsn string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("reconcile: postgres dsn: %w", err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("reconcile: postgres: %w", err)
-	}
-	return pool, nil
-}
-
 // withLock runs job under the shared lock, cancelling it if the lock is lost.
 func (r *Reconciler) withLock(ctx context.Context, job func(ctx context.Context, fence int64) error) error {
 	// The fencing counter lives in Redis; after Redis lost it, start above what Postgres has
 	// seen, or every job would be refused as older than the runs before the loss.
-	var floor int64
-	if err := r.db.QueryRow(ctx, `SELECT COALESCE(MAX(fencing_token), 0) FROM job_fences WHERE job = $1`, LockName).Scan(&floor); err != nil {
-		return fmt.Errorf("reconcile: read the fencing floor: %w", err)
+	floor, err := r.db.MaxFence(ctx, LockName)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
 	}
 	lk, err := r.locker.ObtainAbove(ctx, LockName, r.opt.LockTTL, floor)
 	if errors.Is(err, lock.ErrHeld) {

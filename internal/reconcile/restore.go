@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/events"
@@ -76,7 +75,7 @@ func (r *Reconciler) Restore(ctx context.Context, opt RestoreOptions) (*RestoreR
 		res.FencingToken = n
 		// Raise the stored fence first: a batch that stalled past its lock cannot record a
 		// result after this restore began.
-		if err := r.fenced(ctx, n, func(pgx.Tx) error { return nil }); err != nil {
+		if err := r.db.RaiseFence(ctx, LockName, n); err != nil {
 			return err
 		}
 		ids := opt.Items
@@ -119,20 +118,6 @@ func refuse(format string, args ...any) error {
 	return &refusedError{fmt.Errorf(format, args...)}
 }
 
-type pgItem struct {
-	name, category               string
-	price, total, perUser        int64
-	starts, ends                 *time.Time
-	attrMs, attrSeq, stMs, stSeq int64
-}
-
-type pgFullOrder struct {
-	id, user, status string
-	qty, price       int64
-	created, updated time.Time
-	expires          *time.Time // null for orders recorded before the column
-}
-
 func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force bool) (RestoredItem, error) {
 	k := r.keys.Item(id)
 	out := RestoredItem{ID: id}
@@ -157,27 +142,14 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 		}
 	}
 	// 3. Read the record.
-	var it pgItem
-	err := r.db.QueryRow(ctx, `SELECT name, category, price_cents, stock_total, per_user_limit,
-		starts_at, ends_at, attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq FROM items WHERE id = $1`, id).
-		Scan(&it.name, &it.category, &it.price, &it.total, &it.perUser, &it.starts, &it.ends,
-			&it.attrMs, &it.attrSeq, &it.stMs, &it.stSeq)
-	if errors.Is(err, pgx.ErrNoRows) {
+	it, found, err := r.db.Item(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	if !found {
 		return out, refuse("%w", ErrNotInRecord)
 	}
-	if err != nil {
-		return out, err
-	}
-	rows, _ := r.db.Query(ctx, `SELECT id, user_id, status, quantity, price_cents, created_at, updated_at, expires_at
-		FROM orders WHERE item_id = $1`, id)
-	orders, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pgFullOrder, error) {
-		var o pgFullOrder
-		err := row.Scan(&o.id, &o.user, &o.status, &o.qty, &o.price, &o.created, &o.updated, &o.expires)
-		return o, err
-	})
-	if err != nil {
-		return out, err
-	}
+	orders := it.Orders
 
 	// 4. Derive the state. Users' order indexes are deleted, then rebuilt: both the record's
 	// users and those of any live state (a forced restore), so no stale id survives.
@@ -200,33 +172,33 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	}
 	held := map[string]int64{}
 	paidBy := map[string]int64{}
-	var maxSeq, maxMs int64 = 0, max(it.attrMs, it.stMs)
+	var maxSeq, maxMs int64 = 0, max(it.AttrMs, it.StMs)
 	ttl := r.opt.ReservationTTL.Milliseconds()
 	for _, o := range orders {
-		clear(o.user)
-		created := o.created.UnixMilli()
+		clear(o.User)
+		created := o.Created.UnixMilli()
 		expires := created + ttl
-		if o.expires != nil {
-			expires = o.expires.UnixMilli() // its own expiry, not a new one
+		if o.Expires != nil {
+			expires = o.Expires.UnixMilli() // its own expiry, not a new one
 		}
-		maxMs = max(maxMs, o.updated.UnixMilli(), created)
-		if _, seqS, ok := strings.Cut(o.id, "."); ok {
+		maxMs = max(maxMs, o.Updated.UnixMilli(), created)
+		if _, seqS, ok := strings.Cut(o.ID, "."); ok {
 			if s, err := strconv.ParseInt(seqS, 10, 64); err == nil {
 				maxSeq = max(maxSeq, s)
 			}
 		}
-		packed := fmt.Sprintf("%s|%d|%d|%s|%d|%d", o.user, o.qty, o.price, o.status, created, expires)
-		puts = append(puts, entry{kind: "order", a: o.id, b: packed},
-			entry{kind: "user", a: o.id, b: strconv.FormatInt(created, 10), key: k.UserOrders(o.user)})
-		switch o.status {
+		packed := fmt.Sprintf("%s|%d|%d|%s|%d|%d", o.User, o.Qty, o.Price, o.Status, created, expires)
+		puts = append(puts, entry{kind: "order", a: o.ID, b: packed},
+			entry{kind: "user", a: o.ID, b: strconv.FormatInt(created, 10), key: k.UserOrders(o.User)})
+		switch o.Status {
 		case "reserved":
-			out.Reserved += o.qty
-			held[o.user] += o.qty
-			puts = append(puts, entry{kind: "exp", a: o.id, b: strconv.FormatInt(expires, 10)})
+			out.Reserved += o.Qty
+			held[o.User] += o.Qty
+			puts = append(puts, entry{kind: "exp", a: o.ID, b: strconv.FormatInt(expires, 10)})
 		case "paid":
-			out.Paid += o.qty
-			held[o.user] += o.qty
-			paidBy[o.user] += o.qty
+			out.Paid += o.Qty
+			held[o.User] += o.Qty
+			paidBy[o.User] += o.Qty
 		}
 	}
 	for u, q := range held {
@@ -235,8 +207,8 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	for u, q := range paidBy {
 		puts = append(puts, entry{kind: "paid", a: u, b: strconv.FormatInt(q, 10)})
 	}
-	out.Orders, out.StockTotal = len(orders), it.total
-	out.StockLeft = it.total - out.Reserved - out.Paid
+	out.Orders, out.StockTotal = len(orders), it.Total
+	out.StockLeft = it.Total - out.Reserved - out.Paid
 	if out.StockLeft < 0 {
 		// The record says more was sold than loaded: sell nothing more rather than oversell.
 		out.Note = fmt.Sprintf("record holds %d units more than stock_total; stock_left set to 0", -out.StockLeft)
@@ -278,9 +250,9 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	}
 	floor := fmt.Sprintf("%d-0", maxMs+1)
 	args := []any{n, floor,
-		"name", it.name, "category", it.category, "price_cents", it.price,
-		"stock_total", it.total, "stock_left", out.StockLeft, "reserved", out.Reserved, "paid", out.Paid,
-		"per_user_limit", it.perUser, "starts_at", ms(it.starts), "ends_at", ms(it.ends),
+		"name", it.Name, "category", it.Category, "price_cents", it.Price,
+		"stock_total", it.Total, "stock_left", out.StockLeft, "reserved", out.Reserved, "paid", out.Paid,
+		"per_user_limit", it.PerUser, "starts_at", ms(it.StartsAt), "ends_at", ms(it.EndsAt),
 		"seq", out.Seq, "version", version + 1}
 	reply, err = restoreFinish.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Outbox()}, args...).Slice()
 	if err != nil {
@@ -291,7 +263,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	}
 
 	if r.opt.Ranking != nil {
-		if out.Ratings, err = r.restoreRatings(ctx, id, it.category, out.Paid); err != nil {
+		if out.Ratings, err = r.restoreRatings(ctx, id, it.Category, out.Paid); err != nil {
 			return out, err
 		}
 	}
@@ -363,23 +335,14 @@ func (r *Reconciler) restoreRatings(ctx context.Context, id, category string, pa
 	if err != nil || exists > 0 {
 		return 0, err
 	}
-	rows, _ := r.db.Query(ctx, `SELECT user_id, stars FROM ratings WHERE item_id = $1 ORDER BY pos_ms, pos_seq`, id)
-	type rating struct {
-		user  string
-		stars int
-	}
-	ratings, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rating, error) {
-		var x rating
-		err := row.Scan(&x.user, &x.stars)
-		return x, err
-	})
+	ratings, err := r.db.Ratings(ctx, id)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, x := range ratings {
-		if _, err := r.opt.Ranking.Rate(ctx, id, category, x.user, x.stars); err != nil {
-			slog.Warn("restore: rating not replayed", "item", id, "user", x.user, "err", err)
+		if _, err := r.opt.Ranking.Rate(ctx, id, category, x.User, x.Stars); err != nil {
+			slog.Warn("restore: rating not replayed", "item", id, "user", x.User, "err", err)
 			continue
 		}
 		n++
