@@ -92,7 +92,8 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
 	})
 	a.Orders.Hooks.PaidChanged = a.Ranking.PaidChanged
-	limiter, err := limits.NewLimiter(a.rdb, keys, httpapi.RatePolicies(cfg))
+	opts := HTTPOptions(cfg)
+	limiter, err := limits.NewLimiter(a.rdb, keys, httpapi.RatePolicies(opts.Limits))
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 	a.relay = outbox.New(a.rdb, keys, a.writer, relayOpt)
 
 	a.server = httpapi.New(httpapi.Deps{
-		Config:         cfg,
+		Options:        opts,
 		Auth:           httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
 		Inventory:      a.Inventory,
 		Orders:         a.Orders,
@@ -143,6 +144,16 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Reconciliation: a.record.LatestReport,
 	})
 	return a, nil
+}
+
+// HTTPOptions are the HTTP layer's settings from the configuration.
+func HTTPOptions(cfg config.Config) httpapi.Options {
+	return httpapi.Options{
+		DevLogin: cfg.DevLogin, TrustedProxies: cfg.TrustedProxies, SnapshotInterval: cfg.SnapshotInterval,
+		PurchaseLimit: cfg.LimitPurchase,
+		Limits: httpapi.RateLimits{Pay: cfg.LimitPay, Cancel: cfg.LimitCancel, Rating: cfg.LimitRating,
+			LoginUser: cfg.LimitLoginUser, LoginIP: cfg.LimitLoginIP},
+	}
 }
 
 // brokerDir is the embedded broker's data directory: private to this user (0700), made for

@@ -58,7 +58,7 @@ func (r *boardReplies) forget() {
 // cachedBoard answers a leaderboard read from the cache, loading it through read when stale.
 func (s *Server) cachedBoard(c *gin.Context, name, category string, limit int,
 	read func(ctx context.Context) ([]ranking.Entry, error)) {
-	ttl := s.Config.SnapshotInterval
+	ttl := s.Options.SnapshotInterval
 	if ttl <= 0 {
 		ttl = 500 * time.Millisecond
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
@@ -80,7 +81,7 @@ func TestMetricsAfterPurchases(t *testing.T) {
 	}
 	auth := httpapi.NewAuth("metrics-test-secret", "metrics-test-admin", cfg.TokenTTL)
 	srv := httpapi.New(httpapi.Deps{
-		Config:    cfg,
+		Options:   app.HTTPOptions(cfg),
 		Auth:      auth,
 		Inventory: inventory.NewStore(rdb, keys, inventory.Options{}), // no purchase rate limit
 		Orders:    orders.NewStore(rdb, keys),

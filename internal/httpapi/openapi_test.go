@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/web"
@@ -34,9 +35,9 @@ func openapiServer(t *testing.T) *httpapi.Server {
 		t.Fatal(err)
 	}
 	return httpapi.New(httpapi.Deps{
-		Config: cfg,
-		Auth:   httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, time.Hour),
-		Web:    web.Files,
+		Options: app.HTTPOptions(cfg),
+		Auth:    httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, time.Hour),
+		Web:     web.Files,
 	})
 }
 

@@ -29,7 +29,7 @@ func (s *Server) purchase(c *gin.Context) {
 	res, err := s.Inventory.Purchase(c.Request.Context(), inventory.PurchaseRequest{
 		ItemID: c.Param("id"), UserID: userOf(c), Quantity: qty, IdempotencyKey: key})
 	if limit := purchaseLimitOf(res, err); limit != nil {
-		setRateLimitHeaders(c, "purchase", s.Config.LimitPurchase, *limit)
+		setRateLimitHeaders(c, "purchase", s.Options.PurchaseLimit, *limit)
 	}
 	if err != nil {
 		fail(c, err)

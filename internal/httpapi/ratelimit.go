@@ -9,7 +9,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/limits"
 )
 
@@ -23,15 +22,15 @@ const (
 	policyLoginUser = "login_user"
 )
 
-// RatePolicies names the configuration's limits for the limiter. Passing a new configuration
-// to Limiter.SetPolicies reloads them while the api serves.
-func RatePolicies(cfg config.Config) map[string]limits.Policy {
+// RatePolicies names the limits for the limiter. Passing new ones to Limiter.SetPolicies
+// reloads them while the api serves.
+func RatePolicies(l RateLimits) map[string]limits.Policy {
 	return map[string]limits.Policy{
-		policyPay:       cfg.LimitPay,
-		policyCancel:    cfg.LimitCancel,
-		policyRating:    cfg.LimitRating,
-		policyLoginIP:   cfg.LimitLoginIP,
-		policyLoginUser: cfg.LimitLoginUser,
+		policyPay:       l.Pay,
+		policyCancel:    l.Cancel,
+		policyRating:    l.Rating,
+		policyLoginIP:   l.LoginIP,
+		policyLoginUser: l.LoginUser,
 	}
 }
 
@@ -58,7 +57,7 @@ func (s *Server) limit(policy string) gin.HandlerFunc {
 // name. It peeks at the body for the user and puts it back for the login handler. A body that
 // does not name a valid user is limited by IP only; the handler then answers 400 or 413.
 func (s *Server) limitLogin(c *gin.Context) {
-	if !s.Config.DevLogin {
+	if !s.Options.DevLogin {
 		return // the route answers 404: nothing to protect
 	}
 	// The body is read only once the client's IP is allowed: a refused client costs no read.

@@ -89,13 +89,13 @@ func newLimitedAPI(t testing.TB, env map[string]string) *limitedAPI {
 	a := &limitedAPI{t: t, rdb: rdb, keys: keys, rec: &limitRecorder{}}
 	rdb.AddHook(a.rec)
 	var err error
-	if a.lim, err = limits.NewLimiter(rdb, keys, RatePolicies(cfg)); err != nil {
+	if a.lim, err = limits.NewLimiter(rdb, keys, RatePolicies(optionsOf(cfg).Limits)); err != nil {
 		t.Fatal(err)
 	}
 	a.inv = inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{
 		Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst}})
 	a.srv = New(Deps{
-		Config: cfg, Auth: NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
+		Options: optionsOf(cfg), Auth: NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
 		Inventory: a.inv, Orders: orders.NewStore(rdb, keys), Limiter: a.lim,
 	})
 	return a
@@ -309,13 +309,13 @@ func TestLimitPoliciesReload(t *testing.T) {
 	if r := pay(); r.status != http.StatusTooManyRequests {
 		t.Fatalf("second: %d", r.status)
 	}
-	if err := a.lim.SetPolicies(RatePolicies(limitConfig(t, map[string]string{"FLASHSALE_LIMIT_PAY": "1/1m:4"}))); err != nil {
+	if err := a.lim.SetPolicies(RatePolicies(optionsOf(limitConfig(t, map[string]string{"FLASHSALE_LIMIT_PAY": "1/1m:4"})).Limits)); err != nil {
 		t.Fatal(err)
 	}
 	if r := pay(); r.status != http.StatusNotFound || r.header.Get("RateLimit-Limit") != "4" {
 		t.Fatalf("after reload to burst 4: %d %v", r.status, r.header)
 	}
-	if err := a.lim.SetPolicies(RatePolicies(limitConfig(t, map[string]string{"FLASHSALE_LIMIT_PAY": "off"}))); err != nil {
+	if err := a.lim.SetPolicies(RatePolicies(optionsOf(limitConfig(t, map[string]string{"FLASHSALE_LIMIT_PAY": "off"})).Limits)); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 10; i++ {
@@ -332,12 +332,12 @@ func TestLimitFailsClosed(t *testing.T) {
 	cfg := limitConfig(t, nil)
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	defer dead.Close()
-	lim, err := limits.NewLimiter(dead, keys, RatePolicies(cfg))
+	lim, err := limits.NewLimiter(dead, keys, RatePolicies(optionsOf(cfg).Limits))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var reached atomic.Bool
-	srv := New(Deps{Config: cfg, Auth: NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL), Limiter: lim})
+	srv := New(Deps{Options: optionsOf(cfg), Auth: NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL), Limiter: lim})
 	srv.Engine().POST("/test/limited", srv.Auth.requireUser, srv.limit(policyPay), func(c *gin.Context) { reached.Store(true) })
 	a := &limitedAPI{t: t, srv: srv}
 	tok := a.token("erin")
@@ -403,3 +403,10 @@ type watchedBody struct {
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) { b.read = true; return b.r.Read(p) }
+
+// optionsOf is app.HTTPOptions, which this package's own tests cannot import (app imports it).
+func optionsOf(c config.Config) Options {
+	return Options{DevLogin: c.DevLogin, TrustedProxies: c.TrustedProxies, SnapshotInterval: c.SnapshotInterval,
+		PurchaseLimit: c.LimitPurchase, Limits: RateLimits{Pay: c.LimitPay, Cancel: c.LimitCancel,
+			Rating: c.LimitRating, LoginUser: c.LimitLoginUser, LoginIP: c.LimitLoginIP}}
+}

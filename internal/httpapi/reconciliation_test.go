@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
@@ -20,7 +21,7 @@ func TestReconciliationReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	a.srv = httpapi.New(httpapi.Deps{Config: a.cfg, Auth: a.auth, Inventory: a.inv, Orders: a.ord,
+	a.srv = httpapi.New(httpapi.Deps{Options: app.HTTPOptions(a.cfg), Auth: a.auth, Inventory: a.inv, Orders: a.ord,
 		Reconciliation: db.LatestReport})
 
 	if r := a.do("GET", "/api/admin/reconciliation", a.token("alice"), nil); r.Status != http.StatusForbidden {
@@ -46,7 +47,7 @@ func TestReconciliationReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer down.Close()
-	a.srv = httpapi.New(httpapi.Deps{Config: a.cfg, Auth: a.auth, Reconciliation: down.LatestReport})
+	a.srv = httpapi.New(httpapi.Deps{Options: app.HTTPOptions(a.cfg), Auth: a.auth, Reconciliation: down.LatestReport})
 	if r := a.do("GET", "/api/admin/reconciliation", testAdminToken, nil); r.Status != http.StatusServiceUnavailable || r.code() != "unavailable" {
 		t.Fatalf("postgres down: %d %s", r.Status, r.Raw)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/web"
@@ -24,7 +25,7 @@ func bareServer(t *testing.T, ready func(context.Context) error) *httpapi.Server
 	if err != nil {
 		t.Fatal(err)
 	}
-	return httpapi.New(httpapi.Deps{Config: cfg, Auth: httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
+	return httpapi.New(httpapi.Deps{Options: app.HTTPOptions(cfg), Auth: httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
 		Ready: ready, Web: web.Files})
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
@@ -19,9 +18,23 @@ import (
 	"github.com/flashsale/flashsale/internal/ranking"
 )
 
+// Options are the settings the HTTP layer needs (the app fills them from the configuration).
+type Options struct {
+	DevLogin         bool          // POST /api/login mints shopper tokens
+	TrustedProxies   []string      // peers whose X-Forwarded-For is believed (validated by config)
+	SnapshotInterval time.Duration // how long encoded leaderboard replies are reused
+	PurchaseLimit    limits.Policy // shown in the purchase route's rate-limit headers
+	Limits           RateLimits    // pay, cancel, rating and login
+}
+
+// RateLimits are the policies the HTTP layer applies through the limiter.
+type RateLimits struct {
+	Pay, Cancel, Rating, LoginUser, LoginIP limits.Policy
+}
+
 // Deps are what the handlers need. Optional parts (nil) leave their routes out.
 type Deps struct {
-	Config    config.Config
+	Options   Options
 	Auth      *Auth
 	Inventory *inventory.Store
 	Orders    *orders.Store
@@ -60,7 +73,7 @@ func New(d Deps) *Server {
 	s.engine.HandleMethodNotAllowed = false
 	// Gin trusts every proxy by default, which lets any client choose its rate-limit key with
 	// X-Forwarded-For. Trust only the configured proxies (none when empty; config.Parse checked them).
-	if err := s.engine.SetTrustedProxies(d.Config.TrustedProxies); err != nil {
+	if err := s.engine.SetTrustedProxies(d.Options.TrustedProxies); err != nil {
 		_ = s.engine.SetTrustedProxies(nil)
 	}
 	s.engine.NoRoute(func(c *gin.Context) { fail(c, errNoRoute) })
@@ -124,7 +137,7 @@ func (s *Server) readyz(c *gin.Context) {
 }
 
 func (s *Server) login(c *gin.Context) {
-	if !s.Config.DevLogin {
+	if !s.Options.DevLogin {
 		fail(c, errNoRoute)
 		return
 	}
