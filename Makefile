@@ -27,5 +27,9 @@ bench: services
 vet:
 	gofmt -l . | (! grep .) && $(GO) vet ./...
 
+# golangci-lint (pinned, installed when missing) with .golangci.yml; part of make test.
+lint:
+	./scripts/lint.sh
+
 fmt:
 	gofmt -w .

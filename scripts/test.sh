@@ -26,6 +26,20 @@ fmt_vet() {
   go vet ./...
 }
 
+# go.mod and go.sum must be what `go mod tidy` makes of the code.
+go_mod_tidy() {
+  local tmp; tmp=$(mktemp -d)
+  cp go.mod go.sum "$tmp/"
+  go mod tidy
+  if ! cmp -s go.mod "$tmp/go.mod" || ! cmp -s go.sum "$tmp/go.sum"; then
+    echo "go mod tidy changed go.mod/go.sum: commit its result"
+    git --no-pager diff --stat -- go.mod go.sum
+    cp "$tmp/go.mod" "$tmp/go.sum" .
+    rm -rf "$tmp"; return 1
+  fi
+  rm -rf "$tmp"
+}
+
 # The events test reads the topic back with kcat (librdkafka): a Kafka client nobody here wrote.
 ensure_kcat() {
   command -v kcat >/dev/null && return 0
@@ -42,6 +56,8 @@ go_tests() {
 }
 
 stage "gofmt and go vet" fmt_vet
+stage "golangci-lint" ./scripts/lint.sh
+stage "go mod tidy" go_mod_tidy
 stage "docker-compose config" ./scripts/compose-check.sh
 stage "go test -race" go_tests
 # The fault matrix (internal/faults, build tag faults): real api and reconciler processes,

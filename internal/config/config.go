@@ -176,26 +176,26 @@ func (p *parser) list(name, def string) []string {
 	return out
 }
 
-func (p *parser) integer(name string, def, min, max int) int {
+func (p *parser) integer(name string, def, lo, hi int) int {
 	v := p.getenv(name)
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < min || n > max {
-		p.fail(name, v, fmt.Sprintf("want an integer in %d..%d", min, max))
+	if err != nil || n < lo || n > hi {
+		p.fail(name, v, fmt.Sprintf("want an integer in %d..%d", lo, hi))
 	}
 	return n
 }
 
-func (p *parser) float(name string, def, min, max float64) float64 {
+func (p *parser) float(name string, def, lo, hi float64) float64 {
 	v := p.getenv(name)
 	if v == "" {
 		return def
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f < min || f > max {
-		p.fail(name, v, fmt.Sprintf("want a number in %g..%g", min, max))
+	if err != nil || f < lo || f > hi {
+		p.fail(name, v, fmt.Sprintf("want a number in %g..%g", lo, hi))
 	}
 	return f
 }

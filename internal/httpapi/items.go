@@ -153,10 +153,10 @@ func (s *Server) importItems(c *gin.Context) {
 	}
 	var rows []importRow
 	ct := strings.ToLower(c.ContentType())
-	switch {
-	case ct == "text/csv":
+	switch ct {
+	case "text/csv":
 		rows, err = parseCSV(b)
-	case ct == "application/json" || ct == "":
+	case "application/json", "":
 		rows, err = parseJSONItems(b)
 	default:
 		err = fmt.Errorf("Content-Type must be text/csv or application/json")

@@ -218,8 +218,8 @@ type itemQueue struct {
 	pending []*purchaseCall
 }
 
-func newBatcher(max int, run func(string, []*purchaseCall)) *batcher {
-	return &batcher{max: max, run: run, queues: map[string]*itemQueue{}}
+func newBatcher(most int, run func(string, []*purchaseCall)) *batcher {
+	return &batcher{max: most, run: run, queues: map[string]*itemQueue{}}
 }
 
 func (b *batcher) submit(c *purchaseCall) {

@@ -180,6 +180,14 @@ func TestAccuracy(t *testing.T) {
 			if float64(allowed) > bound+0.01 {
 				t.Fatalf("allowed %d > burst + rate*elapsed = %.3f", allowed, bound)
 			}
+			// The lower bound holds only for demand without a pause longer than the burst's
+			// slack (GCRA banks no unused time beyond the burst): a loaded machine can pause
+			// the callers, and then only the upper bound (the safety property) is checked.
+			slack := time.Duration(tc.burst-1) * tc.period / time.Duration(tc.rate)
+			if pause > slack {
+				t.Logf("lower bound not checked: the callers paused %v, over the burst's slack %v", pause, slack)
+				return
+			}
 			if float64(allowed) < bound-1 {
 				t.Fatalf("allowed %d < burst + rate*elapsed - 1 = %.3f", allowed, bound-1)
 			}
@@ -279,7 +287,8 @@ func TestSeparateKeys(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if !take(policy, subject) || !take(policy, subject) || take(policy, subject) {
+				first, second, third := take(policy, subject), take(policy, subject), take(policy, subject)
+				if !first || !second || third {
 					t.Errorf("%s/%s: want exactly the burst of 2", policy, subject)
 				}
 			}()

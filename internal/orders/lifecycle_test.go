@@ -175,7 +175,7 @@ func TestExpireOnlyDue(t *testing.T) {
 		// The stale entry has score 0, so it comes first.
 		t.Fatalf("first batch: %+v %v", r, err)
 	}
-	var total int64 = r.Expired
+	total := r.Expired
 	for {
 		r, err := e.ord.ExpireDue(ctx, "it", 3)
 		if err != nil {

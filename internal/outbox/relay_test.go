@@ -366,18 +366,18 @@ func TestKcatReadsEvents(t *testing.T) {
 // Ready says why; once Kafka is back and the backlog drains, purchases are admitted again.
 func TestOutboxBound(t *testing.T) {
 	e := newEnv(t, "a", "b")
-	const max = 50
-	r, _ := e.relay(outbox.Options{Max: max})
+	const bound = 50
+	r, _ := e.relay(outbox.Options{Max: bound})
 	guarded := inventory.NewStore(e.rdb, e.keys, inventory.Options{Admit: r.Admit})
 	stop, _ := start(t, r)
 	e.waitDrained()
 
 	e.broker.Stop()
-	e.sell(max+20, 4) // through the unguarded store: the outbox passes its bound
+	e.sell(bound+20, 4) // through the unguarded store: the outbox passes its bound
 	deadline := time.Now().Add(30 * time.Second)
 	for r.Admit() == nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("outbox at %d entries, bound %d: purchases still admitted", e.backlog(), max)
+			t.Fatalf("outbox at %d entries, bound %d: purchases still admitted", e.backlog(), bound)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

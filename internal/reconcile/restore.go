@@ -159,7 +159,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	}
 	var puts []entry
 	cleared := map[string]bool{}
-	clear := func(user string) {
+	forget := func(user string) {
 		if key := k.UserOrders(user); !cleared[key] {
 			cleared[key] = true
 			puts = append(puts, entry{kind: "deluser", key: key})
@@ -167,7 +167,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	}
 	for _, o := range stale {
 		if o.user != "" {
-			clear(o.user)
+			forget(o.user)
 		}
 	}
 	held := map[string]int64{}
@@ -175,7 +175,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	var maxSeq, maxMs int64 = 0, max(it.AttrMs, it.StMs)
 	ttl := r.opt.ReservationTTL.Milliseconds()
 	for _, o := range orders {
-		clear(o.User)
+		forget(o.User)
 		created := o.Created.UnixMilli()
 		expires := created + ttl
 		if o.Expires != nil {
