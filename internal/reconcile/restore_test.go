@@ -80,8 +80,11 @@ func (e *env) sameState(item string, before, after state) {
 	}
 }
 
-// Sell, lose Redis entirely, restore from Postgres, keep selling: the rebuilt state equals
-// what was lost, and the sale continues to exactly the stock, never beyond.
+// Sell (orders in every status), reconcile, lose Redis entirely (FLUSHDB), restore --all from
+// Postgres, keep selling: the first restore after the loss runs (its fencing number passes the
+// runs before), the rebuilt state equals what was lost (item figures, orders with their own
+// expiry, allowances, paid units, expiry and user indexes, boards), the sale continues with
+// fresh order ids to exactly the stock, never beyond, and batch then finds no drift.
 func TestRestoreAfterFlush(t *testing.T) {
 	rdb, keys, _ := testenv.PrivateRedis(t)
 	e := newEnvOn(t, rdb, keys)
@@ -120,7 +123,30 @@ func TestRestoreAfterFlush(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// One reservation per item lapses and the expirer takes it: every status is in the record.
+	short := inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: time.Millisecond})
+	users = append(users, "late")
+	for id := range items {
+		res, err := short.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: id, UserID: "late", Quantity: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitPast(t, res.Order.ExpiresAt)
+	}
+	exp := orders.NewExpirer(e.ord, func(context.Context) ([]string, error) { return []string{"A", "B"}, nil }, 0, 100)
+	if n, err := exp.Sweep(e.ctx); err != nil || n != int64(len(items)) {
+		t.Fatalf("expired %d of the %d lapsed reservations: %v", n, len(items), err)
+	}
 	e.drain()
+	rec := e.reconciler(reconcile.Options{Ranking: rank, ReservationTTL: 5 * time.Minute, QuietFor: 50 * time.Millisecond})
+	var lastFence int64
+	for range 2 {
+		rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{})
+		if err != nil || !rep.Clean() {
+			t.Fatalf("batch before the loss: %v %+v", err, rep)
+		}
+		lastFence = rep.FencingToken
+	}
 	before := map[string]state{}
 	for id := range items {
 		before[id] = e.dump(id, users)
@@ -131,16 +157,27 @@ func TestRestoreAfterFlush(t *testing.T) {
 	if err := rdb.FlushDB(e.ctx).Err(); err != nil { // a private server: losing it is the test
 		t.Fatal(err)
 	}
-	rec := e.reconciler(reconcile.Options{Ranking: rank, ReservationTTL: time.Hour, QuietFor: 50 * time.Millisecond})
+	// The reconciler's reservation TTL (5m) is not the api's (1h): restored reservations must
+	// keep their own expiry all the same.
 	res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{All: true})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("first restore after the loss: %v", err)
 	}
-	if len(res.Restored) != 2 || len(res.Refused) != 0 {
-		t.Fatalf("restore: %+v", res)
+	if len(res.Restored) != 2 || len(res.Refused) != 0 || res.FencingToken <= lastFence {
+		t.Fatalf("restore: %+v (fencing number must pass %d)", res, lastFence)
 	}
+	maxSeq := map[string]int64{}
 	for id := range items {
-		e.sameState(id, before[id], e.dump(id, users))
+		after := e.dump(id, users)
+		e.sameState(id, before[id], after)
+		h := after.hash
+		if num(h["stock_left"])+num(h["reserved"])+num(h["paid"]) != num(h["stock_total"]) {
+			t.Errorf("%s restored: stock_left %s + reserved %s + paid %s != stock_total %s",
+				id, h["stock_left"], h["reserved"], h["paid"], h["stock_total"])
+		}
+		for oid := range before[id].orders {
+			maxSeq[id] = max(maxSeq[id], seqOf(oid))
+		}
 	}
 	topAfter, _ := rank.TopRated(e.ctx, "", 10)
 	soldAfter, _ := rank.BestSellers(e.ctx, 10)
@@ -187,6 +224,18 @@ func TestRestoreAfterFlush(t *testing.T) {
 			}
 		}
 		newOrders += int64(len(after.orders) - len(before[id].orders))
+		// New ids never collide with restored ones: every old order is intact, every new one
+		// numbered after them.
+		for oid, packed := range before[id].orders {
+			if after.orders[oid] != packed {
+				t.Errorf("%s: order %s was %q, is %q after selling again", id, oid, packed, after.orders[oid])
+			}
+		}
+		for oid := range after.orders {
+			if _, old := before[id].orders[oid]; !old && seqOf(oid) <= maxSeq[id] {
+				t.Errorf("%s: new order %s not numbered after the restored ones (max seq %d)", id, oid, maxSeq[id])
+			}
+		}
 	}
 	if newOrders != created.Load() {
 		t.Fatalf("%d new orders in Redis, %d purchases succeeded (an id was reused)", newOrders, created.Load())
@@ -195,6 +244,29 @@ func TestRestoreAfterFlush(t *testing.T) {
 	rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{})
 	if err != nil || !rep.Clean() {
 		t.Fatalf("batch after restore and selling: %v drift %q unverified %+v", err, driftKeys(rep.Drift), rep.Unverified)
+	}
+}
+
+func num(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// seqOf is the sequence number in an order id ("<item>.<seq>").
+func seqOf(id string) int64 {
+	_, seq, _ := strings.Cut(id, ".")
+	return num(seq)
+}
+
+// waitPast waits until the wall clock is past at (a reservation's expiry): a condition with a
+// deadline, not a fixed sleep.
+func waitPast(t *testing.T, at time.Time) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !time.Now().After(at); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the clock did not pass %v", at)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -411,12 +483,7 @@ func TestRestoredPastReservationExpiresOnce(t *testing.T) {
 	if err := rdb.FlushDB(e.ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !time.Now().After(lapsed.ExpiresAt); {
-		if time.Now().After(deadline) {
-			t.Fatal("the clock did not pass the reservation's expiry")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitPast(t, lapsed.ExpiresAt)
 
 	rec := e.reconciler(reconcile.Options{QuietFor: 10 * time.Millisecond, ReservationTTL: time.Hour})
 	if r, err := rec.Restore(e.ctx, reconcile.RestoreOptions{All: true}); err != nil || len(r.Restored) != 1 ||
