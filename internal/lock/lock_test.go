@@ -161,3 +161,61 @@ func waitGone(t *testing.T, gone func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestObtainAboveFloor: the fencing counter lives in Redis and is lost with it (a flush, a
+// restart without persistence), while the holders' writes remember their numbers elsewhere.
+// A floor from there keeps every new number above the old ones; a counter already above the
+// floor simply grows; a refused caller moves nothing.
+func TestObtainAboveFloor(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	l := lock.New(rdb, keys)
+	ctx := context.Background()
+	_, fenceKey := keys.Lock("job")
+
+	obtain := func(floor int64) *lock.Lock {
+		t.Helper()
+		lk, err := l.ObtainAbove(ctx, "job", 10*time.Second, floor)
+		if err != nil {
+			t.Fatalf("obtain above %d: %v", floor, err)
+		}
+		return lk
+	}
+	for _, c := range []struct {
+		name  string
+		floor int64
+		want  int64
+	}{
+		{"a fresh counter starts above the floor", 41, 42},
+		{"a counter above the floor grows by one", 10, 43},
+		{"no floor", 0, 44},
+		{"a floor equal to the counter", 44, 45},
+		{"a floor far above the counter", 1_000_000, 1_000_001},
+	} {
+		lk := obtain(c.floor)
+		if lk.Fence != c.want {
+			t.Fatalf("%s: fence %d, want %d", c.name, lk.Fence, c.want)
+		}
+		if got, _ := rdb.Get(ctx, fenceKey).Int64(); got != c.want {
+			t.Fatalf("%s: counter %d after obtain, want %d (the next holder must start above)", c.name, got, c.want)
+		}
+		// A caller refused while the lock is held consumes no number, whatever its floor.
+		if _, err := l.ObtainAbove(ctx, "job", time.Second, c.want+100); !errors.Is(err, lock.ErrHeld) {
+			t.Fatalf("%s: obtain while held: %v; want ErrHeld", c.name, err)
+		}
+		if got, _ := rdb.Get(ctx, fenceKey).Int64(); got != c.want {
+			t.Fatalf("%s: a refused caller moved the counter to %d", c.name, got)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Redis loses the counter; the floor (the largest number recorded elsewhere) carries on.
+	rdb.Del(ctx, fenceKey)
+	if lk := obtain(1_000_001); lk.Fence != 1_000_002 {
+		t.Fatalf("after the counter was lost: fence %d, want 1000002", lk.Fence)
+	}
+	if _, err := l.ObtainAbove(ctx, "other", time.Second, -1); err == nil {
+		t.Fatal("a negative floor was accepted")
+	}
+}

@@ -2,7 +2,10 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/testenv"
 )
@@ -42,5 +45,76 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	}
 	if n := rdb.Exists(ctx, k.Held(), k.PaidBy(), k.Expiry()).Val(); n != 0 {
 		t.Fatalf("refused restore_put calls wrote %d keys", n)
+	}
+}
+
+// TestRestoreBeginReplies: every reply of restore_begin. The item is cleared only when the
+// caller holds the newest fence and the item is as its idle check saw it (same version, empty
+// outbox) or the restore is forced; otherwise nothing is written, not even the fence.
+func TestRestoreBeginReplies(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name     string
+		version  string // the item hash's version now ("" for no hash)
+		outbox   int    // events waiting in the outbox now
+		fence    int64  // the item's stored restore fence
+		expected string // what the idle check saw
+		want     []any
+	}{
+		{"idle as checked", "7", 0, 2, "7", []any{"ok", int64(7), int64(3)}},
+		{"no item hash, none at the check", "", 0, 0, "", []any{"ok", int64(0), int64(0)}},
+		{"sold after the check", "8", 0, 2, "7", []any{"moved", "8", int64(0)}},
+		{"an event not yet published", "7", 1, 2, "7", []any{"moved", "7", int64(1)}},
+		{"created after the check", "1", 0, 0, "", []any{"moved", "1", int64(0)}},
+		{"forced: whatever Redis holds", "9", 2, 2, "*", []any{"ok", int64(9), int64(3)}},
+		{"a newer restorer began", "7", 0, 6, "7", []any{"fenced", int64(6)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			k := keys.Item("b" + testenv.Token(4))
+			if c.version != "" {
+				rdb.HSet(ctx, k.Hash(), "version", c.version, "seq", 3)
+				rdb.HSet(ctx, k.Orders(), "x.1", "u|1|1|reserved|1|2")
+				rdb.HSet(ctx, k.Held(), "u", 1)
+				rdb.ZAdd(ctx, k.Expiry(), redis.Z{Score: 2, Member: "x.1"})
+			}
+			for i := 0; i < c.outbox; i++ {
+				rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Outbox(), Values: []any{"type", "order.reserved"}})
+			}
+			if c.fence > 0 {
+				rdb.Set(ctx, k.RestoreFence(), c.fence, 0)
+			}
+			before := rdb.Exists(ctx, k.Hash(), k.Orders(), k.Held(), k.Expiry()).Val()
+			got, err := restoreBegin.Run(ctx, rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(),
+				k.Held(), k.PaidBy(), k.Expiry(), k.Outbox()}, 5, c.expected).Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("reply %v, want %v", got, c.want)
+			}
+			left := rdb.Exists(ctx, k.Hash(), k.Orders(), k.Held(), k.Expiry()).Val()
+			fence, _ := rdb.Get(ctx, k.RestoreFence()).Int64()
+			if c.want[0] == "ok" {
+				if left != 0 || fence != 5 {
+					t.Fatalf("ok, but %d keys survive and the fence is %d", left, fence)
+				}
+				return
+			}
+			if left != before || fence != c.fence {
+				t.Fatalf("refused, but %d of %d keys survive and the fence moved to %d", left, before, fence)
+			}
+		})
+	}
+
+	// Without the version the check saw, nothing is cleared.
+	k := keys.Item("b")
+	rdb.HSet(ctx, k.Hash(), "version", 1)
+	if err := restoreBegin.Run(ctx, rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(),
+		k.PaidBy(), k.Expiry(), k.Outbox()}, 5).Err(); err == nil {
+		t.Fatal("restore_begin without the expected version: accepted")
+	}
+	if rdb.Exists(ctx, k.Hash()).Val() != 1 || rdb.Exists(ctx, k.RestoreFence()).Val() != 0 {
+		t.Fatal("a refused restore_begin wrote")
 	}
 }

@@ -80,8 +80,11 @@ func (e *env) sameState(item string, before, after state) {
 	}
 }
 
-// Sell, lose Redis entirely, restore from Postgres, keep selling: the rebuilt state equals
-// what was lost, and the sale continues to exactly the stock, never beyond.
+// Sell (orders in every status), reconcile, lose Redis entirely (FLUSHDB), restore --all from
+// Postgres, keep selling: the first restore after the loss runs (its fencing number passes the
+// runs before), the rebuilt state equals what was lost (item figures, orders with their own
+// expiry, allowances, paid units, expiry and user indexes, boards), the sale continues with
+// fresh order ids to exactly the stock, never beyond, and batch then finds no drift.
 func TestRestoreAfterFlush(t *testing.T) {
 	rdb, keys, _ := testenv.PrivateRedis(t)
 	e := newEnvOn(t, rdb, keys)
@@ -120,7 +123,30 @@ func TestRestoreAfterFlush(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// One reservation per item lapses and the expirer takes it: every status is in the record.
+	short := inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: time.Millisecond})
+	users = append(users, "late")
+	for id := range items {
+		res, err := short.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: id, UserID: "late", Quantity: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitPast(t, res.Order.ExpiresAt)
+	}
+	exp := orders.NewExpirer(e.ord, func(context.Context) ([]string, error) { return []string{"A", "B"}, nil }, 0, 100)
+	if n, err := exp.Sweep(e.ctx); err != nil || n != int64(len(items)) {
+		t.Fatalf("expired %d of the %d lapsed reservations: %v", n, len(items), err)
+	}
 	e.drain()
+	rec := e.reconciler(reconcile.Options{Ranking: rank, ReservationTTL: 5 * time.Minute, QuietFor: 50 * time.Millisecond})
+	var lastFence int64
+	for range 2 {
+		rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{})
+		if err != nil || !rep.Clean() {
+			t.Fatalf("batch before the loss: %v %+v", err, rep)
+		}
+		lastFence = rep.FencingToken
+	}
 	before := map[string]state{}
 	for id := range items {
 		before[id] = e.dump(id, users)
@@ -131,16 +157,27 @@ func TestRestoreAfterFlush(t *testing.T) {
 	if err := rdb.FlushDB(e.ctx).Err(); err != nil { // a private server: losing it is the test
 		t.Fatal(err)
 	}
-	rec := e.reconciler(reconcile.Options{Ranking: rank, ReservationTTL: time.Hour, QuietFor: 50 * time.Millisecond})
+	// The reconciler's reservation TTL (5m) is not the api's (1h): restored reservations must
+	// keep their own expiry all the same.
 	res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{All: true})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("first restore after the loss: %v", err)
 	}
-	if len(res.Restored) != 2 || len(res.Refused) != 0 {
-		t.Fatalf("restore: %+v", res)
+	if len(res.Restored) != 2 || len(res.Refused) != 0 || res.FencingToken <= lastFence {
+		t.Fatalf("restore: %+v (fencing number must pass %d)", res, lastFence)
 	}
+	maxSeq := map[string]int64{}
 	for id := range items {
-		e.sameState(id, before[id], e.dump(id, users))
+		after := e.dump(id, users)
+		e.sameState(id, before[id], after)
+		h := after.hash
+		if num(h["stock_left"])+num(h["reserved"])+num(h["paid"]) != num(h["stock_total"]) {
+			t.Errorf("%s restored: stock_left %s + reserved %s + paid %s != stock_total %s",
+				id, h["stock_left"], h["reserved"], h["paid"], h["stock_total"])
+		}
+		for oid := range before[id].orders {
+			maxSeq[id] = max(maxSeq[id], seqOf(oid))
+		}
 	}
 	topAfter, _ := rank.TopRated(e.ctx, "", 10)
 	soldAfter, _ := rank.BestSellers(e.ctx, 10)
@@ -187,6 +224,18 @@ func TestRestoreAfterFlush(t *testing.T) {
 			}
 		}
 		newOrders += int64(len(after.orders) - len(before[id].orders))
+		// New ids never collide with restored ones: every old order is intact, every new one
+		// numbered after them.
+		for oid, packed := range before[id].orders {
+			if after.orders[oid] != packed {
+				t.Errorf("%s: order %s was %q, is %q after selling again", id, oid, packed, after.orders[oid])
+			}
+		}
+		for oid := range after.orders {
+			if _, old := before[id].orders[oid]; !old && seqOf(oid) <= maxSeq[id] {
+				t.Errorf("%s: new order %s not numbered after the restored ones (max seq %d)", id, oid, maxSeq[id])
+			}
+		}
 	}
 	if newOrders != created.Load() {
 		t.Fatalf("%d new orders in Redis, %d purchases succeeded (an id was reused)", newOrders, created.Load())
@@ -195,6 +244,29 @@ func TestRestoreAfterFlush(t *testing.T) {
 	rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{})
 	if err != nil || !rep.Clean() {
 		t.Fatalf("batch after restore and selling: %v drift %q unverified %+v", err, driftKeys(rep.Drift), rep.Unverified)
+	}
+}
+
+func num(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// seqOf is the sequence number in an order id ("<item>.<seq>").
+func seqOf(id string) int64 {
+	_, seq, _ := strings.Cut(id, ".")
+	return num(seq)
+}
+
+// waitPast waits until the wall clock is past at (a reservation's expiry): a condition with a
+// deadline, not a fixed sleep.
+func waitPast(t *testing.T, at time.Time) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !time.Now().After(at); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the clock did not pass %v", at)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -254,23 +326,30 @@ func TestRestoreRefusesLiveItem(t *testing.T) {
 
 // TestRestoreRefusesItemSoldAfterItsCheck is issue 13's reproduction: a purchase lands between
 // restore's idle check and its first write (the settle wait and the Postgres reads lie
-// between). restore_begin.lua re-checks the item's version atomically, so the restore refuses
-// the item and the live order survives: nothing is wiped, nothing sells twice.
+// between). Before restore_begin.lua re-checked the item, the restore deleted that order from
+// Redis while its event still reached Postgres, and its units sold again (6 of 4). Now the
+// restore refuses the item and writes nothing: the live order survives, Redis and the record
+// agree, and once the item is quiet the restore goes through.
 func TestRestoreRefusesItemSoldAfterItsCheck(t *testing.T) {
 	e := newEnv(t)
 	e.item("A", 4, 4)
 	e.buy("A", "alice", 2)
 	e.drain()
 	var late orders.Order
+	var sold atomic.Bool
 	opt := reconcile.Options{QuietFor: 10 * time.Millisecond, ReservationTTL: time.Hour}
 	reconcile.SetBeforeBegin(&opt, func(ctx context.Context, item string) {
-		late = e.buy(item, "bob", 2) // the item sells after it was found idle
+		if sold.CompareAndSwap(false, true) {
+			late = e.buy(item, "bob", 2) // the item sells after it was found idle
+		}
 	})
-	res, err := e.reconciler(opt).Restore(e.ctx, reconcile.RestoreOptions{Items: []string{"A"}})
+	rec := e.reconciler(opt)
+	res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{Items: []string{"A"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Restored) != 0 || len(res.Refused) != 1 || !strings.Contains(res.Refused[0].Reason, "changed after its idle check") {
+	if !sold.Load() || len(res.Restored) != 0 || len(res.Refused) != 1 ||
+		!strings.Contains(res.Refused[0].Reason, "changed after its idle check") {
 		t.Fatalf("restore of an item sold after its check: %+v", res)
 	}
 	if _, err := e.ord.Get(e.ctx, "bob", late.ID); err != nil {
@@ -283,33 +362,75 @@ func TestRestoreRefusesItemSoldAfterItsCheck(t *testing.T) {
 	if _, err := e.inv.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: "A", UserID: "carol", Quantity: 1}); !errors.Is(err, inventory.ErrSoldOut) {
 		t.Fatalf("a fifth unit sold: %v", err)
 	}
+
+	// The record ends with the same 4 units, and batch finds Redis and Postgres agreeing.
+	e.drain()
+	if units := e.heldUnits("A"); units != 4 {
+		t.Fatalf("the record holds %d units of a stock of 4", units)
+	}
+	if rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{}); err != nil || !rep.Clean() {
+		t.Fatalf("batch after the refused restore: %v %+v", err, rep)
+	}
+	// Quiet now: the restore goes through and rebuilds exactly what is live.
+	users := []string{"alice", "bob", "carol"}
+	before := e.dump("A", users)
+	res, err = rec.Restore(e.ctx, reconcile.RestoreOptions{Items: []string{"A"}})
+	if err != nil || len(res.Restored) != 1 {
+		t.Fatalf("restore of the quiet item: %+v %v", res, err)
+	}
+	e.sameState("A", before, e.dump("A", users))
+}
+
+// heldUnits is the units the record holds reserved or paid for an item.
+func (e *env) heldUnits(item string) int64 {
+	e.t.Helper()
+	var n int64
+	if err := e.db.QueryRow(e.ctx, `SELECT coalesce(sum(quantity), 0) FROM orders
+		WHERE item_id = $1 AND status IN ('reserved', 'paid')`, item).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
 }
 
 // TestFencingSurvivesRedisLoss: the lock's fencing counter lives in Redis. After Redis lost
-// it, a job's number starts above the largest Postgres recorded, so batch and restore run the
-// first time instead of being refused as older than the runs before the loss.
+// it (FLUSHDB), a job's number starts above the largest Postgres recorded, so restore and
+// batch run the first time instead of being refused as older than the runs before the loss;
+// and a runner still holding a number from before the loss stays refused.
 func TestFencingSurvivesRedisLoss(t *testing.T) {
-	e := newEnv(t)
+	rdb, keys, _ := testenv.PrivateRedis(t)
+	e := newEnvOn(t, rdb, keys)
 	e.item("A", 10, 4)
 	e.buy("A", "alice", 1)
 	e.drain()
 	rec := e.reconciler(reconcile.Options{QuietFor: 10 * time.Millisecond, ReservationTTL: time.Hour})
+	// Runs of both kinds before the loss; the record remembers their numbers.
 	for range 3 {
-		if _, err := rec.Batch(e.ctx, reconcile.BatchOptions{}); err != nil {
-			t.Fatal(err)
+		if rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{}); err != nil || !rep.Clean() {
+			t.Fatalf("batch before the loss: %v %+v", err, rep)
 		}
 	}
-	// Redis loses every key of this namespace (a private FLUSHDB, without the shared server).
-	testenv.DeletePrefix(t, e.rdb, e.keys.Prefix)
-	res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{All: true})
-	if err != nil {
-		t.Fatalf("restore after Redis lost its data: %v", err)
+	res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{Items: []string{"A"}})
+	if err != nil || len(res.Restored) != 1 {
+		t.Fatalf("restore before the loss: %+v %v", res, err)
 	}
-	if len(res.Restored) != 1 || res.FencingToken <= 3 {
-		t.Fatalf("restore: %+v (fencing number must pass the 3 earlier runs)", res)
+	last := res.FencingToken
+
+	if err := rdb.FlushDB(e.ctx).Err(); err != nil { // a private server: losing it is the test
+		t.Fatal(err)
 	}
-	if _, err := rec.Batch(e.ctx, reconcile.BatchOptions{}); err != nil {
-		t.Fatalf("batch after the restore: %v", err)
+	res, err = rec.Restore(e.ctx, reconcile.RestoreOptions{All: true})
+	if err != nil || len(res.Restored) != 1 || len(res.Refused) != 0 {
+		t.Fatalf("first restore after Redis lost its data: %+v %v", res, err)
+	}
+	if res.FencingToken <= last {
+		t.Fatalf("restore's fencing number %d after %d: it must pass the runs before the loss", res.FencingToken, last)
+	}
+	rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{})
+	if err != nil || !rep.Clean() || rep.FencingToken <= res.FencingToken {
+		t.Fatalf("first batch after the restore: %v %+v", err, rep)
+	}
+	if err := e.rec.RaiseFence(e.ctx, reconcile.LockName, last); !errors.Is(err, reconcile.ErrFenced) {
+		t.Fatalf("a runner from before the loss wrote: %v; want ErrFenced", err)
 	}
 }
 
@@ -339,5 +460,86 @@ func TestRestoredReservationKeepsItsExpiry(t *testing.T) {
 	due, _ := rdb.ZScore(e.ctx, keys.Item("A").Expiry(), o.ID).Result()
 	if int64(due) != o.ExpiresAt.UnixMilli() {
 		t.Fatalf("expiry index says %v, want %v", int64(due), o.ExpiresAt.UnixMilli())
+	}
+}
+
+// TestRestoredPastReservationExpiresOnce: a reservation whose own expiry passed while Redis was
+// lost is restored as it was (reserved, its units counted, its own expiry, now past) and the
+// normal path expires it: several expirers racing return its units exactly once, the record
+// gets one order.expired, and batch then finds no drift.
+func TestRestoredPastReservationExpiresOnce(t *testing.T) {
+	rdb, keys, _ := testenv.PrivateRedis(t)
+	e := newEnvOn(t, rdb, keys)
+	e.item("A", 10, 4)
+	short := inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: time.Millisecond})
+	res, err := short.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: "A", UserID: "alice", Quantity: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lapsed := res.Order
+	kept := e.buy("A", "bob", 1) // an hour to pay: stays reserved
+	// No expirer runs: the record holds both reserved when Redis (a private server) is lost.
+	e.drain()
+	if err := rdb.FlushDB(e.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitPast(t, lapsed.ExpiresAt)
+
+	rec := e.reconciler(reconcile.Options{QuietFor: 10 * time.Millisecond, ReservationTTL: time.Hour})
+	if r, err := rec.Restore(e.ctx, reconcile.RestoreOptions{All: true}); err != nil || len(r.Restored) != 1 ||
+		r.Restored[0].Reserved != 3 || r.Restored[0].StockLeft != 7 {
+		t.Fatalf("restore: %+v %v", r, err)
+	}
+	got, err := e.ord.Get(e.ctx, "alice", lapsed.ID)
+	if err != nil || got.Status != orders.Reserved || !got.ExpiresAt.Equal(lapsed.ExpiresAt) {
+		t.Fatalf("restored %+v %v, want reserved with its own expiry %v", got, err, lapsed.ExpiresAt)
+	}
+
+	// The normal path: expirers (one per api instance) sweep at once.
+	exp := orders.NewExpirer(e.ord, func(context.Context) ([]string, error) { return []string{"A"}, nil }, 0, 100)
+	var wg sync.WaitGroup
+	var expired atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 3 {
+				n, err := exp.Sweep(e.ctx)
+				if err != nil {
+					t.Errorf("sweep: %v", err)
+				}
+				expired.Add(n)
+			}
+		}()
+	}
+	wg.Wait()
+	if expired.Load() != 1 {
+		t.Fatalf("%d orders expired, want exactly the lapsed one", expired.Load())
+	}
+	it, err := e.inv.Get(e.ctx, "A")
+	if err != nil || it.StockLeft != 9 || it.Reserved != 1 || it.StockLeft+it.Reserved+it.Paid != it.StockTotal {
+		t.Fatalf("item after expiry: %+v %v (want 9 left, 1 reserved: the 2 units back once)", it, err)
+	}
+	if got, _ := e.ord.Get(e.ctx, "alice", lapsed.ID); got.Status != orders.Expired {
+		t.Fatalf("lapsed order is %s", got.Status)
+	}
+	if got, _ := e.ord.Get(e.ctx, "bob", kept.ID); got.Status != orders.Reserved || !got.ExpiresAt.Equal(kept.ExpiresAt) {
+		t.Fatalf("kept order: %+v", got)
+	}
+	if held := rdb.HGet(e.ctx, keys.Item("A").Held(), "alice").Val(); held != "" && held != "0" {
+		t.Fatalf("alice still holds %s units of her allowance", held)
+	}
+
+	e.drain()
+	var returned int
+	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FROM stock_movements WHERE order_id = $1 AND kind = 'returned'`,
+		lapsed.ID).Scan(&returned); err != nil || returned != 1 {
+		t.Fatalf("the record returned the lapsed order's stock %d times (%v), want once", returned, err)
+	}
+	if units := e.heldUnits("A"); units != 1 {
+		t.Fatalf("the record holds %d units, want bob's 1", units)
+	}
+	if rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{}); err != nil || !rep.Clean() {
+		t.Fatalf("batch after the expiry: %v drift %v", err, rep)
 	}
 }
