@@ -41,15 +41,16 @@ local packed = redis.call('HGET', KEYS[2], oid)
 if not packed then
   return {'not_found', 0}
 end
-local user, qty, price, status, created =
+local user, qty, price, status, created, expires =
   string.match(packed, '^([^|]*)|(%d+)|(%d+)|(%a+)|(%d+)|(%d+)$')
 if not user then
   return {'not_found', 0}
 end
 local n = 0
 if mode == 'order' then
+  -- With its own expiry, as purchase.lua wrote it, so a restore from the record keeps it.
   redis.call('XADD', KEYS[3], '*', 'type', 'order.reserved', 'at', created, 'item', item,
-    'order', oid, 'user', user, 'quantity', qty, 'price_cents', price)
+    'order', oid, 'user', user, 'quantity', qty, 'price_cents', price, 'expires', expires)
   n = 1
 elseif status == 'reserved' then
   return {'reserved', 0}

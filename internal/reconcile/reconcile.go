@@ -47,8 +47,8 @@ type Options struct {
 	Rounds int
 	// Workers compare items in parallel (default 4).
 	Workers int
-	// ReservationTTL gives restored reservations their expiry (Postgres keeps created_at only);
-	// default 10m.
+	// ReservationTTL gives a restored reservation its expiry when the record has none (orders
+	// recorded before orders.expires_at): created_at + ReservationTTL; default 10m.
 	ReservationTTL time.Duration
 	// QuietFor is how long restore watches an item for activity before it calls it idle
 	// (default 1s).
