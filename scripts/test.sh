@@ -43,6 +43,7 @@ go_tests() {
 
 stage "gofmt and go vet" fmt_vet
 stage "docker-compose config" ./scripts/compose-check.sh
+stage "Kafka events document (AsyncAPI)" ./scripts/asyncapi-check.sh
 stage "go test -race" go_tests
 # The fault matrix (internal/faults, build tag faults): real api and reconciler processes,
 # toxiproxy, kill -9, server restarts. Its own stage: it builds -race binaries and takes minutes.
