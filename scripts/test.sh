@@ -42,6 +42,7 @@ go_tests() {
 }
 
 stage "gofmt and go vet" fmt_vet
+stage "repository stands alone (LICENSE, links, go mod tidy)" ./scripts/repo-check.sh
 stage "docker-compose config" ./scripts/compose-check.sh
 stage "Kafka events document (AsyncAPI)" ./scripts/asyncapi-check.sh
 stage "go test -race" go_tests
