@@ -45,6 +45,7 @@ stage "gofmt and go vet" fmt_vet
 stage "repository stands alone (LICENSE, links, go mod tidy)" ./scripts/repo-check.sh
 stage "docker-compose config" ./scripts/compose-check.sh
 stage "Kafka events document (AsyncAPI)" ./scripts/asyncapi-check.sh
+stage "alert rules and dashboard (promtool)" ./scripts/alerts-check.sh
 stage "go test -race" go_tests
 # The fault matrix (internal/faults, build tag faults): real api and reconciler processes,
 # toxiproxy, kill -9, server restarts. Its own stage: it builds -race binaries and takes minutes.
