@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test, each stage run even when an earlier one failed, against the real servers:
-# formatting and vet, compose validation, the Go suite under -race (Redis, a local Redis
-# Cluster, PostgreSQL, the kfake broker over TCP), the browser suite in headless Chromium,
-# and the k6 smoke. The last line sums it up; the exit code is non-zero if anything failed.
+# formatting and vet, the repository's self-containedness, compose validation, the events'
+# AsyncAPI document, the alert rules, the Go suite under -race (Redis, a local Redis Cluster,
+# PostgreSQL, the kfake broker over TCP), the browser suite in headless Chromium, and the k6
+# smoke. The last line sums it up; the exit code is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export K6_NO_USAGE_REPORT=true
