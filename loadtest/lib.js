@@ -64,7 +64,10 @@ export function login(prefix, n) {
     }
     for (const res of http.batch(reqs)) {
       if (res.status !== 200) {
-        fail(`login: ${res.status} ${res.body} (set FLASHSALE_LIMIT_LOGIN_IP=off for load tests)`);
+        const hint = res.status === 404
+          ? 'dev login is off: set FLASHSALE_DEV_LOGIN=true for load tests'
+          : 'set FLASHSALE_LIMIT_LOGIN_IP=off for load tests';
+        fail(`login: ${res.status} ${res.body} (${hint})`);
       }
       tokens.push(res.json('token'));
     }

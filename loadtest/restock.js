@@ -3,7 +3,7 @@
 // stock_left == stock_total (restocks raced purchases without losing or inventing a unit).
 import http from 'k6/http';
 import { check, sleep } from 'k6';
-import { BASE, SMOKE, runId, dur, login, putItem, buy, bearer, record, checkStock, thresholds } from './lib.js';
+import { ADMIN, BASE, SMOKE, runId, dur, login, putItem, buy, bearer, record, checkStock, thresholds } from './lib.js';
 
 const USERS = SMOKE ? 100 : 2000;
 const STOCK = SMOKE ? 20 : 200;
@@ -46,7 +46,7 @@ export function shop(data) {
 }
 
 export function restock(data) {
-  const res = http.post(`${BASE}/api/admin/items/${data.item}/stock`, JSON.stringify({ delta: DELTA }), bearer(__ENV.ADMIN_TOKEN));
+  const res = http.post(`${BASE}/api/admin/items/${data.item}/stock`, JSON.stringify({ delta: DELTA }), bearer(ADMIN));
   record(res, [200], 'restock');
   check(res, { 'restock applied': (r) => r.status === 200 });
   sleep(SMOKE ? 0.5 : 2);

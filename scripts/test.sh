@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test, each stage run even when an earlier one failed, against the real servers:
-# formatting and vet, compose validation, the Go suite under -race (Redis, a local Redis
-# Cluster, PostgreSQL, the kfake broker over TCP), the browser suite in headless Chromium,
-# and the k6 smoke. The last line sums it up; the exit code is non-zero if anything failed.
+# formatting and vet, the repository's self-containedness, compose validation, the events'
+# AsyncAPI document, the alert rules, the Go suite under -race (Redis, a local Redis Cluster,
+# PostgreSQL, the kfake broker over TCP), the browser suite in headless Chromium, and the k6
+# smoke. The last line sums it up; the exit code is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export K6_NO_USAGE_REPORT=true
@@ -26,20 +27,6 @@ fmt_vet() {
   go vet ./...
 }
 
-# go.mod and go.sum must be what `go mod tidy` makes of the code.
-go_mod_tidy() {
-  local tmp; tmp=$(mktemp -d)
-  cp go.mod go.sum "$tmp/"
-  go mod tidy
-  if ! cmp -s go.mod "$tmp/go.mod" || ! cmp -s go.sum "$tmp/go.sum"; then
-    echo "go mod tidy changed go.mod/go.sum: commit its result"
-    git --no-pager diff --stat -- go.mod go.sum
-    cp "$tmp/go.mod" "$tmp/go.sum" .
-    rm -rf "$tmp"; return 1
-  fi
-  rm -rf "$tmp"
-}
-
 # The events test reads the topic back with kcat (librdkafka): a Kafka client nobody here wrote.
 ensure_kcat() {
   command -v kcat >/dev/null && return 0
@@ -56,9 +43,11 @@ go_tests() {
 }
 
 stage "gofmt and go vet" fmt_vet
+stage "repository stands alone (LICENSE, links, go mod tidy)" ./scripts/repo-check.sh
 stage "golangci-lint" ./scripts/lint.sh
-stage "go mod tidy" go_mod_tidy
 stage "docker-compose config" ./scripts/compose-check.sh
+stage "Kafka events document (AsyncAPI)" ./scripts/asyncapi-check.sh
+stage "alert rules and dashboard (promtool)" ./scripts/alerts-check.sh
 stage "go test -race" go_tests
 # The fault matrix (internal/faults, build tag faults): real api and reconciler processes,
 # toxiproxy, kill -9, server restarts. Its own stage: it builds -race binaries and takes minutes.

@@ -15,7 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/metrics"
 )
 
-// openapiDoc is the contract (../shared/spec/api.md) as an OpenAPI 3 document; a test keeps it
+// openapiDoc is the contract (docs/api.md) as an OpenAPI 3 document; a test keeps it
 // and the registered routes in step.
 //
 //go:embed openapi.json
