@@ -30,11 +30,16 @@ const consumerGroup = "reconciler"
 // openReconciler builds a Reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
 // pipeline (embedded broker address when KAFKA_BROKERS is unset), the ranking store.
 func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconciler, func(), error) {
-	rdb, err := redisconn.Open(ctx, cfg.RedisAddrs, cfg.RedisDB)
+	rdb, err := redisconn.OpenSecure(ctx, cfg.RedisAddrs, cfg.RedisDB, cfg.Redis)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := lua.Load(ctx, rdb); err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	transport, err := cfg.Kafka.Transport()
+	if err != nil {
 		rdb.Close()
 		return nil, nil, err
 	}
@@ -46,7 +51,7 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
 	r := reconcile.New(rdb, keys, db, reconcile.Options{
 		ReservationTTL: cfg.ReservationTTL,
-		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, consumerGroup),
+		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, consumerGroup, transport),
 		Ranking: ranking.NewStore(rdb, keys, ranking.Options{
 			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
 		}),

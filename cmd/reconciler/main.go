@@ -121,7 +121,17 @@ func run(ctx context.Context, cfg config.Config) error {
 	// as failed) while the consumer drains its last batch.
 	defer stopSchedule()
 
+	dialer, err := cfg.Kafka.Dialer()
+	if err != nil {
+		return err
+	}
+	transport, err := cfg.Kafka.Transport()
+	if err != nil {
+		return err
+	}
 	opt := record.ConsumerOptions{
+		Dialer:       dialer,
+		Transport:    transport,
 		Brokers:      cfg.Brokers(),
 		Topic:        cfg.KafkaTopic,
 		GroupID:      consumerGroup,

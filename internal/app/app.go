@@ -67,7 +67,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 			a = nil
 		}
 	}()
-	if a.rdb, err = redisconn.Open(ctx, cfg.RedisAddrs, cfg.RedisDB); err != nil {
+	if a.rdb, err = redisconn.OpenSecure(ctx, cfg.RedisAddrs, cfg.RedisDB, cfg.Redis); err != nil {
 		return nil, err
 	}
 	metrics.InstrumentRedis(a.rdb) // script calls and latency by script name
@@ -125,6 +125,11 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		slog.Info("embedded Kafka-protocol broker", "addr", a.broker.Addr(), "topic", cfg.KafkaTopic, "dir", dir)
 	}
 	a.writer = outbox.NewWriter(brokers, cfg.KafkaTopic)
+	if a.broker == nil { // a real Kafka: its login and TLS (the embedded broker needs neither)
+		if a.writer.Transport, err = cfg.Kafka.Transport(); err != nil {
+			return nil, err
+		}
+	}
 	relayOpt := outbox.Options{Max: int64(cfg.OutboxMax)}
 	if crashpoint.Enabled("relay-after-publish") { // fault tests only
 		relayOpt.AfterPublish = func(n int) error { crashpoint.Reached("relay-after-publish", n); return nil }

@@ -7,12 +7,15 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
 // Config is every setting of the api and the reconciler.
@@ -52,6 +55,8 @@ type Config struct {
 	ReconcileInterval   time.Duration // 0 = batch only on demand
 	ShutdownTimeout     time.Duration
 	OutboxMax           int // outbox entries (all items) above which purchases answer 503
+	Redis               redisconn.Security
+	Kafka               kafkaconn.Security
 }
 
 // FromEnv reads the configuration from the process environment.
@@ -94,6 +99,15 @@ func Parse(getenv func(string) string) (Config, error) {
 		ReconcileInterval: p.duration("FLASHSALE_RECONCILE_INTERVAL", 0),
 		ShutdownTimeout:   p.duration("FLASHSALE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		OutboxMax:         p.integer("FLASHSALE_OUTBOX_MAX", 1_000_000, 1, 1<<40),
+		Redis: redisconn.Security{
+			Username: p.str("FLASHSALE_REDIS_USERNAME", ""), Password: p.str("FLASHSALE_REDIS_PASSWORD", ""),
+			TLS: p.boolean("FLASHSALE_REDIS_TLS", false), CAFile: p.str("FLASHSALE_REDIS_CA_FILE", ""),
+		},
+		Kafka: kafkaconn.Security{
+			Mechanism: p.str("KAFKA_SASL_MECHANISM", ""),
+			Username:  p.str("KAFKA_USERNAME", ""), Password: p.str("KAFKA_PASSWORD", ""),
+			TLS: p.boolean("KAFKA_TLS", false), CAFile: p.str("KAFKA_CA_FILE", ""),
+		},
 	}
 	if p.err != nil {
 		return Config{}, p.err
@@ -110,6 +124,15 @@ func Parse(getenv func(string) string) (Config, error) {
 		if _, _, err := net.ParseCIDR(px); err != nil && net.ParseIP(px) == nil {
 			return Config{}, fmt.Errorf("config: FLASHSALE_TRUSTED_PROXIES: %q is neither an IP address nor a CIDR range", px)
 		}
+	}
+	if err := c.Kafka.Check(); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if (c.Kafka.Mechanism != "" || c.Kafka.TLS) && len(c.KafkaBrokers) == 0 {
+		return Config{}, fmt.Errorf("config: KAFKA_SASL_MECHANISM and KAFKA_TLS are for KAFKA_BROKERS; the embedded broker takes neither")
+	}
+	if err := c.Redis.Check(); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	if len(c.RedisAddrs) == 0 {
 		return Config{}, fmt.Errorf("config: FLASHSALE_REDIS_ADDRS: at least one address is needed")
@@ -133,10 +156,22 @@ func (c Config) Brokers() []string {
 	return []string{c.EmbeddedKafkaAddr}
 }
 
-// Masked returns a copy safe to log: secrets are replaced.
+// Masked returns a copy safe to log: secrets are replaced, and the password inside the
+// Postgres DSN is masked.
 func (c Config) Masked() Config {
 	c.JWTSecret = "***"
 	c.AdminToken = "***"
+	if c.Redis.Password != "" {
+		c.Redis.Password = "***"
+	}
+	if c.Kafka.Password != "" {
+		c.Kafka.Password = "***"
+	}
+	if u, err := url.Parse(c.PostgresDSN); err == nil {
+		c.PostgresDSN = u.Redacted()
+	} else {
+		c.PostgresDSN = "***" // unparsable: it may hold anything
+	}
 	return c
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +72,34 @@ func TestInvalid(t *testing.T) {
 	}
 	if _, err := Parse(env(map[string]string{"FLASHSALE_OUTBOX_MAX": "0"})); err == nil {
 		t.Error("FLASHSALE_OUTBOX_MAX=0 accepted")
+	}
+}
+
+// Credentials: a mechanism the clients lack, SASL without a user, or SASL towards the embedded
+// broker refuse to start; passwords never reach the logged config (nor the DSN's).
+func TestCredentials(t *testing.T) {
+	for _, bad := range []map[string]string{
+		{"KAFKA_BROKERS": "k:9092", "KAFKA_SASL_MECHANISM": "GSSAPI", "KAFKA_USERNAME": "u", "KAFKA_PASSWORD": "p"},
+		{"KAFKA_BROKERS": "k:9092", "KAFKA_SASL_MECHANISM": "PLAIN"},
+		{"KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_USERNAME": "u", "KAFKA_PASSWORD": "p"},
+		{"FLASHSALE_REDIS_TLS": "true", "FLASHSALE_REDIS_CA_FILE": "/nonexistent.pem"},
+	} {
+		if _, err := Parse(env(bad)); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	c, err := Parse(env(map[string]string{
+		"KAFKA_BROKERS": "k:9092", "KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "KAFKA_USERNAME": "u", "KAFKA_PASSWORD": "kafka-secret",
+		"FLASHSALE_REDIS_PASSWORD": "redis-secret",
+		"FLASHSALE_POSTGRES_DSN":   "postgres://flash:TopSecretPgPass@db:5432/flashsale",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := fmt.Sprintf("%+v", c.Masked())
+	for _, secret := range []string{"kafka-secret", "redis-secret", "TopSecretPgPass", c.JWTSecret, c.AdminToken} {
+		if strings.Contains(logged, secret) {
+			t.Errorf("the logged config holds a secret %q: %s", secret, logged)
+		}
 	}
 }

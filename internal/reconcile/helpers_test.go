@@ -60,7 +60,7 @@ func newEnvOn(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space) *env
 	t.Cleanup(e.rec.Close)
 	e.inv = inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: time.Hour})
 	e.ord = orders.NewStore(rdb, keys)
-	e.pipe = reconcile.NewKafkaPipeline(e.brokers, topic, "reconciler")
+	e.pipe = reconcile.NewKafkaPipeline(e.brokers, topic, "reconciler", nil)
 	e.startPipeline()
 	return e
 }

@@ -27,10 +27,11 @@ type KafkaPipeline struct {
 	client       *kafka.Client
 }
 
-// NewKafkaPipeline watches group's progress on topic.
-func NewKafkaPipeline(brokers []string, topic, group string) *KafkaPipeline {
+// NewKafkaPipeline watches group's progress on topic; transport (nil: kafka-go's default)
+// carries the brokers' login and TLS.
+func NewKafkaPipeline(brokers []string, topic, group string, transport kafka.RoundTripper) *KafkaPipeline {
 	return &KafkaPipeline{topic: topic, group: group,
-		client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}}
+		client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second, Transport: transport}}
 }
 
 func (k *KafkaPipeline) partitions(ctx context.Context) ([]int, error) {

@@ -29,6 +29,9 @@ type ConsumerOptions struct {
 	DrainTimeout time.Duration
 	// LagInterval is how often consumer lag is measured and exported (default 5s).
 	LagInterval time.Duration
+	// Dialer and Transport carry the brokers' login and TLS (kafkaconn); nil: plaintext.
+	Dialer    *kafka.Dialer
+	Transport *kafka.Transport
 	// AfterCommit, when set, runs after a batch's transaction committed and before its
 	// offsets are committed; a non-nil error stops Run with it and the offsets stay
 	// uncommitted, as if the process died there (tests use it to prove duplicates are absorbed).
@@ -73,11 +76,15 @@ func NewConsumer(db *gorm.DB, opt ConsumerOptions) *Consumer {
 	if opt.LagInterval <= 0 {
 		opt.LagInterval = 5 * time.Second
 	}
+	// Its own transport: the shared default one keeps dead connections after a broker
+	// restart, and lag must be measurable right after an outage.
+	transport := &kafka.Transport{}
+	if opt.Transport != nil {
+		transport = opt.Transport
+	}
 	return &Consumer{
-		w: NewWriter(db),
-		// Its own transport: the shared default one keeps dead connections after a broker
-		// restart, and lag must be measurable right after an outage.
-		client: &kafka.Client{Addr: kafka.TCP(opt.Brokers...), Timeout: 5 * time.Second, Transport: &kafka.Transport{}},
+		w:      NewWriter(db),
+		client: &kafka.Client{Addr: kafka.TCP(opt.Brokers...), Timeout: 5 * time.Second, Transport: transport},
 		opt:    opt,
 	}
 }
@@ -87,6 +94,7 @@ func NewConsumer(db *gorm.DB, opt ConsumerOptions) *Consumer {
 func (c *Consumer) newReader() *kafka.Reader {
 	return kafka.NewReader(kafka.ReaderConfig{
 		Brokers:     c.opt.Brokers,
+		Dialer:      c.opt.Dialer,
 		Topic:       c.opt.Topic,
 		GroupID:     c.opt.GroupID,
 		StartOffset: kafka.FirstOffset, // a new group reads the topic from the start

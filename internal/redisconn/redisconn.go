@@ -4,7 +4,10 @@ package redisconn
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -13,15 +16,59 @@ import (
 	"github.com/flashsale/flashsale/internal/logging"
 )
 
+// Security is how the clients log in to Redis and encrypt: an ACL user and password (AUTH),
+// TLS with optional PEM roots (FLASHSALE_REDIS_USERNAME, _PASSWORD, _TLS, _CA_FILE).
+type Security struct {
+	Username, Password string
+	TLS                bool
+	CAFile             string
+}
+
+// Check reports a configuration the client could not use.
+func (s Security) Check() error {
+	_, err := s.tlsConfig()
+	return err
+}
+
+func (s Security) tlsConfig() (*tls.Config, error) {
+	if !s.TLS {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if s.CAFile != "" {
+		pem, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("FLASHSALE_REDIS_CA_FILE: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("FLASHSALE_REDIS_CA_FILE %s holds no PEM certificate", s.CAFile)
+		}
+	}
+	return cfg, nil
+}
+
 var routeLogs sync.Once
 
-// Open connects and pings; it fails with a message that says how to start Redis. go-redis's
-// own log lines go into slog as throttled warnings.
+// Open connects without a login; see OpenSecure.
 func Open(ctx context.Context, addrs []string, db int) (redis.UniversalClient, error) {
+	return OpenSecure(ctx, addrs, db, Security{})
+}
+
+// OpenSecure connects with sec's login and TLS, and pings; it fails with a message that says
+// how to start Redis. go-redis's own log lines go into slog as throttled warnings.
+func OpenSecure(ctx context.Context, addrs []string, db int, sec Security) (redis.UniversalClient, error) {
 	routeLogs.Do(func() { redis.SetLogger(logging.NewRedis()) })
+	tlsCfg, err := sec.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	opt := &redis.UniversalOptions{
 		Addrs:        addrs,
 		DB:           db,
+		Username:     sec.Username,
+		Password:     sec.Password,
+		TLSConfig:    tlsCfg,
 		DialTimeout:  2 * time.Second,
 		ReadTimeout:  3 * time.Second,
 		WriteTimeout: 3 * time.Second,
