@@ -112,6 +112,13 @@ func Parse(getenv func(string) string) (Config, error) {
 	if p.err != nil {
 		return Config{}, p.err
 	}
+	// A secret that is set must be one: long enough, and not a placeholder someone forgot.
+	if c.JWTSecret != "" && (len(c.JWTSecret) < 32 || placeholder(c.JWTSecret)) {
+		return Config{}, fmt.Errorf("config: FLASHSALE_JWT_SECRET must be at least 32 bytes and not a placeholder (scripts/dotenv.sh makes one)")
+	}
+	if c.AdminToken != "" && (len(c.AdminToken) < 24 || placeholder(c.AdminToken)) {
+		return Config{}, fmt.Errorf("config: FLASHSALE_ADMIN_TOKEN must be at least 24 characters and not a placeholder (scripts/dotenv.sh makes one)")
+	}
 	if c.JWTSecret == "" {
 		c.JWTSecret, c.JWTSecretGenerated = randomHex(32), true
 	}
@@ -145,6 +152,18 @@ func Parse(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")
 	}
 	return c, nil
+}
+
+// placeholder reports a secret copied from an example rather than made: the words examples
+// use for "put yours here".
+func placeholder(s string) bool {
+	l := strings.ToLower(s)
+	for _, w := range []string{"change-me", "changeme", "change_me", "placeholder", "example", "your-secret", "secret-here"} {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // Brokers are the Kafka brokers both binaries use: KAFKA_BROKERS, or the api's embedded

@@ -63,6 +63,8 @@ func TestInvalid(t *testing.T) {
 		"FLASHSALE_IDEMPOTENCY_TTL":   "1us",
 		"FLASHSALE_REDIS_ADDRS":       " , ",
 		"FLASHSALE_TRUSTED_PROXIES":   "10.0.0.0/8,not-an-ip",
+		"FLASHSALE_JWT_SECRET":        "short-secret",
+		"FLASHSALE_ADMIN_TOKEN":       "change-me-admin-token-0123456789",
 	} {
 		if _, err := Parse(env(map[string]string{k: v})); err == nil {
 			t.Errorf("%s=%q accepted", k, v)
@@ -83,6 +85,8 @@ func TestCredentials(t *testing.T) {
 		{"KAFKA_BROKERS": "k:9092", "KAFKA_SASL_MECHANISM": "PLAIN"},
 		{"KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_USERNAME": "u", "KAFKA_PASSWORD": "p"},
 		{"FLASHSALE_REDIS_TLS": "true", "FLASHSALE_REDIS_CA_FILE": "/nonexistent.pem"},
+		{"FLASHSALE_JWT_SECRET": "change-me-jwt-secret-0123456789abcdef"},
+		{"FLASHSALE_ADMIN_TOKEN": "x"},
 	} {
 		if _, err := Parse(env(bad)); err == nil {
 			t.Errorf("%v accepted", bad)

@@ -105,7 +105,7 @@ func limitConfig(t testing.TB, env map[string]string) config.Config {
 	t.Helper()
 	cfg, err := config.Parse(func(k string) string {
 		if k == "FLASHSALE_JWT_SECRET" {
-			return "limit-test-secret"
+			return "limit-test-secret-0123456789abcdef"
 		}
 		return env[k]
 	})
