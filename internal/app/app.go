@@ -233,7 +233,11 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 
-	srv := &http.Server{Handler: a.server, ReadHeaderTimeout: 5 * time.Second}
+	// Slow clients cannot hold a handler: the headers within 5 s, the whole request (a body
+	// sent a byte at a time) within the read timeout, the answer within the write timeout;
+	// idle keep-alive connections close.
+	srv := &http.Server{Handler: a.server, ReadHeaderTimeout: min(5*time.Second, a.cfg.HTTPReadTimeout),
+		ReadTimeout: a.cfg.HTTPReadTimeout, WriteTimeout: a.cfg.HTTPWriteTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	slog.Info("api listening", "url", "http://"+ln.Addr().String()+"/")

@@ -54,6 +54,9 @@ type Config struct {
 	LimitLoginIP        limits.Policy
 	ReconcileInterval   time.Duration // 0 = batch only on demand
 	ShutdownTimeout     time.Duration
+	HTTPReadTimeout     time.Duration // a whole request, body included (slow clients)
+	HTTPWriteTimeout    time.Duration // a whole answer
+	HTTPIdleTimeout     time.Duration // a keep-alive connection between requests
 	OutboxMax           int // outbox entries (all items) above which purchases answer 503
 	Redis               redisconn.Security
 	Kafka               kafkaconn.Security
@@ -98,6 +101,9 @@ func Parse(getenv func(string) string) (Config, error) {
 		LimitLoginIP:      p.limit("FLASHSALE_LIMIT_LOGIN_IP", "10/1m:10"),
 		ReconcileInterval: p.duration("FLASHSALE_RECONCILE_INTERVAL", 0),
 		ShutdownTimeout:   p.duration("FLASHSALE_SHUTDOWN_TIMEOUT", 10*time.Second),
+		HTTPReadTimeout:   p.duration("FLASHSALE_HTTP_READ_TIMEOUT", 15*time.Second),
+		HTTPWriteTimeout:  p.duration("FLASHSALE_HTTP_WRITE_TIMEOUT", 30*time.Second),
+		HTTPIdleTimeout:   p.duration("FLASHSALE_HTTP_IDLE_TIMEOUT", 60*time.Second),
 		OutboxMax:         p.integer("FLASHSALE_OUTBOX_MAX", 1_000_000, 1, 1<<40),
 		Redis: redisconn.Security{
 			Username: p.str("FLASHSALE_REDIS_USERNAME", ""), Password: p.str("FLASHSALE_REDIS_PASSWORD", ""),
@@ -147,6 +153,9 @@ func Parse(getenv func(string) string) (Config, error) {
 	// The scripts work in whole milliseconds: anything shorter would round to 0.
 	if c.ReservationTTL < time.Millisecond || c.IdempotencyTTL < time.Millisecond || c.TokenTTL < time.Second {
 		return Config{}, fmt.Errorf("config: reservation and idempotency TTLs must be at least 1ms, the token TTL at least 1s")
+	}
+	if c.HTTPReadTimeout < time.Millisecond || c.HTTPWriteTimeout < time.Millisecond || c.HTTPIdleTimeout < time.Millisecond {
+		return Config{}, fmt.Errorf("config: the HTTP read, write and idle timeouts must be at least 1ms")
 	}
 	if c.ExpiryInterval < time.Millisecond || c.SnapshotInterval < time.Millisecond {
 		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")

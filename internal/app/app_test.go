@@ -1,0 +1,76 @@
+package app_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/app"
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// The api as cmd/api runs it (New, Run on a listener, shutdown by its context): it serves,
+// a client sending its body a byte at a time is cut off by the read timeout instead of
+// holding a handler, and Run returns once everything it started has stopped.
+func TestRunServesAndCutsSlowClients(t *testing.T) {
+	_, keys := testenv.Redis(t)
+	broker := testenv.Kafka(t, "flashsale.orders", 1)
+	cfg, err := config.Parse(func(k string) string {
+		return map[string]string{
+			"FLASHSALE_REDIS_ADDRS":       testenv.RedisAddr(),
+			"FLASHSALE_REDIS_PREFIX":      keys.Prefix,
+			"KAFKA_BROKERS":               broker.Addr(),
+			"FLASHSALE_HTTP_READ_TIMEOUT": "300ms",
+		}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := app.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- api.Run(ctx, ln) }()
+
+	resp, err := http.Get("http://" + ln.Addr().String() + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("readyz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	// A login whose body never finishes arriving.
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /api/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"us"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second)) // a bound on the test, not the claim
+	reply, err := io.ReadAll(bufio.NewReader(c))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the server still holds a client that stopped sending its body")
+	}
+	if len(reply) > 0 && !strings.Contains(string(reply), " 400 ") && !strings.Contains(string(reply), " 408 ") {
+		t.Fatalf("answer to a stalled body: %q", reply)
+	}
+
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
