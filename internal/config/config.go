@@ -57,7 +57,7 @@ type Config struct {
 	HTTPReadTimeout     time.Duration // a whole request, body included (slow clients)
 	HTTPWriteTimeout    time.Duration // a whole answer
 	HTTPIdleTimeout     time.Duration // a keep-alive connection between requests
-	OutboxMax           int // outbox entries (all items) above which purchases answer 503
+	OutboxMax           int           // outbox entries (all items) above which purchases answer 503
 	Redis               redisconn.Security
 	Kafka               kafkaconn.Security
 }
