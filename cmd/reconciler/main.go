@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -30,17 +31,28 @@ const usage = "usage: reconciler [run | migrate | batch [--repair] | restore]"
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
-	cfg, err := config.FromEnv()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli(ctx, os.Args[1:], os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// cli runs one command and returns the process's exit code: 0 done (or help printed), 1
+// failed, 2 bad usage or configuration, 3 drift found (batch).
+func cli(ctx context.Context, argv []string, getenv func(string) string) int {
+	cmd, args := "run", []string(nil)
+	if len(argv) > 0 {
+		cmd, args = argv[0], argv[1:]
+	}
+	// `--help`, alone or after a command, prints the usage and exits 0, starting nothing.
+	if cmd == "-h" || cmd == "--help" || cmd == "help" || (wantsHelp(args) && (cmd == "run" || cmd == "migrate")) {
+		fmt.Println(usage)
+		return 0
+	}
+	cfg, err := config.Parse(getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reconciler:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	cmd, args := "run", []string(nil)
-	if len(os.Args) > 1 {
-		cmd, args = os.Args[1], os.Args[2:]
+		return 2
 	}
 	switch cmd {
 	case "run":
@@ -51,20 +63,30 @@ func main() {
 		err = batchCommand(ctx, cfg, args, os.Stdout)
 	case "restore":
 		err = restoreCommand(ctx, cfg, args, os.Stdout)
-	case "-h", "--help", "help":
-		fmt.Println(usage)
-		return
 	default:
 		fmt.Fprintf(os.Stderr, "reconciler: unknown command %q\n%s\n", cmd, usage)
-		os.Exit(2)
+		return 2
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0 // the command printed its usage
+	case errors.Is(err, errDrift):
 		fmt.Fprintln(os.Stderr, "reconciler:", err)
-		if errors.Is(err, errDrift) {
-			os.Exit(3)
-		}
-		os.Exit(1)
+		return 3
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "reconciler:", err)
+		return 1
 	}
+	return 0
+}
+
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
+		}
+	}
+	return false
 }
 
 func migrate(ctx context.Context, cfg config.Config) error {

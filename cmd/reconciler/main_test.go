@@ -67,3 +67,25 @@ func TestRunSchedulesReconciliation(t *testing.T) {
 		t.Fatal("run did not stop within 30 s of its context ending")
 	}
 }
+
+// `--help` on every command exits 0 and starts nothing: the configuration points at servers
+// that do not exist, so anything that connected would fail or hang instead.
+func TestHelpStartsNothing(t *testing.T) {
+	nowhere := map[string]string{
+		"FLASHSALE_POSTGRES_DSN": "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1",
+		"FLASHSALE_REDIS_ADDRS":  "127.0.0.1:1",
+		"KAFKA_BROKERS":          "127.0.0.1:1",
+	}
+	getenv := func(k string) string { return nowhere[k] }
+	for _, argv := range [][]string{{"--help"}, {"help"}, {"run", "--help"}, {"migrate", "--help"},
+		{"batch", "--help"}, {"restore", "--help"}, {"batch", "-h"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		if code := cli(ctx, argv, getenv); code != 0 {
+			t.Errorf("reconciler %v: exit %d, want 0", argv, code)
+		}
+		cancel()
+	}
+	if code := cli(context.Background(), []string{"nonsense"}, getenv); code != 2 {
+		t.Errorf("an unknown command: exit %d, want 2", code)
+	}
+}
