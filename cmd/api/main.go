@@ -21,6 +21,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "api:", err)
 		os.Exit(2)
 	}
+	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, cfg); err != nil {
@@ -30,7 +31,7 @@ func main() {
 }
 
 func run(ctx context.Context, cfg config.Config) error {
-	slog.Info("starting api", "config", fmt.Sprintf("%+v", cfg.Masked()))
+	slog.Info("starting api", "config", cfg) // Config.LogValue: structured, secrets masked
 	if cfg.JWTSecretGenerated {
 		slog.Warn("FLASHSALE_JWT_SECRET is not set: using a random secret; tokens die with this process")
 	}

@@ -54,6 +54,7 @@ func cli(ctx context.Context, argv []string, getenv func(string) string) int {
 		fmt.Fprintln(os.Stderr, "reconciler:", err)
 		return 2
 	}
+	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
 	switch cmd {
 	case "run":
 		err = run(ctx, cfg)
@@ -106,7 +107,7 @@ func migrate(ctx context.Context, cfg config.Config) error {
 // run consumes until SIGINT/SIGTERM, then drains the batch in hand and commits it. With
 // cfg.ReconcileInterval set it also runs scheduled batch reconciliation until then.
 func run(ctx context.Context, cfg config.Config) error {
-	slog.Info("starting reconciler", "config", fmt.Sprintf("%+v", cfg.Masked()))
+	slog.Info("starting reconciler", "config", cfg) // Config.LogValue: structured, secrets masked
 	db, err := record.Open(cfg.PostgresDSN)
 	if err != nil {
 		return err

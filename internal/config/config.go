@@ -6,9 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +59,7 @@ type Config struct {
 	HTTPReadTimeout     time.Duration // a whole request, body included (slow clients)
 	HTTPWriteTimeout    time.Duration // a whole answer
 	HTTPIdleTimeout     time.Duration // a keep-alive connection between requests
+	LogLevel            slog.Level    // FLASHSALE_LOG_LEVEL: debug, info, warn, error
 	OutboxMax           int           // outbox entries (all items) above which purchases answer 503
 	Redis               redisconn.Security
 	Kafka               kafkaconn.Security
@@ -104,6 +107,7 @@ func Parse(getenv func(string) string) (Config, error) {
 		HTTPReadTimeout:   p.duration("FLASHSALE_HTTP_READ_TIMEOUT", 15*time.Second),
 		HTTPWriteTimeout:  p.duration("FLASHSALE_HTTP_WRITE_TIMEOUT", 30*time.Second),
 		HTTPIdleTimeout:   p.duration("FLASHSALE_HTTP_IDLE_TIMEOUT", 60*time.Second),
+		LogLevel:          p.level("FLASHSALE_LOG_LEVEL", slog.LevelInfo),
 		OutboxMax:         p.integer("FLASHSALE_OUTBOX_MAX", 1_000_000, 1, 1<<40),
 		Redis: redisconn.Security{
 			Username: p.str("FLASHSALE_REDIS_USERNAME", ""), Password: p.str("FLASHSALE_REDIS_PASSWORD", ""),
@@ -203,6 +207,21 @@ func (c Config) Masked() Config {
 	return c
 }
 
+// LogValue logs the configuration as structured fields, secrets masked, durations as text.
+func (c Config) LogValue() slog.Value {
+	m := c.Masked()
+	return slog.GroupValue(
+		slog.String("http_addr", m.HTTPAddr), slog.Any("redis_addrs", m.RedisAddrs),
+		slog.String("redis_prefix", m.RedisPrefix), slog.Bool("redis_tls", m.Redis.TLS),
+		slog.String("postgres_dsn", m.PostgresDSN), slog.Any("kafka_brokers", m.Brokers()),
+		slog.String("kafka_topic", m.KafkaTopic), slog.String("kafka_sasl", m.Kafka.Mechanism),
+		slog.Bool("dev_login", m.DevLogin), slog.String("reservation_ttl", m.ReservationTTL.String()),
+		slog.String("idempotency_ttl", m.IdempotencyTTL.String()), slog.Int("outbox_max", m.OutboxMax),
+		slog.String("purchase_limit", m.LimitPurchase.String()), slog.Int("purchase_batch", m.PurchaseBatch),
+		slog.String("log_level", m.LogLevel.String()),
+	)
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
@@ -285,6 +304,19 @@ func (p *parser) duration(name string, def time.Duration) time.Duration {
 		p.fail(name, v, "want a duration such as 500ms, 10m")
 	}
 	return d
+}
+
+// level parses a log level: debug, info, warn or error.
+func (p *parser) level(name string, def slog.Level) slog.Level {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(v)); err != nil || !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(v)) {
+		p.fail(name, v, "want debug, info, warn or error")
+	}
+	return l
 }
 
 // limit parses "RATE/PERIOD:BURST", e.g. "5/1s:10"; "off" disables the policy.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,7 @@ func TestInvalid(t *testing.T) {
 		"FLASHSALE_REDIS_ADDRS":       " , ",
 		"FLASHSALE_TRUSTED_PROXIES":   "10.0.0.0/8,not-an-ip",
 		"FLASHSALE_JWT_SECRET":        "short-secret",
+		"FLASHSALE_LOG_LEVEL":         "verbose",
 		"FLASHSALE_ADMIN_TOKEN":       "change-me-admin-token-0123456789",
 	} {
 		if _, err := Parse(env(map[string]string{k: v})); err == nil {
@@ -100,7 +102,12 @@ func TestCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logged := fmt.Sprintf("%+v", c.Masked())
+	var buf strings.Builder
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("starting", "config", c)
+	logged := fmt.Sprintf("%+v", c.Masked()) + buf.String()
+	if !strings.Contains(buf.String(), `"reservation_ttl":"10m0s"`) || !strings.Contains(buf.String(), `"postgres_dsn":"postgres://flash:xxxxx@db:5432/flashsale"`) {
+		t.Errorf("the config is not logged as structured fields with a masked DSN: %s", buf.String())
+	}
 	for _, secret := range []string{"kafka-secret", "redis-secret", "TopSecretPgPass", c.JWTSecret, c.AdminToken} {
 		if strings.Contains(logged, secret) {
 			t.Errorf("the logged config holds a secret %q: %s", secret, logged)
