@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -165,10 +166,16 @@ func (s *Server) importItems(c *gin.Context) {
 		fail(c, asInvalid(err))
 		return
 	}
-	created, updated, errs := 0, 0, []importError{}
+	created, updated, errs, failed := 0, 0, []importError{}, 0
+	report := func(line int, err error) {
+		failed++
+		if len(errs) < maxImportErrors {
+			errs = append(errs, importError{line, clip(err.Error(), 200)})
+		}
+	}
 	for _, r := range rows {
 		if r.err != nil {
-			errs = append(errs, importError{r.line, r.err.Error()})
+			report(r.line, r.err)
 			continue
 		}
 		_, isNew, err := s.upsertItem(c.Request.Context(), r.in)
@@ -178,13 +185,29 @@ func (s *Server) importItems(c *gin.Context) {
 		case err == nil:
 			updated++
 		case errors.Is(err, inventory.ErrInvalid) || errors.Is(err, inventory.ErrInvalidState):
-			errs = append(errs, importError{r.line, err.Error()})
+			report(r.line, err)
 		default:
 			fail(c, err)
 			return
 		}
 	}
-	c.JSON(http.StatusOK, gin.H{"created": created, "updated": updated, "errors": errs})
+	// The reply stays small whatever the file: the first maxImportErrors errors (each message
+	// clipped), and how many lines failed in all.
+	c.JSON(http.StatusOK, gin.H{"created": created, "updated": updated, "errors": errs, "failed": failed})
+}
+
+// maxImportErrors bounds the errors an import reply lists; "failed" counts them all.
+const maxImportErrors = 100
+
+// clip cuts s to at most n bytes on a rune boundary (a message may quote the bad input).
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 var csvHeader = []string{"id", "name", "category", "price_cents", "stock", "per_user_limit", "starts_at", "ends_at"}
