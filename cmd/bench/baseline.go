@@ -25,9 +25,9 @@ const (
 	prefixEnv = "FLASHSALE_BENCH_PREFIX"
 )
 
-// baselinePurchase is purchase.lua (with its call record) for the naive baseline server,
-// declared here like every package declares the scripts it runs.
-var baselinePurchase = lua.New("bench_purchase", "gcra.lua", "purchase.lua")
+// baselinePurchase is the bare purchase.lua (no call record, no re-sends: one EVALSHA per
+// request) of the naive baseline server, declared here like every package declares its scripts.
+var baselinePurchase = lua.Bare("gcra.lua", "purchase.lua")
 
 // serveBaseline runs the baseline named by FLASHSALE_BENCH_SERVE until killed.
 func serveBaseline(mode string) error {
