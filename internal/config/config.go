@@ -4,6 +4,8 @@ package config
 
 import (
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -111,12 +113,12 @@ func Parse(getenv func(string) string) (Config, error) {
 		OutboxMax:         p.integer("FLASHSALE_OUTBOX_MAX", 1_000_000, 1, 1<<40),
 		Redis: redisconn.Security{
 			Username: p.str("FLASHSALE_REDIS_USERNAME", ""), Password: p.str("FLASHSALE_REDIS_PASSWORD", ""),
-			TLS: p.boolean("FLASHSALE_REDIS_TLS", false), CAFile: p.str("FLASHSALE_REDIS_CA_FILE", ""),
+			TLS: p.tls("FLASHSALE_REDIS_TLS", "FLASHSALE_REDIS_CA_FILE"),
 		},
 		Kafka: kafkaconn.Security{
 			Mechanism: p.str("KAFKA_SASL_MECHANISM", ""),
 			Username:  p.str("KAFKA_USERNAME", ""), Password: p.str("KAFKA_PASSWORD", ""),
-			TLS: p.boolean("KAFKA_TLS", false), CAFile: p.str("KAFKA_CA_FILE", ""),
+			TLS: p.tls("KAFKA_TLS", "KAFKA_CA_FILE"),
 		},
 	}
 	if p.err != nil {
@@ -145,11 +147,8 @@ func Parse(getenv func(string) string) (Config, error) {
 	if err := c.Kafka.Check(); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	if (c.Kafka.Mechanism != "" || c.Kafka.TLS) && len(c.KafkaBrokers) == 0 {
+	if (c.Kafka.Mechanism != "" || c.Kafka.TLS != nil) && len(c.KafkaBrokers) == 0 {
 		return Config{}, fmt.Errorf("config: KAFKA_SASL_MECHANISM and KAFKA_TLS are for KAFKA_BROKERS; the embedded broker takes neither")
-	}
-	if err := c.Redis.Check(); err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	if len(c.RedisAddrs) == 0 {
 		return Config{}, fmt.Errorf("config: FLASHSALE_REDIS_ADDRS: at least one address is needed")
@@ -212,7 +211,7 @@ func (c Config) LogValue() slog.Value {
 	m := c.Masked()
 	return slog.GroupValue(
 		slog.String("http_addr", m.HTTPAddr), slog.Any("redis_addrs", m.RedisAddrs),
-		slog.String("redis_prefix", m.RedisPrefix), slog.Bool("redis_tls", m.Redis.TLS),
+		slog.String("redis_prefix", m.RedisPrefix), slog.Bool("redis_tls", m.Redis.TLS != nil),
 		slog.String("postgres_dsn", m.PostgresDSN), slog.Any("kafka_brokers", m.Brokers()),
 		slog.String("kafka_topic", m.KafkaTopic), slog.String("kafka_sasl", m.Kafka.Mechanism),
 		slog.Bool("dev_login", m.DevLogin), slog.String("reservation_ttl", m.ReservationTTL.String()),
@@ -304,6 +303,28 @@ func (p *parser) duration(name string, def time.Duration) time.Duration {
 		p.fail(name, v, "want a duration such as 500ms, 10m")
 	}
 	return d
+}
+
+// tls builds the TLS settings of a client from "<on>" (a boolean) and "<ca>" (optional PEM
+// roots; empty: the system's), or nil when TLS is off.
+func (p *parser) tls(on, ca string) *tls.Config {
+	if !p.boolean(on, false) {
+		return nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if file := p.getenv(ca); file != "" {
+		pem, err := os.ReadFile(file)
+		if err != nil {
+			p.fail(ca, file, err.Error())
+			return nil
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			p.fail(ca, file, "holds no PEM certificate")
+			return nil
+		}
+	}
+	return cfg
 }
 
 // level parses a log level: debug, info, warn or error.

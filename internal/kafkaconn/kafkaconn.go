@@ -5,9 +5,7 @@ package kafkaconn
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -17,12 +15,11 @@ import (
 )
 
 // Security is the clients' login and encryption (KAFKA_SASL_MECHANISM, KAFKA_USERNAME,
-// KAFKA_PASSWORD, KAFKA_TLS, KAFKA_CA_FILE).
+// KAFKA_PASSWORD; TLS from KAFKA_TLS and KAFKA_CA_FILE, built by config).
 type Security struct {
 	Mechanism          string // "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
 	Username, Password string
-	TLS                bool
-	CAFile             string // PEM roots for TLS; empty: the system's
+	TLS                *tls.Config // nil: plaintext
 }
 
 // Check reports a configuration the clients could not use.
@@ -30,9 +27,6 @@ func (s Security) Check() error {
 	_, err := s.mechanism()
 	if err == nil && s.Mechanism != "" && (s.Username == "" || s.Password == "") {
 		err = fmt.Errorf("KAFKA_SASL_MECHANISM %s needs KAFKA_USERNAME and KAFKA_PASSWORD", s.Mechanism)
-	}
-	if err == nil {
-		_, err = s.tlsConfig()
 	}
 	return err
 }
@@ -51,35 +45,13 @@ func (s Security) mechanism() (sasl.Mechanism, error) {
 	return nil, fmt.Errorf("KAFKA_SASL_MECHANISM %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
 }
 
-func (s Security) tlsConfig() (*tls.Config, error) {
-	if !s.TLS {
-		return nil, nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if s.CAFile != "" {
-		pem, err := os.ReadFile(s.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("KAFKA_CA_FILE: %w", err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("KAFKA_CA_FILE %s holds no PEM certificate", s.CAFile)
-		}
-	}
-	return cfg, nil
-}
-
 // Transport is a kafka-go transport (for writers and clients) with the login and TLS.
 func (s Security) Transport() (*kafka.Transport, error) {
 	mech, err := s.mechanism()
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
-	return &kafka.Transport{SASL: mech, TLS: t}, nil
+	return &kafka.Transport{SASL: mech, TLS: s.TLS}, nil
 }
 
 // Dialer is a kafka-go dialer (for readers) with the login and TLS.
@@ -88,9 +60,5 @@ func (s Security) Dialer() (*kafka.Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
-	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, SASLMechanism: mech, TLS: t}, nil
+	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, SASLMechanism: mech, TLS: s.TLS}, nil
 }

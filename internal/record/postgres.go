@@ -3,8 +3,7 @@ package record
 import (
 	"context"
 	"fmt"
-	"log"
-	"os"
+	"log/slog"
 	"time"
 
 	"gorm.io/driver/postgres"
@@ -18,7 +17,8 @@ import (
 func Open(dsn string) (*gorm.DB, error) {
 	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{
 		// Batches are large: log errors without their parameters, and no slow-query lines.
-		Logger: logger.New(log.New(os.Stderr, "gorm: ", log.LstdFlags), logger.Config{
+		// Into the process's JSON log (slog), not plain text beside it.
+		Logger: logger.NewSlogLogger(slog.Default().With("component", "gorm"), logger.Config{
 			LogLevel: logger.Error, ParameterizedQueries: true, IgnoreRecordNotFoundError: true,
 		}),
 		// Writer opens its own transaction per batch; single statements need none.

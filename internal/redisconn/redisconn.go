@@ -5,9 +5,7 @@ package redisconn
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -16,36 +14,11 @@ import (
 	"github.com/flashsale/flashsale/internal/logging"
 )
 
-// Security is how the clients log in to Redis and encrypt: an ACL user and password (AUTH),
-// TLS with optional PEM roots (FLASHSALE_REDIS_USERNAME, _PASSWORD, _TLS, _CA_FILE).
+// Security is how the clients log in to Redis and encrypt: an ACL user and password (AUTH,
+// FLASHSALE_REDIS_USERNAME and _PASSWORD) and TLS (from _TLS and _CA_FILE, built by config).
 type Security struct {
 	Username, Password string
-	TLS                bool
-	CAFile             string
-}
-
-// Check reports a configuration the client could not use.
-func (s Security) Check() error {
-	_, err := s.tlsConfig()
-	return err
-}
-
-func (s Security) tlsConfig() (*tls.Config, error) {
-	if !s.TLS {
-		return nil, nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if s.CAFile != "" {
-		pem, err := os.ReadFile(s.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("FLASHSALE_REDIS_CA_FILE: %w", err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("FLASHSALE_REDIS_CA_FILE %s holds no PEM certificate", s.CAFile)
-		}
-	}
-	return cfg, nil
+	TLS                *tls.Config // nil: plaintext
 }
 
 var routeLogs sync.Once
@@ -59,16 +32,12 @@ func Open(ctx context.Context, addrs []string, db int) (redis.UniversalClient, e
 // how to start Redis. go-redis's own log lines go into slog as throttled warnings.
 func OpenSecure(ctx context.Context, addrs []string, db int, sec Security) (redis.UniversalClient, error) {
 	routeLogs.Do(func() { redis.SetLogger(logging.NewRedis()) })
-	tlsCfg, err := sec.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
 	opt := &redis.UniversalOptions{
 		Addrs:        addrs,
 		DB:           db,
 		Username:     sec.Username,
 		Password:     sec.Password,
-		TLSConfig:    tlsCfg,
+		TLSConfig:    sec.TLS,
 		DialTimeout:  2 * time.Second,
 		ReadTimeout:  3 * time.Second,
 		WriteTimeout: 3 * time.Second,
