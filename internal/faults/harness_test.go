@@ -35,6 +35,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flashsale/flashsale/internal/kafkabroker"
+	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -151,6 +152,23 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// keys is the processes' key space (FLASHSALE_REDIS_PREFIX), for the checks.
+func (s *sale) keys() keyspace.Space { return keyspace.Space{Prefix: s.prefix} }
+
+// waitNoReservations waits until every reservation of the items was paid, cancelled or expired,
+// so Redis stops changing before it is compared with Postgres.
+func (s *sale) waitNoReservations(items map[string]int, within time.Duration) {
+	s.t.Helper()
+	s.waitFor("every reservation to expire", within, func() bool {
+		for id := range items {
+			if n, _ := s.rdb.HGet(context.Background(), s.keys().Item(id).Hash(), "reserved").Int(); n != 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func (s *sale) redisAddr() string { return "127.0.0.1:" + strconv.Itoa(s.redisPort) }
@@ -520,8 +538,8 @@ func (s *sale) verify(items map[string]int) figures {
 	// Redis: the live state.
 	redisOrders := map[string]order{} // id -> order
 	for item, limit := range items {
-		k := s.prefix + "{i:" + item + "}:"
-		h := s.rdb.HGetAll(ctx, k+"item").Val()
+		k := s.keys().Item(item)
+		h := s.rdb.HGetAll(ctx, k.Hash()).Val()
 		total, _ := strconv.Atoi(h["stock_total"])
 		left, _ := strconv.Atoi(h["stock_left"])
 		reserved, _ := strconv.Atoi(h["reserved"])
@@ -532,7 +550,7 @@ func (s *sale) verify(items map[string]int) figures {
 		}
 		var sumReserved, sumPaid int
 		perUser := map[string]int{}
-		for id, packed := range s.rdb.HGetAll(ctx, k+"orders").Val() {
+		for id, packed := range s.rdb.HGetAll(ctx, k.Orders()).Val() {
 			o := parseOrder(id, item, packed)
 			redisOrders[id] = o
 			switch o.status {

@@ -176,14 +176,7 @@ func TestRedisLatencyJitter(t *testing.T) {
 	s.removeToxic(s.redisPx, "jitter")
 	end := time.Now()
 	// Every reservation left unpaid expires (3 s) before the record is compared.
-	s.waitFor("every reservation to expire", 60*time.Second, func() bool {
-		for id := range items {
-			if n, _ := s.rdb.HGet(context.Background(), s.prefix+"{i:"+id+"}:item", "reserved").Int(); n != 0 {
-				return false
-			}
-		}
-		return true
-	})
+	s.waitNoReservations(items, 60*time.Second)
 	f := s.verify(items)
 	f.recover = s.recovery(end)
 	report(t, "0-800 ms latency api-Redis", f)
@@ -218,14 +211,7 @@ func TestAPIKilled(t *testing.T) {
 	var end time.Time
 	s.run(workload{users: users, items: itemIDs(items), keyed: func(i int) bool { return i%2 == 0 }, at: 300,
 		when: func() { a.kill9(); end = time.Now() }})
-	s.waitFor("every reservation to expire", 90*time.Second, func() bool {
-		for id := range items {
-			if n, _ := s.rdb.HGet(context.Background(), s.prefix+"{i:"+id+"}:item", "reserved").Int(); n != 0 {
-				return false
-			}
-		}
-		return true
-	})
+	s.waitNoReservations(items, 90*time.Second)
 	f := s.verify(items)
 	f.recover = s.recovery(end)
 	report(t, "one of two apis kill -9", f)
