@@ -2,7 +2,7 @@
 -- outbox event. Runs in the item's slot like purchase.lua, so it serialises with purchases:
 -- stock_left never goes below zero and stock_total always equals everything loaded.
 --
--- KEYS[1] item hash   KEYS[2] outbox stream
+-- KEYS[1] item hash   KEYS[2] shard outbox stream   KEYS[3] shard change log   KEYS[4] shard clock
 -- ARGV[1] item id   ARGV[2] delta (non-zero integer)
 -- Reply: {'ok'|'not_found'|'invalid_state', HGETALL of the item}; an error reply for a
 --        malformed delta (nothing written).
@@ -24,6 +24,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'stock_total', total + delta, 'stock_left', left + delta)
 redis.call('HINCRBY', KEYS[1], 'version', 1)
+mark_changed(KEYS[3], KEYS[4], ARGV[1])
 redis.call('XADD', KEYS[2], '*', 'type', 'stock.adjusted', 'at', now, 'item', ARGV[1],
   'delta', delta, 'stock_total', total + delta)
 return {'ok', redis.call('HGETALL', KEYS[1])}

@@ -1,12 +1,12 @@
--- cancel.lua: cancel one reserved order, atomically with its outbox event. (release.lua is
--- prepended.) Stock, the user's per-user allowance, the expiry entry and the order's status
+-- cancel.lua: cancel one reserved order, atomically with its outbox event. (release.lua and
+-- changed.lua are prepended.) Stock, the user's per-user allowance, the expiry entry and the order's status
 -- change together or not at all, in the item's slot, so a cancel racing a payment or an expiry
 -- leaves the order in exactly one terminal state. A reservation whose time already ran out is
 -- expired here (order.expired) and refused, like pay.lua does: after expires_ms an order's fate
 -- is `expired` whichever of the expirer or the shopper reaches it first.
 --
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] expiry zset
--- KEYS[5] outbox stream
+-- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
 --
 -- Reply: {outcome, packed_order}
@@ -45,6 +45,7 @@ redis.call('ZREM', KEYS[4], oid)
 redis.call('HINCRBY', KEYS[1], 'stock_left', o.qty)
 redis.call('HINCRBY', KEYS[1], 'reserved', -o.qty)
 redis.call('HINCRBY', KEYS[1], 'version', 1)
+mark_changed(KEYS[6], KEYS[7], item_id)
 if status == 'expired' then
   return {'invalid_state', pack_order(o, status)}
 end

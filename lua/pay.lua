@@ -1,4 +1,5 @@
--- pay.lua: pay one reserved order, atomically with its outbox event. (release.lua is prepended.)
+-- pay.lua: pay one reserved order, atomically with its outbox event. (release.lua and changed.lua are
+-- prepended.)
 -- Runs in the item's slot like purchase.lua and expire.lua, so a payment and an expiry of the
 -- same order are serialised: the order ends in exactly one of paid or expired, and stock a late
 -- payment held is never sold twice. A payment that arrives at or after expires_ms expires the
@@ -6,7 +7,8 @@
 -- reached it yet, so the answer depends only on Redis TIME, never on the expirer's schedule.
 --
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] paidby hash
--- KEYS[5] expiry zset   KEYS[6] outbox stream
+-- KEYS[5] shard expiry zset   KEYS[6] shard outbox stream   KEYS[7] shard change log
+-- KEYS[8] shard clock
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
 --
 -- Reply: {outcome, packed_order, paid_total}
@@ -49,6 +51,7 @@ if now >= o.expires then
   redis.call('HINCRBY', KEYS[1], 'stock_left', o.qty)
   redis.call('HINCRBY', KEYS[1], 'reserved', -o.qty)
   redis.call('HINCRBY', KEYS[1], 'version', 1)
+  mark_changed(KEYS[7], KEYS[8], item_id)
   return {'order_expired', pack_order(o, 'expired'), paid}
 end
 
@@ -59,6 +62,7 @@ redis.call('ZREM', KEYS[5], oid)
 redis.call('HINCRBY', KEYS[1], 'reserved', -o.qty)
 paid = redis.call('HINCRBY', KEYS[1], 'paid', o.qty)
 redis.call('HINCRBY', KEYS[1], 'version', 1)
+mark_changed(KEYS[7], KEYS[8], item_id)
 redis.call('XADD', KEYS[6], '*', 'type', 'order.paid', 'at', now, 'item', item_id,
   'order', oid, 'user', user, 'quantity', o.qty, 'price_cents', o.price)
 return {'paid', next_packed, paid}

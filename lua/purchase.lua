@@ -1,14 +1,14 @@
 -- purchase.lua: reserve stock for a batch of purchase attempts on ONE item, atomically.
--- (gcra.lua is prepended.) A batch is how the api coalesces concurrent purchases of the same
+-- (gcra.lua and changed.lua are prepended.) A batch is how the api coalesces concurrent purchases of the same
 -- item into one round trip; a single purchase is a batch of one. Each attempt is decided in
 -- order and independently: idempotent replay, sale window, rate limit, per-user limit, stock.
 -- Everything an attempt changes (stock, order, allowance, user index, expiry index,
 -- idempotency key, outbox event) is written by this one script, so nothing is half-done.
 --
--- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] expiry zset
--- KEYS[5] outbox stream
--- then for attempt i (1-based): KEYS[3+3i] user's order index zset,
---   KEYS[4+3i] idempotency key, KEYS[5+3i] user's purchase rate-limit key
+-- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
+-- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
+-- then for attempt i (1-based): KEYS[5+3i] user's order index zset (the shard's),
+--   KEYS[6+3i] idempotency key, KEYS[7+3i] user's purchase rate-limit key
 -- ARGV[1] reservation ttl ms (integer 1..1e13)   ARGV[2] idempotency ttl ms (integer 1..1e13)
 -- ARGV[3] rate per period (0 = no limit)   ARGV[4] period ms   ARGV[5] burst
 -- ARGV[6] item id (for order ids and events)
@@ -28,7 +28,7 @@ local rate = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
 local item_id = ARGV[6]
-local n = (#KEYS - 5) / 3
+local n = (#KEYS - 7) / 3
 if n < 1 or n ~= math.floor(n) or #ARGV ~= 6 + 3 * n then
   return redis.error_reply('ERR purchase: KEYS/ARGV do not describe a batch')
 end
@@ -61,7 +61,7 @@ local changed = false
 local out = {}
 
 for i = 1, n do
-  local ukey, ikey, rkey = KEYS[3 + 3 * i], KEYS[4 + 3 * i], KEYS[5 + 3 * i]
+  local ukey, ikey, rkey = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
   local user, qty, idem = ARGV[4 + 3 * i], tonumber(ARGV[5 + 3 * i]), ARGV[6 + 3 * i]
   local reply
   local prev = false
@@ -120,5 +120,6 @@ end
 if changed then
   redis.call('HSET', KEYS[1], 'stock_left', left, 'reserved', reserved, 'seq', seq)
   redis.call('HINCRBY', KEYS[1], 'version', 1)
+  mark_changed(KEYS[6], KEYS[7], item_id)
 end
 return out

@@ -1,18 +1,20 @@
 -- restore_finish.lua: finish rebuilding one item: write its hash (stock figures computed from
--- the record, so stock_left = stock_total - reserved - paid and nothing can be oversold), and,
--- when the outbox stream is empty, position it after every event the record
--- has seen, so new events sort after the old ones (the record keeps the newest by position).
--- Only for the restorer holding the item's fence; one script so the check and the writes
--- are atomic.
+-- the record, so stock_left = stock_total - reserved - paid and nothing can be oversold), and
+-- position the shard's outbox stream after every event of the item the record has seen, so
+-- new events sort after the old ones (the record keeps the newest by position) and no new
+-- event id repeats an old one. Only for the restorer holding the item's fence; one script so
+-- the check and the writes are atomic. (changed.lua is prepended.)
 --
--- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] outbox stream
+-- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] shard outbox stream
+-- KEYS[4] shard change log   KEYS[5] shard clock
 -- ARGV[1] fencing number   ARGV[2] lowest stream id for new events ("<ms>-<seq>", > 0-0)
--- then field, value pairs of the item hash
+-- ARGV[3] item id   then field, value pairs of the item hash
 -- Reply: {'ok'} | {'fenced', the fencing number stored}
 -- Bad arguments: an error reply, nothing written.
 
 local n = tonumber(ARGV[1])
-if not n or #ARGV < 4 or #ARGV % 2 ~= 0 or not string.match(ARGV[2], '^%d+%-%d+$') or ARGV[2] == '0-0' then
+if not n or #ARGV < 5 or #ARGV % 2 ~= 1 or not string.match(ARGV[2], '^%d+%-%d+$') or ARGV[2] == '0-0'
+    or ARGV[3] == '' then
   return redis.error_reply('ERR restore_finish: bad arguments')
 end
 local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -20,17 +22,17 @@ if stored ~= n then
   return {'fenced', stored}
 end
 local fields = {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call('HSET', KEYS[2], unpack(fields))
-if redis.call('XLEN', KEYS[3]) == 0 then
-  -- An entry added and deleted in the same script is never seen by a reader; the stream
-  -- keeps it as its last id, so the next XADD * is later. An error here means the stream's
-  -- last id is already past ARGV[2]: nothing to do.
-  local id = redis.pcall('XADD', KEYS[3], ARGV[2], 'type', 'restore.position')
-  if type(id) == 'string' then
-    redis.call('XDEL', KEYS[3], id)
-  end
+mark_changed(KEYS[4], KEYS[5], ARGV[3])
+-- An entry added and deleted in the same script is never seen by a reader; the stream keeps
+-- it as its last id, so the next XADD * is later. An error here means the stream's last id is
+-- already past ARGV[2] (other items' events, or a stream that never lost its data): nothing
+-- to do.
+local id = redis.pcall('XADD', KEYS[3], ARGV[2], 'type', 'restore.position')
+if type(id) == 'string' then
+  redis.call('XDEL', KEYS[3], id)
 end
 return {'ok'}

@@ -4,12 +4,14 @@
 -- nothing once a newer one began.
 --
 -- KEYS[1] the item's restore fence   KEYS[2] orders hash   KEYS[3] held hash
--- KEYS[4] paidby hash   KEYS[5] expiry zset   then one user order-index zset per 'user' or
--- 'deluser' entry, in entry order
+-- KEYS[4] paidby hash   KEYS[5] shard expiry zset   then one user order-index zset (the
+-- shard's) per 'user' or 'drop' entry, in entry order
 -- ARGV[1] fencing number   then entries of three: kind, a, b
 --   order: a = order id, b = packed order       held: a = user, b = units (integer >= 1)
 --   paid:  a = user, b = units (integer >= 1)   exp:  a = order id, b = expires ms
---   user:  a = order id, b = created ms         deluser: a, b ignored (deletes the key)
+--   user:  a = order id, b = created ms
+--   drop:  a = order id of the live state being replaced, b ignored: removed from the user's
+--          index and the expiry index (both shared with the shard's other items)
 -- Reply: {'ok', entries written} | {'fenced', the fencing number stored}
 -- Bad arguments: an error reply, nothing written.
 
@@ -21,7 +23,7 @@ end
 local users = 0
 for i = 0, entries - 1 do
   local kind, a, b = ARGV[2 + 3 * i], ARGV[3 + 3 * i], ARGV[4 + 3 * i]
-  if kind == 'user' or kind == 'deluser' then
+  if kind == 'user' or kind == 'drop' then
     users = users + 1
   end
   if kind == 'held' or kind == 'paid' or kind == 'exp' or kind == 'user' then
@@ -35,7 +37,11 @@ for i = 0, entries - 1 do
     if a == '' or not string.match(b, '^[^|]+|%d+|%d+|%a+|%d+|%d+$') then
       return redis.error_reply('ERR restore_put: bad order in entry ' .. (i + 1))
     end
-  elseif kind ~= 'deluser' then
+  elseif kind == 'drop' then
+    if a == '' then
+      return redis.error_reply('ERR restore_put: bad order in entry ' .. (i + 1))
+    end
+  else
     return redis.error_reply('ERR restore_put: unknown kind in entry ' .. (i + 1))
   end
 end
@@ -62,7 +68,8 @@ for i = 0, entries - 1 do
     redis.call('ZADD', KEYS[u], b, a)
   else
     u = u + 1
-    redis.call('DEL', KEYS[u])
+    redis.call('ZREM', KEYS[u], a)
+    redis.call('ZREM', KEYS[5], a)
   end
 end
 return {'ok', entries}

@@ -2,7 +2,7 @@
 -- Stock is only set on create; an update whose stock differs from the current total is
 -- refused (stock moves through adjust_stock.lua, which races safely with purchases).
 --
--- KEYS[1] item hash   KEYS[2] outbox stream
+-- KEYS[1] item hash   KEYS[2] shard outbox stream   KEYS[3] shard change log   KEYS[4] shard clock
 -- ARGV[1] item id  ARGV[2] name  ARGV[3] category  ARGV[4] price_cents (>=0)
 -- ARGV[5] stock (>=0, '' = keep / 0 on create)  ARGV[6] per_user_limit (>=1)
 -- ARGV[7] starts_at ms (>=0, 0 = live now)  ARGV[8] ends_at ms (0 = no end, else > starts_at)
@@ -38,6 +38,7 @@ end
 redis.call('HSET', KEYS[1], 'name', ARGV[2], 'category', ARGV[3], 'price_cents', price,
   'per_user_limit', per_user, 'starts_at', starts, 'ends_at', ends)
 redis.call('HINCRBY', KEYS[1], 'version', 1)
+mark_changed(KEYS[3], KEYS[4], ARGV[1])
 redis.call('XADD', KEYS[2], '*', 'type', 'item.upserted', 'at', now, 'item', ARGV[1],
   'name', ARGV[2], 'category', ARGV[3], 'price_cents', price, 'stock_total', total,
   'per_user_limit', per_user, 'starts_at', starts, 'ends_at', ends)

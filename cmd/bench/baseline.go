@@ -27,7 +27,7 @@ const (
 
 // baselinePurchase is the bare purchase.lua (no call record, no re-sends: one EVALSHA per
 // request) of the naive baseline server, declared here like every package declares its scripts.
-var baselinePurchase = lua.Bare("gcra.lua", "purchase.lua")
+var baselinePurchase = lua.Bare("gcra.lua", "changed.lua", "purchase.lua")
 
 // serveBaseline runs the baseline named by FLASHSALE_BENCH_SERVE until killed.
 func serveBaseline(mode string) error {
@@ -74,7 +74,7 @@ func evalshaHandler() (gin.HandlerFunc, error) {
 	return func(c *gin.Context) {
 		u := c.Param("user")
 		res, err := baselinePurchase.Run(c.Request.Context(), rdb,
-			[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u)},
+			[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u)},
 			600000, 86400000, lim.Rate, lim.Period.Milliseconds(), lim.Burst, benchItem, u, 1, "").Slice()
 		if err != nil || len(res) != 1 {
 			c.JSON(http.StatusServiceUnavailable, gin.H{"error": fmt.Sprint(err)})

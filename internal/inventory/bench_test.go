@@ -33,7 +33,7 @@ func BenchmarkPurchase(b *testing.B) {
 			for pb.Next() {
 				u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
 				err := inventory.PurchaseScript.Run(ctx, rdb,
-					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u)},
+					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u)},
 					600000, 86400000, 0, 0, 0, "bench", u, 1, "").Err()
 				if err != nil {
 					b.Error(err)
@@ -68,14 +68,14 @@ func BenchmarkCallRecord(b *testing.B) {
 	s := inventory.NewStore(rdb, keys, inventory.Options{})
 	newItem(b, s, "rec", 1_000_000_000_000, 1_000_000_000)
 	k := keys.Item("rec")
-	bare := lua.Bare("gcra.lua", "purchase.lua")
+	bare := lua.Bare("gcra.lua", "changed.lua", "purchase.lua")
 	if err := bare.Load(ctx, rdb).Err(); err != nil {
 		b.Fatal(err)
 	}
 	const batch, batchesPerTurn, senders = 20, 400, 4
 	var n atomic.Int64
 	batchArgs := func() ([]string, []any) {
-		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox()}
+		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()}
 		args := []any{600000, 86400000, 0, 0, 0, "rec"}
 		for range batch {
 			u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)

@@ -445,7 +445,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	ctx := context.Background()
 	newItem(t, s, "m", 5, 5)
 	k := keys.Item("m")
-	base := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox()}
+	base := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()}
 	per := []string{k.UserOrders("u"), k.Idempotency("u", ""), k.PurchaseLimit("u")}
 	idem := []string{k.UserOrders("u"), k.Idempotency("u", "k1"), k.PurchaseLimit("u")}
 	cases := []struct {
@@ -574,7 +574,7 @@ func TestCluster(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	list, err := ord.List(ctx, "u0", ids)
+	list, err := ord.List(ctx, "u0")
 	if err != nil || len(list) == 0 {
 		t.Fatalf("list orders on cluster: %d %v", len(list), err)
 	}

@@ -125,7 +125,7 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 	}
 	k := s.keys.Item(item)
 	keys := make([]string, 0, 5+3*len(calls))
-	keys = append(keys, k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox())
+	keys = append(keys, k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock())
 	lim := s.opt.PurchaseLimit
 	args := make([]any, 0, 6+3*len(calls))
 	args = append(args, s.opt.ReservationTTL.Milliseconds(), s.opt.IdempotencyTTL.Milliseconds(),

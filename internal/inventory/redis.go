@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -41,7 +42,10 @@ type Store struct {
 	snapAt   time.Time
 	snapGen  uint64 // changes with every new snapshot map (Catalogue callers cache by it)
 	snapLoad singleflight.Group
-	soldOut  sync.Map // item id -> time.Time: answer sold_out from memory until then (soldout.go)
+	// clocks holds, per shard, the highest change-log clock the snapshot has read (only the
+	// loader, under snapLoad, touches it); nil until the first full load.
+	clocks  []int64
+	soldOut sync.Map // item id -> time.Time: answer sold_out from memory until then (soldout.go)
 }
 
 // NewStore returns a Store over rdb with the given key space.
@@ -225,48 +229,169 @@ func (s *Store) Catalogue(ctx context.Context) (map[string]Item, uint64, error) 
 	return s.snap, s.snapGen, nil
 }
 
-// refresh reloads the whole catalogue: one SMEMBERS and one pipelined HGETALL per item,
-// by one loader at a time.
+// refresh brings the snapshot up to date, by one loader at a time. The first call loads the
+// whole catalogue; later calls read only what changed: one ZRANGE of each shard's change log
+// (lua/changed.lua) past the clock last seen, then one HGETALL per changed item. So an idle
+// catalogue costs one command per shard per refresh, whatever its size.
 func (s *Store) refresh(ctx context.Context) error {
 	_, err, _ := s.snapLoad.Do("snap", func() (any, error) {
 		seen := time.Now() // before the reads: the age of what they tell the sold-out short cut
-		ids, err := s.rdb.SMembers(ctx, s.keys.Catalog()).Result()
-		if err != nil {
-			return nil, fmt.Errorf("inventory: catalogue: %w", err)
+		if s.clocks == nil {
+			return nil, s.loadAll(ctx, seen)
 		}
-		pipe := s.rdb.Pipeline()
-		cmds := make([]*redis.MapStringStringCmd, len(ids))
-		for i, id := range ids {
-			cmds[i] = pipe.HGetAll(ctx, s.keys.Item(id).Hash())
-		}
-		if len(ids) > 0 {
-			if _, err := pipe.Exec(ctx); err != nil {
-				return nil, fmt.Errorf("inventory: catalogue items: %w", err)
-			}
-		}
-		snap := make(map[string]Item, len(ids))
-		for i, id := range ids {
-			it, err := itemFromHash(id, cmds[i].Val())
-			if err != nil {
-				continue // id added to the catalogue by an upsert that did not finish
-			}
-			snap[id] = it
-			s.observeStock(it, seen)
-		}
-		s.snapMu.Lock()
-		// A write that finished while these reads ran may have put a newer version of an item
-		// into the snapshot (update): never replace it with the older one read here.
-		for id, cur := range s.snap {
-			if it, ok := snap[id]; ok && cur.Version > it.Version {
-				snap[id] = cur
-			}
-		}
-		s.snap, s.snapAt = snap, time.Now()
-		s.snapGen++
-		s.snapMu.Unlock()
-		return nil, nil
+		return nil, s.loadChanged(ctx, seen)
 	})
 	return err
+}
+
+// loadAll reads every shard's clock, then every item (SMEMBERS of the catalogue, one
+// pipelined HGETALL per item). Clocks first: a change made during the item reads is read
+// again by the next loadChanged, never missed.
+func (s *Store) loadAll(ctx context.Context, seen time.Time) error {
+	pipe := s.rdb.Pipeline()
+	heads := make([]*redis.ZSliceCmd, keyspace.Shards)
+	for n := range keyspace.Shards {
+		heads[n] = pipe.ZRangeWithScores(ctx, s.keys.Shard(n).Changed(), -1, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("inventory: change logs: %w", err)
+	}
+	clocks := make([]int64, keyspace.Shards)
+	for n, cmd := range heads {
+		if z := cmd.Val(); len(z) == 1 {
+			clocks[n] = int64(z[0].Score)
+		}
+	}
+	ids, err := s.rdb.SMembers(ctx, s.keys.Catalog()).Result()
+	if err != nil {
+		return fmt.Errorf("inventory: catalogue: %w", err)
+	}
+	read, err := s.readItems(ctx, ids)
+	if err != nil {
+		return err
+	}
+	snap := make(map[string]Item, len(ids))
+	for id, it := range read {
+		if it != nil {
+			snap[id] = *it
+			s.observeStock(*it, seen)
+		}
+	}
+	s.install(snap, nil)
+	s.clocks = clocks
+	return nil
+}
+
+// loadChanged reads the items each shard's change log names past the clock last seen.
+func (s *Store) loadChanged(ctx context.Context, seen time.Time) error {
+	pipe := s.rdb.Pipeline()
+	logs := make([]*redis.ZSliceCmd, keyspace.Shards)
+	for n := range keyspace.Shards {
+		logs[n] = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: s.keys.Shard(n).Changed(), Start: "(" + strconv.FormatInt(s.clocks[n], 10), Stop: "+inf", ByScore: true,
+		})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("inventory: change logs: %w", err)
+	}
+	var ids []string
+	clocks := slices.Clone(s.clocks)
+	for n, cmd := range logs {
+		for _, z := range cmd.Val() {
+			id, _ := z.Member.(string)
+			ids = append(ids, id)
+			clocks[n] = max(clocks[n], int64(z.Score))
+		}
+	}
+	read, err := s.readItems(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, it := range read {
+		if it != nil {
+			s.observeStock(*it, seen)
+		}
+	}
+	// Every sold-out item that did not change is, at seen, still sold out: renew its mark.
+	s.soldOut.Range(func(k, _ any) bool {
+		id := k.(string)
+		if _, changed := read[id]; !changed {
+			if it, ok := s.current(id); ok {
+				s.observeStock(it, seen)
+			}
+		}
+		return true
+	})
+	s.install(nil, read)
+	s.clocks = clocks
+	return nil
+}
+
+// readItems reads the given items' hashes in one pipeline; an id without an item hash (a
+// restore is rebuilding it, or an upsert that did not finish) maps to nil.
+func (s *Store) readItems(ctx context.Context, ids []string) (map[string]*Item, error) {
+	out := make(map[string]*Item, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGetAll(ctx, s.keys.Item(id).Hash())
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("inventory: catalogue items: %w", err)
+	}
+	for i, id := range ids {
+		if it, err := itemFromHash(id, cmds[i].Val()); err == nil {
+			out[id] = &it
+		} else {
+			out[id] = nil
+		}
+	}
+	return out, nil
+}
+
+// current returns an item of the snapshot.
+func (s *Store) current(id string) (Item, bool) {
+	s.snapMu.RLock()
+	defer s.snapMu.RUnlock()
+	it, ok := s.snap[id]
+	return it, ok
+}
+
+// install publishes a new snapshot: all (a full load) or the current one with changes applied
+// (nil: the item is gone). A write that finished while the reads ran may have put a newer
+// version of an item into the snapshot (update): it is never replaced with an older one. The
+// generation moves only when something changed, so what readers derive from it stays cached.
+func (s *Store) install(all map[string]Item, changes map[string]*Item) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	s.snapAt = time.Now()
+	if all == nil && len(changes) == 0 {
+		return
+	}
+	next := all
+	if next == nil {
+		next = make(map[string]Item, len(s.snap)+len(changes))
+		for id, it := range s.snap {
+			next[id] = it
+		}
+		for id, it := range changes {
+			if it == nil {
+				delete(next, id)
+			} else {
+				next[id] = *it
+			}
+		}
+	}
+	for id, cur := range s.snap {
+		if it, ok := next[id]; ok && cur.Version > it.Version {
+			next[id] = cur
+		}
+	}
+	s.snap = next
+	s.snapGen++
 }
 
 // remember parses a script's HGETALL reply and puts the item into the snapshot.

@@ -1,8 +1,28 @@
-// Package keyspace owns flashsale's Redis key layout (see docs/design.md). Every key of one
-// item shares the item's hash tag, so each item script runs in one Redis Cluster slot.
+// Package keyspace owns flashsale's Redis key layout (see docs/design.md). Items are grouped
+// into a fixed number of virtual shards; every key of an item and its shard's shared keys (the
+// outbox stream, the expiry index, the users' order indexes, the change log) carry the shard's
+// hash tag, so each script runs in one Redis Cluster slot while the number of keys anyone has
+// to watch is the number of shards, not of items.
 package keyspace
 
-import "strings"
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+)
+
+// Shards is the number of virtual shards. It is part of the data layout: changing it moves
+// every item to other keys, so it is a constant, not a setting. 16 keeps the idle cost of an
+// api (a few commands per shard per second) far under the budget and still spreads the shards
+// over the masters of a small cluster.
+const Shards = 16
+
+// ShardOf returns the shard of an item: FNV-1a of its id, modulo Shards. Stable forever.
+func ShardOf(item string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(item))
+	return int(h.Sum32() % Shards)
+}
 
 // ValidID reports whether s is a valid item or user id: [A-Za-z0-9_-]{1,64} as the contract
 // defines them. A loop, not a regexp: it runs several times on every purchase.
@@ -23,10 +43,38 @@ func ValidID(s string) bool {
 // Space builds keys under one prefix ("fs:" in production, random in tests).
 type Space struct{ Prefix string }
 
-// Item returns the keys of one item.
-func (s Space) Item(id string) Item {
-	return Item{ID: id, base: s.Prefix + "{i:" + id + "}:"}
+// Shard returns the keys of one shard (0 <= n < Shards).
+func (s Space) Shard(n int) Shard {
+	return Shard{N: n, base: s.Prefix + "{s:" + strconv.Itoa(n) + "}:"}
 }
+
+// Item returns the keys of one item, in its shard's slot.
+func (s Space) Item(id string) Item {
+	sh := s.Shard(ShardOf(id))
+	return Item{ID: id, Shard: sh, base: sh.base + "i:" + id + ":"}
+}
+
+// Shard holds the key names shared by every item of one shard.
+type Shard struct {
+	N    int
+	base string
+}
+
+// Outbox is the shard's outbox stream: every event of its items, in the order written.
+func (s Shard) Outbox() string { return s.base + "outbox" }
+
+// Expiry is the shard's expiry index: reserved order id -> expires ms.
+func (s Shard) Expiry() string { return s.base + "expiry" }
+
+// UserOrders is the user's order index over the shard's items: order id -> created ms.
+func (s Shard) UserOrders(user string) string { return s.base + "user:" + user }
+
+// Changed is the shard's change log: item id -> the shard clock at its latest change, so a
+// reader that remembers the highest clock it saw asks for exactly the items changed since.
+func (s Shard) Changed() string { return s.base + "changed" }
+
+// Clock is the shard's change clock (only grows; see lua/changed.lua).
+func (s Shard) Clock() string { return s.base + "clock" }
 
 // Catalog is the set of all item ids.
 func (s Space) Catalog() string { return s.Prefix + "catalog" }
@@ -34,21 +82,26 @@ func (s Space) Catalog() string { return s.Prefix + "catalog" }
 // Rank returns the base of the ranking slot's keys.
 func (s Space) Rank() string { return s.Prefix + "{rank}:" }
 
-// Item holds the key names of one item's slot.
+// Item holds the key names of one item; the shard-wide ones are its shard's.
 type Item struct {
-	ID   string
-	base string
+	ID    string
+	Shard Shard
+	base  string
 }
 
 func (k Item) Hash() string   { return k.base + "item" }
 func (k Item) Orders() string { return k.base + "orders" }
 func (k Item) Held() string   { return k.base + "held" }
 func (k Item) PaidBy() string { return k.base + "paidby" }
-func (k Item) Expiry() string { return k.base + "expiry" }
-func (k Item) Outbox() string { return k.base + "outbox" }
 
-// UserOrders is the user's order index for this item.
-func (k Item) UserOrders(user string) string { return k.base + "user:" + user }
+// Expiry, Outbox, Changed and Clock are the item's shard's (see Shard).
+func (k Item) Expiry() string  { return k.Shard.Expiry() }
+func (k Item) Outbox() string  { return k.Shard.Outbox() }
+func (k Item) Changed() string { return k.Shard.Changed() }
+func (k Item) Clock() string   { return k.Shard.Clock() }
+
+// UserOrders is the user's order index of the item's shard (shared with the shard's other items).
+func (k Item) UserOrders(user string) string { return k.Shard.UserOrders(user) }
 
 // Idempotency is where an idempotency key's order id is kept.
 func (k Item) Idempotency(user, key string) string { return k.base + "idem:" + user + ":" + key }

@@ -2,42 +2,41 @@ package orders
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/logging"
 )
 
 // Expirer returns the stock of reservations nobody paid, with no request needed: every
-// interval it drains each item's due entries in bounded script calls. Any number of expirers
-// (one per api instance) may run at once; the expire script makes each order expire once.
+// interval it drains each shard's due entries in bounded script calls. Its idle cost is one
+// command per shard per interval, whatever the number of items. Any number of expirers (one per
+// api instance) may run at once; the expire script makes each order expire once.
 type Expirer struct {
 	store    *Store
-	items    func(ctx context.Context) ([]string, error)
 	interval time.Duration
 	batch    int
 
 	drained atomic.Int64 // orders this expirer moved to expired
-	calls   atomic.Int64 // expire script calls made
+	calls   atomic.Int64 // shard passes made
 }
 
-// NewExpirer returns an Expirer over store. items lists every item id (inventory's IDs);
-// interval is the pause between sweeps and batch the most entries one script call takes
-// (clamped to 1..MaxExpireBatch).
-func NewExpirer(store *Store, items func(ctx context.Context) ([]string, error), interval time.Duration, batch int) *Expirer {
+// NewExpirer returns an Expirer over store; interval is the pause between sweeps and batch the
+// most entries one pass over a shard takes (clamped to 1..MaxExpireBatch).
+func NewExpirer(store *Store, interval time.Duration, batch int) *Expirer {
 	if interval <= 0 {
 		interval = 250 * time.Millisecond
 	}
 	batch = min(max(batch, 1), MaxExpireBatch)
-	return &Expirer{store: store, items: items, interval: interval, batch: batch}
+	return &Expirer{store: store, interval: interval, batch: batch}
 }
 
 // Drained is how many orders this expirer has expired since it started (for metrics).
 func (e *Expirer) Drained() int64 { return e.drained.Load() }
 
-// Calls is how many expire script calls this expirer has made (for metrics).
+// Calls is how many shard passes this expirer has made (for metrics).
 func (e *Expirer) Calls() int64 { return e.calls.Load() }
 
 // Run sweeps every interval until ctx ends. A failed sweep is logged and retried at the next
@@ -63,35 +62,27 @@ func (e *Expirer) Run(ctx context.Context) {
 	}
 }
 
-// Sweep drains every item's due reservations once: it finds the items with something due,
-// then for each calls the expire script until a call comes back short of a full batch. It
-// returns how many orders it expired; on an error it moves on to the next item and reports
-// the first error at the end.
+// Sweep drains every shard's due reservations once, repeating a shard while a pass comes back
+// full. It returns how many orders it expired; on an error it moves on to the next shard and
+// reports the first error at the end.
 func (e *Expirer) Sweep(ctx context.Context) (int64, error) {
-	ids, err := e.items(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("orders: expirer: list items: %w", err)
-	}
-	if ids, err = e.store.dueItems(ctx, ids); err != nil {
-		return 0, fmt.Errorf("orders: expirer: %w", err)
-	}
 	var total int64
 	var first error
-	for _, item := range ids {
+	for shard := range keyspace.Shards {
 		for {
 			if err := ctx.Err(); err != nil {
 				return total, err
 			}
-			r, err := e.store.ExpireDue(ctx, item, e.batch)
+			r, err := e.store.ExpireShard(ctx, shard, e.batch)
 			e.calls.Add(1)
+			total += r.Expired
+			e.drained.Add(r.Expired)
 			if err != nil {
 				if first == nil {
 					first = err
 				}
 				break
 			}
-			total += r.Expired
-			e.drained.Add(r.Expired)
 			if r.Examined < int64(e.batch) {
 				break
 			}

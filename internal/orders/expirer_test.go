@@ -31,7 +31,7 @@ func TestExpiryWithoutRequest(t *testing.T) {
 	}
 
 	runCtx, stop := context.WithCancel(ctx)
-	x := orders.NewExpirer(e.ord, e.inv.IDs, 20*time.Millisecond, 200)
+	x := orders.NewExpirer(e.ord, 20*time.Millisecond, 200)
 	done := make(chan struct{})
 	go func() { x.Run(runCtx); close(done) }()
 
@@ -119,7 +119,7 @@ func TestLifecycleRace(t *testing.T) {
 	// Small batches (many calls); intervals from eager to lazy, so some late payments find the
 	// reservation overdue but not yet expired and must expire it themselves.
 	for _, every := range []time.Duration{time.Millisecond, 7 * time.Millisecond, 30 * time.Millisecond} {
-		x := orders.NewExpirer(e.ord, e.inv.IDs, every, 4)
+		x := orders.NewExpirer(e.ord, every, 4)
 		expirers = append(expirers, x)
 		xwg.Add(1)
 		go func() { defer xwg.Done(); x.Run(xctx) }()
@@ -278,7 +278,7 @@ func TestExpireBacklog(t *testing.T) {
 	var wg sync.WaitGroup
 	var expirers []*orders.Expirer
 	for range 3 {
-		x := orders.NewExpirer(e.ord, func(context.Context) ([]string, error) { return []string{"bulk"}, nil }, time.Hour, 100)
+		x := orders.NewExpirer(e.ord, time.Hour, 100)
 		expirers = append(expirers, x)
 		wg.Add(1)
 		go func() {
@@ -361,7 +361,7 @@ func TestSweepSkipsItemsWithNothingDue(t *testing.T) {
 		e.buy(id, "alice", 1) // reserved, due in an hour
 	}
 	ids = append(ids, "never-created")
-	x := orders.NewExpirer(e.ord, func(context.Context) ([]string, error) { return ids, nil }, time.Hour, 10)
+	x := orders.NewExpirer(e.ord, time.Hour, 10)
 	if n, err := x.Sweep(ctx); err != nil || n != 0 || x.Calls() != 0 {
 		t.Fatalf("quiet sweep: expired %d, %d calls, %v", n, x.Calls(), err)
 	}

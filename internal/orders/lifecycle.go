@@ -3,6 +3,8 @@ package orders
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -12,9 +14,9 @@ import (
 
 // The lifecycle scripts; release.lua is their shared "give stock and allowance back".
 var (
-	payScript    = lua.New("pay", "release.lua", "pay.lua")
-	cancelScript = lua.New("cancel", "release.lua", "cancel.lua")
-	expireScript = lua.New("expire", "release.lua", "expire.lua")
+	payScript    = lua.New("pay", "release.lua", "changed.lua", "pay.lua")
+	cancelScript = lua.New("cancel", "release.lua", "changed.lua", "cancel.lua")
+	expireScript = lua.New("expire", "release.lua", "changed.lua", "expire.lua")
 )
 
 // MaxExpireBatch bounds one expire script call, so it holds Redis for milliseconds at most.
@@ -32,7 +34,7 @@ func (s *Store) Pay(ctx context.Context, user, id string) (Order, error) {
 	}
 	k := s.keys.Item(item)
 	res, err := payScript.Run(ctx, s.rdb,
-		[]string{k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox()},
+		[]string{k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()},
 		item, id, user).Slice()
 	if err != nil {
 		return Order{}, fmt.Errorf("orders: pay %s: %w", id, err)
@@ -72,7 +74,7 @@ func (s *Store) Cancel(ctx context.Context, user, id string) (Order, error) {
 	}
 	k := s.keys.Item(item)
 	res, err := cancelScript.Run(ctx, s.rdb,
-		[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox()},
+		[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()},
 		item, id, user).Slice()
 	if err != nil {
 		return Order{}, fmt.Errorf("orders: cancel %s: %w", id, err)
@@ -99,26 +101,79 @@ func (s *Store) Cancel(ctx context.Context, user, id string) (Order, error) {
 	return Order{}, fmt.Errorf("orders: cancel %s: unknown outcome %q: %w", id, outcome, errReply)
 }
 
-// ExpireResult is what one expire call did.
+// ExpireResult is what one expire pass did.
 type ExpireResult struct {
 	Examined int64 // due index entries taken off; == batch means more may be due
 	Expired  int64 // orders moved reserved -> expired
 	Units    int64 // stock units returned
 }
 
-// ExpireDue expires up to batch (1..MaxExpireBatch) due reservations of one item in one
-// atomic script call. Entries whose order a payment or cancel already settled are dropped.
+// ExpireDue expires up to batch (1..MaxExpireBatch) due reservations of the item's shard
+// (the item's own and those of the shard's other items): see ExpireShard.
 func (s *Store) ExpireDue(ctx context.Context, item string, batch int) (ExpireResult, error) {
 	if !keyspace.ValidID(item) {
 		return ExpireResult{}, fmt.Errorf("orders: expire: bad item id %q", item)
 	}
+	return s.ExpireShard(ctx, keyspace.ShardOf(item), batch)
+}
+
+// ExpireShard expires up to batch (1..MaxExpireBatch) due reservations of one shard: one
+// ZRANGEBYSCORE of the shard's expiry index (by this host's clock), then one atomic script
+// call per item among the due entries, which re-checks each entry against Redis TIME and its
+// order. Entries whose order a payment or cancel already settled are dropped. With nothing due
+// it costs one command, whatever the number of items.
+func (s *Store) ExpireShard(ctx context.Context, shard, batch int) (ExpireResult, error) {
 	if batch < 1 || batch > MaxExpireBatch {
-		return ExpireResult{}, fmt.Errorf("orders: expire %s: batch %d outside 1..%d", item, batch, MaxExpireBatch)
+		return ExpireResult{}, fmt.Errorf("orders: expire shard %d: batch %d outside 1..%d", shard, batch, MaxExpireBatch)
 	}
+	if shard < 0 || shard >= keyspace.Shards {
+		return ExpireResult{}, fmt.Errorf("orders: expire: no shard %d", shard)
+	}
+	due, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
+		Key: s.keys.Shard(shard).Expiry(), Start: "-inf", Stop: strconv.FormatInt(time.Now().UnixMilli(), 10),
+		ByScore: true, Count: int64(batch),
+	}).Result()
+	if err != nil {
+		return ExpireResult{}, fmt.Errorf("orders: expire shard %d: %w", shard, err)
+	}
+	byItem := map[string][]any{}
+	var order []string
+	var total ExpireResult
+	for _, id := range due {
+		item, ok := keyspace.ItemOfOrder(id)
+		if !ok {
+			// Not an order id (nothing writes one): drop it so it cannot clog the head.
+			s.rdb.ZRem(ctx, s.keys.Shard(shard).Expiry(), id)
+			total.Examined++
+			continue
+		}
+		if byItem[item] == nil {
+			order = append(order, item)
+		}
+		byItem[item] = append(byItem[item], id)
+	}
+	var first error
+	for _, item := range order {
+		r, err := s.expireOrders(ctx, item, byItem[item])
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		total.Examined += r.Examined
+		total.Expired += r.Expired
+		total.Units += r.Units
+	}
+	return total, first
+}
+
+// expireOrders runs the expire script on some due order ids of one item.
+func (s *Store) expireOrders(ctx context.Context, item string, ids []any) (ExpireResult, error) {
 	k := s.keys.Item(item)
 	res, err := expireScript.Run(ctx, s.rdb,
-		[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox()},
-		item, batch).Int64Slice()
+		[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()},
+		append([]any{item}, ids...)...).Int64Slice()
 	if err != nil {
 		return ExpireResult{}, fmt.Errorf("orders: expire %s: %w", item, err)
 	}
@@ -130,34 +185,6 @@ func (s *Store) ExpireDue(ctx context.Context, item string, batch int) (ExpireRe
 		s.stockReturned(item)
 	}
 	return r, nil
-}
-
-// dueItems returns the items among ids whose expiry index has an entry due now (by Redis
-// TIME): one TIME and one pipelined ZRANGE per thousand items, so a sweep over a large
-// catalogue with nothing due costs two round trips instead of a script call per item.
-func (s *Store) dueItems(ctx context.Context, ids []string) ([]string, error) {
-	now, err := s.rdb.Time(ctx).Result()
-	if err != nil {
-		return nil, fmt.Errorf("orders: time: %w", err)
-	}
-	var due []string
-	for lo := 0; lo < len(ids); lo += 1000 {
-		chunk := ids[lo:min(lo+1000, len(ids))]
-		pipe := s.rdb.Pipeline()
-		first := make([]*redis.ZSliceCmd, len(chunk))
-		for i, item := range chunk {
-			first[i] = pipe.ZRangeWithScores(ctx, s.keys.Item(item).Expiry(), 0, 0)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("orders: expiry heads: %w", err)
-		}
-		for i, item := range chunk {
-			if z := first[i].Val(); len(z) == 1 && z[0].Score <= float64(now.UnixMilli()) {
-				due = append(due, item)
-			}
-		}
-	}
-	return due, nil
 }
 
 // replyOrder decodes the packed order of a pay or cancel reply; not_found has none.

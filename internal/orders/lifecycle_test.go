@@ -216,7 +216,7 @@ func TestLifecycleOnCluster(t *testing.T) {
 		e.backdate(x)
 	}
 	// One sweep finds the due items across the masters (pipelined) and expires them.
-	x := orders.NewExpirer(e.ord, func(context.Context) ([]string, error) { return items, nil }, time.Hour, 100)
+	x := orders.NewExpirer(e.ord, time.Hour, 100)
 	if n, err := x.Sweep(ctx); err != nil || n != int64(len(items)) {
 		t.Fatalf("sweep: %d %v", n, err)
 	}

@@ -47,45 +47,59 @@ func (s *Store) Get(ctx context.Context, user, id string) (Order, error) {
 	return o, nil
 }
 
-// List returns the user's orders across the given items, newest first. It costs two
-// pipelined round trips whatever the number of items.
-func (s *Store) List(ctx context.Context, user string, items []string) ([]Order, error) {
+// List returns the user's orders, newest first: one pipelined ZRANGE of the user's index in
+// every shard, then one pipelined HMGET of the records per item that has some. Its Redis work
+// grows with the shards and the caller's orders, never with the catalogue. On a cluster each
+// pipeline is split by node, and every key of one command shares a slot.
+func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
 	pipe := s.rdb.Pipeline()
-	idx := make([]*redis.StringSliceCmd, len(items))
-	for i, item := range items {
-		idx[i] = pipe.ZRange(ctx, s.keys.Item(item).UserOrders(user), 0, -1)
+	idx := make([]*redis.StringSliceCmd, keyspace.Shards)
+	for n := range keyspace.Shards {
+		idx[n] = pipe.ZRange(ctx, s.keys.Shard(n).UserOrders(user), 0, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("orders: list index: %w", err)
 	}
-	pipe = s.rdb.Pipeline()
-	recs := make([]*redis.SliceCmd, len(items))
-	for i, item := range items {
-		if ids := idx[i].Val(); len(ids) > 0 {
-			recs[i] = pipe.HMGet(ctx, s.keys.Item(item).Orders(), ids...)
-		}
-	}
-	if pipe.Len() > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("orders: list records: %w", err)
+	byItem := map[string][]string{}
+	var items []string
+	for _, cmd := range idx {
+		for _, id := range cmd.Val() {
+			item, ok := keyspace.ItemOfOrder(id)
+			if !ok {
+				continue
+			}
+			if byItem[item] == nil {
+				items = append(items, item)
+			}
+			byItem[item] = append(byItem[item], id)
 		}
 	}
 	out := []Order{}
+	if len(items) == 0 {
+		return out, nil
+	}
+	pipe = s.rdb.Pipeline()
+	recs := make([]*redis.SliceCmd, len(items))
 	for i, item := range items {
-		if recs[i] == nil {
-			continue
-		}
-		ids := idx[i].Val()
+		recs[i] = pipe.HMGet(ctx, s.keys.Item(item).Orders(), byItem[item]...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("orders: list records: %w", err)
+	}
+	for i, item := range items {
+		ids := byItem[item]
 		for j, v := range recs[i].Val() {
 			packed, ok := v.(string)
 			if !ok {
-				continue
+				continue // an index entry a restore left behind: its order is gone
 			}
 			o, err := Unpack(ids[j], item, packed)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, o)
+			if o.UserID == user {
+				out = append(out, o)
+			}
 		}
 	}
 	sort.SliceStable(out, func(a, b int) bool { return newerFirst(out[a], out[b]) })

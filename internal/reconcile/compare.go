@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/keyspace"
 )
 
 // BatchOptions choose what a batch does besides comparing.
@@ -116,6 +117,7 @@ func union(a, b []string) []string {
 func (r *Reconciler) firstPass(ctx context.Context, items []string, rep *Report) ([]candidate, error) {
 	var mu sync.Mutex
 	var cands []candidate
+	backlog := map[int]int64{} // by shard: its items share one outbox stream
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.opt.Workers)
 	for _, item := range items {
@@ -128,7 +130,7 @@ func (r *Reconciler) firstPass(ctx context.Context, items []string, rep *Report)
 			defer mu.Unlock()
 			rep.Orders += stats.orders
 			rep.RowsCompared += stats.rows
-			rep.InFlight.OutboxBacklog += stats.backlog
+			backlog[keyspace.ShardOf(item)] = stats.backlog
 			if c != nil {
 				cands = append(cands, *c)
 			}
@@ -137,6 +139,9 @@ func (r *Reconciler) firstPass(ctx context.Context, items []string, rep *Report)
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
+	}
+	for _, n := range backlog {
+		rep.InFlight.OutboxBacklog += n
 	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].item < cands[j].item })
 	return cands, nil

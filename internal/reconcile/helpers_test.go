@@ -73,7 +73,7 @@ func (e *env) startPipeline() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	relay := outbox.New(e.rdb, e.keys, outbox.NewWriter(e.brokers, topic), outbox.Options{
-		PollInterval: 5 * time.Millisecond, ItemsInterval: 50 * time.Millisecond,
+		Block: 50 * time.Millisecond,
 	})
 	cons := record.NewConsumer(gdb, record.ConsumerOptions{
 		Brokers: e.brokers, Topic: topic, BatchWait: 5 * time.Millisecond,

@@ -18,9 +18,9 @@ import (
 )
 
 var (
-	restoreBegin  = lua.New("restore_begin", "restore_begin.lua")
+	restoreBegin  = lua.New("restore_begin", "changed.lua", "restore_begin.lua")
 	restorePut    = lua.New("restore_put", "restore_put.lua")
-	restoreFinish = lua.New("restore_finish", "restore_finish.lua")
+	restoreFinish = lua.New("restore_finish", "changed.lua", "restore_finish.lua")
 )
 
 // restoreChunk bounds the entries of one restore_put call, so no script runs long.
@@ -122,15 +122,15 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	k := r.keys.Item(id)
 	out := RestoredItem{ID: id}
 
-	// 1. Is the api selling it? Activity shows as events still waiting in the outbox or a
-	// version that moves while we watch.
-	expected := "*" // forced: whatever Redis holds is replaced
+	// 1. Is the api selling it? Activity shows as a version that moves while we watch, or
+	// events of its shard's outbox (which may be its own) that stay unpublished.
+	expected, pos := "*", "" // forced: whatever Redis holds is replaced
 	if !force {
-		v, err := r.checkIdle(ctx, id)
+		v, p, err := r.checkIdle(ctx, id)
 		if err != nil {
 			return out, err
 		}
-		expected = v
+		expected, pos = v, p
 	}
 	// 2. Everything already published must be in the record before it is read.
 	if r.opt.Pipeline != nil {
@@ -151,23 +151,17 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	}
 	orders := it.Orders
 
-	// 4. Derive the state. Users' order indexes are deleted, then rebuilt: both the record's
-	// users and those of any live state (a forced restore), so no stale id survives.
+	// 4. Derive the state. The live state's orders leave the users' order indexes and the
+	// expiry index (shared with the shard's other items) first, then the record's go in, so
+	// no stale id survives.
 	stale, err := r.scanOrders(ctx, id)
 	if err != nil {
 		return out, err
 	}
 	var puts []entry
-	cleared := map[string]bool{}
-	forget := func(user string) {
-		if key := k.UserOrders(user); !cleared[key] {
-			cleared[key] = true
-			puts = append(puts, entry{kind: "deluser", key: key})
-		}
-	}
-	for _, o := range stale {
+	for oid, o := range stale {
 		if o.user != "" {
-			forget(o.user)
+			puts = append(puts, entry{kind: "drop", a: oid, key: k.UserOrders(o.user)})
 		}
 	}
 	held := map[string]int64{}
@@ -175,7 +169,6 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	var maxSeq, maxMs int64 = 0, max(it.AttrMs, it.StMs)
 	ttl := r.opt.ReservationTTL.Milliseconds()
 	for _, o := range orders {
-		forget(o.User)
 		created := o.Created.UnixMilli()
 		expires := created + ttl
 		if o.Expires != nil {
@@ -220,7 +213,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	if r.opt.beforeBegin != nil {
 		r.opt.beforeBegin(ctx, id)
 	}
-	reply, err := restoreBegin.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox()}, n, expected).Slice()
+	reply, err := restoreBegin.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock()}, n, expected, pos, id).Slice()
 	if err != nil {
 		return out, err
 	}
@@ -249,12 +242,12 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 		return t.UnixMilli()
 	}
 	floor := fmt.Sprintf("%d-0", maxMs+1)
-	args := []any{n, floor,
+	args := []any{n, floor, id,
 		"name", it.Name, "category", it.Category, "price_cents", it.Price,
 		"stock_total", it.Total, "stock_left", out.StockLeft, "reserved", out.Reserved, "paid", out.Paid,
 		"per_user_limit", it.PerUser, "starts_at", ms(it.StartsAt), "ends_at", ms(it.EndsAt),
 		"seq", out.Seq, "version", version + 1}
-	reply, err = restoreFinish.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Outbox()}, args...).Slice()
+	reply, err = restoreFinish.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Outbox(), k.Changed(), k.Clock()}, args...).Slice()
 	if err != nil {
 		return out, err
 	}
@@ -270,7 +263,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	return out, nil
 }
 
-// entry is one write of restore_put; key is the user's order index for user and deluser.
+// entry is one write of restore_put; key is the user's order index for user and drop.
 type entry struct{ kind, a, b, key string }
 
 func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries []entry) error {
@@ -293,36 +286,50 @@ func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries 
 	return nil
 }
 
-// checkIdle refuses an item that Redis shows being sold: events waiting in its outbox, or a
-// version that moves within QuietFor. It returns the version it saw ("" for no item hash),
-// which restore_begin.lua checks again atomically before it deletes anything.
-func (r *Reconciler) checkIdle(ctx context.Context, id string) (string, error) {
+// checkIdle refuses an item that Redis shows being sold: a version that moves within
+// QuietFor, or events of its shard's outbox, up to the newest one when the check began, still
+// unpublished after SettleTimeout (the relay deletes an entry once Kafka has it). It returns
+// the version it saw ("" for no item hash) and that outbox position, which restore_begin.lua
+// checks again atomically before it deletes anything.
+func (r *Reconciler) checkIdle(ctx context.Context, id string) (version, pos string, err error) {
 	k := r.keys.Item(id)
 	v1, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return "", err
+		return "", "", err
 	}
-	backlog, err := r.rdb.XLen(ctx, k.Outbox()).Result()
+	p, err := r.position(ctx, id)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	if backlog > 0 {
-		return "", refuse("%w: %d events in its outbox are not published yet (use --force to override)", ErrSelling, backlog)
+	pos = fmtPos(p)
+	if v1 != "" {
+		if err := pause(ctx, r.opt.QuietFor); err != nil {
+			return "", "", err
+		}
+		v2, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return "", "", err
+		}
+		if v2 != v1 {
+			return "", "", refuse("%w: it changed within the last %s (use --force to override)", ErrSelling, r.opt.QuietFor)
+		}
 	}
-	if v1 == "" {
-		return "", nil // no item hash: nothing is being sold
+	deadline := time.Now().Add(r.opt.SettleTimeout)
+	for {
+		left, err := r.rdb.XRangeN(ctx, k.Outbox(), "-", pos, 1).Result()
+		if err != nil {
+			return "", "", err
+		}
+		if len(left) == 0 {
+			return v1, pos, nil
+		}
+		if time.Now().After(deadline) {
+			return "", "", refuse("%w: events in its shard's outbox are not published yet (use --force to override)", ErrSelling)
+		}
+		if err := pause(ctx, 20*time.Millisecond); err != nil {
+			return "", "", err
+		}
 	}
-	if err := pause(ctx, r.opt.QuietFor); err != nil {
-		return "", err
-	}
-	v2, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return "", err
-	}
-	if v2 != v1 {
-		return "", refuse("%w: it changed within the last %s (use --force to override)", ErrSelling, r.opt.QuietFor)
-	}
-	return v2, nil
 }
 
 // restoreRatings replays the record's ratings of an item through the ranking store (which

@@ -133,7 +133,7 @@ func TestRestoreAfterFlush(t *testing.T) {
 		}
 		waitPast(t, res.Order.ExpiresAt)
 	}
-	exp := orders.NewExpirer(e.ord, func(context.Context) ([]string, error) { return []string{"A", "B"}, nil }, 0, 100)
+	exp := orders.NewExpirer(e.ord, 0, 100)
 	if n, err := exp.Sweep(e.ctx); err != nil || n != int64(len(items)) {
 		t.Fatalf("expired %d of the %d lapsed reservations: %v", n, len(items), err)
 	}
@@ -496,7 +496,7 @@ func TestRestoredPastReservationExpiresOnce(t *testing.T) {
 	}
 
 	// The normal path: expirers (one per api instance) sweep at once.
-	exp := orders.NewExpirer(e.ord, func(context.Context) ([]string, error) { return []string{"A"}, nil }, 0, 100)
+	exp := orders.NewExpirer(e.ord, 0, 100)
 	var wg sync.WaitGroup
 	var expired atomic.Int64
 	for range 4 {

@@ -91,7 +91,7 @@ func run(t testing.TB, fn func(context.Context) error) (stop, wait func() error)
 
 // expirer runs the order expirer until the test ends.
 func (p *pipeline) expirer() (stop func() error) {
-	e := orders.NewExpirer(p.ord, func(context.Context) ([]string, error) { return p.items, nil }, 50*time.Millisecond, 200)
+	e := orders.NewExpirer(p.ord, 50*time.Millisecond, 200)
 	stop, _ = run(p.t, func(ctx context.Context) error { e.Run(ctx); return nil })
 	return stop
 }
