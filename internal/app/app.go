@@ -48,7 +48,6 @@ type API struct {
 	broker    *kafkabroker.Broker // nil with KAFKA_BROKERS
 	writer    *kafka.Writer
 	relay     *outbox.Relay
-	relayRdb  redis.UniversalClient // the relay's own pool (its reads block)
 	expirer   *orders.Expirer
 	server    *httpapi.Server
 	Inventory *inventory.Store
@@ -135,12 +134,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 	if crashpoint.Enabled("relay-after-publish") { // fault tests only
 		relayOpt.AfterPublish = func(n int) error { crashpoint.Reached("relay-after-publish", n); return nil }
 	}
-	// The relay blocks on every outbox stream at once: its own pool, so those reads never
-	// hold the connections purchases need.
-	if a.relayRdb, err = redisconn.OpenPool(ctx, cfg.RedisAddrs, cfg.RedisDB, cfg.Redis, outbox.StreamCount()+4); err != nil {
-		return nil, err
-	}
-	a.relay = outbox.New(a.relayRdb, keys, a.writer, relayOpt)
+	a.relay = outbox.New(a.rdb, keys, a.writer, relayOpt)
 
 	a.server = httpapi.New(httpapi.Deps{
 		Options:        opts,
@@ -280,9 +274,6 @@ func (a *API) Close() {
 		}
 		if a.record != nil {
 			a.record.Close()
-		}
-		if a.relayRdb != nil {
-			a.relayRdb.Close()
 		}
 		if a.rdb != nil {
 			a.rdb.Close()

@@ -82,7 +82,7 @@ func (s *Store) Upsert(ctx context.Context, in Input) (Item, bool, error) {
 	if in.Stock != nil {
 		stock = strconv.FormatInt(*in.Stock, 10)
 	}
-	res, err := upsertItemScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox()},
+	res, err := upsertItemScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock()},
 		in.ID, in.Name, in.Category, in.PriceCents, stock, in.PerUserLimit,
 		msOrZero(in.StartsAt), msOrZero(in.EndsAt)).Slice()
 	if err != nil {
@@ -110,7 +110,7 @@ func (s *Store) AdjustStock(ctx context.Context, id string, delta int64) (Item, 
 		return Item{}, fmt.Errorf("%w: delta must be a non-zero integer within ±1000000000000", ErrInvalid)
 	}
 	k := s.keys.Item(id)
-	res, err := adjustStockScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox()}, id, delta).Slice()
+	res, err := adjustStockScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock()}, id, delta).Slice()
 	if err != nil {
 		return Item{}, fmt.Errorf("inventory: adjust %s: %w", id, err)
 	}

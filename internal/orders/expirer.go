@@ -20,7 +20,7 @@ type Expirer struct {
 	batch    int
 
 	drained atomic.Int64 // orders this expirer moved to expired
-	calls   atomic.Int64 // shard passes made
+	calls   atomic.Int64 // expire script calls made
 }
 
 // NewExpirer returns an Expirer over store; interval is the pause between sweeps and batch the
@@ -36,7 +36,7 @@ func NewExpirer(store *Store, interval time.Duration, batch int) *Expirer {
 // Drained is how many orders this expirer has expired since it started (for metrics).
 func (e *Expirer) Drained() int64 { return e.drained.Load() }
 
-// Calls is how many shard passes this expirer has made (for metrics).
+// Calls is how many expire script calls this expirer has made (for metrics).
 func (e *Expirer) Calls() int64 { return e.calls.Load() }
 
 // Run sweeps every interval until ctx ends. A failed sweep is logged and retried at the next
@@ -74,7 +74,7 @@ func (e *Expirer) Sweep(ctx context.Context) (int64, error) {
 				return total, err
 			}
 			r, err := e.store.ExpireShard(ctx, shard, e.batch)
-			e.calls.Add(1)
+			e.calls.Add(r.Calls)
 			total += r.Expired
 			e.drained.Add(r.Expired)
 			if err != nil {

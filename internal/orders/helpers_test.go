@@ -132,14 +132,16 @@ func (e *env) ledger(item string) ledger {
 		e.t.Fatal(err)
 	}
 	for _, id := range ids {
-		l.Expiry[id] = true
+		if strings.HasPrefix(id, item+".") { // the index is the shard's: keep this item's
+			l.Expiry[id] = true
+		}
 	}
 	msgs, err := e.rdb.XRange(ctx, k.Outbox(), "-", "+").Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	for _, m := range msgs {
-		if id, ok := m.Values["order"].(string); ok {
+		if id, ok := m.Values["order"].(string); ok && m.Values["item"] == item {
 			l.Events[id] = append(l.Events[id], m.Values["type"].(string))
 		}
 	}

@@ -106,6 +106,7 @@ type ExpireResult struct {
 	Examined int64 // due index entries taken off; == batch means more may be due
 	Expired  int64 // orders moved reserved -> expired
 	Units    int64 // stock units returned
+	Calls    int64 // expire script calls made (none while nothing is due)
 }
 
 // ExpireDue expires up to batch (1..MaxExpireBatch) due reservations of the item's shard
@@ -161,6 +162,7 @@ func (s *Store) ExpireShard(ctx context.Context, shard, batch int) (ExpireResult
 			}
 			continue
 		}
+		total.Calls++
 		total.Examined += r.Examined
 		total.Expired += r.Expired
 		total.Units += r.Units

@@ -178,12 +178,29 @@ func New(rdb redis.UniversalClient, keys keyspace.Space, pub Publisher, opt Opti
 	if opt.BacklogInterval <= 0 {
 		opt.BacklogInterval = 2 * time.Second
 	}
-	r := &Relay{rdb: rdb, keys: keys, pub: pub, opt: opt, backlog: map[string]int64{}}
+	r := &Relay{rdb: ownPool(rdb, StreamCount()+4), keys: keys, pub: pub, opt: opt, backlog: map[string]int64{}}
 	r.streams = append(r.streams, &stream{key: keys.RankOutbox(), label: "rank", rank: true, retry: true, claimCursor: "0-0"})
 	for n := range keyspace.Shards {
 		r.streams = append(r.streams, &stream{key: keys.Shard(n).Outbox(), label: "s" + strconv.Itoa(n), retry: true, claimCursor: "0-0"})
 	}
 	return r
+}
+
+// ownPool returns a client like rdb (same servers, login, TLS) with a pool of its own of size
+// connections per node: the relay's blocking reads each hold a connection for up to Block, so
+// on the caller's pool they would queue purchases behind them. Run closes it when it returns.
+func ownPool(rdb redis.UniversalClient, size int) redis.UniversalClient {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		o := *c.Options()
+		o.PoolSize = size
+		return redis.NewClient(&o)
+	case *redis.ClusterClient:
+		o := *c.Options()
+		o.PoolSize = size
+		return redis.NewClusterClient(&o)
+	}
+	return rdb // another kind of client: shared, as given
 }
 
 // Stats returns the relay's counters.
@@ -194,10 +211,10 @@ func (r *Relay) Stats() Stats {
 // Run relays until ctx ends (then it returns nil after the batches in flight, if any, were
 // acknowledged or left pending). Redis and Kafka errors are logged and retried with backoff:
 // entries wait in Redis meanwhile, and the api keeps selling. Only AfterPublish's error stops it.
-// The blocking reads hold one connection each: give the relay a client whose pool has room
-// for len(streams) more than the rest of its work (StreamCount).
+// The blocking reads hold one connection each, on the relay's own pool (see ownPool).
 func (r *Relay) Run(ctx context.Context) error {
 	slog.Info("outbox relay started", "consumer", r.opt.Consumer, "group", r.opt.Group, "streams", len(r.streams))
+	defer r.rdb.Close()
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	var wg sync.WaitGroup

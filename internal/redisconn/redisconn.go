@@ -31,13 +31,6 @@ func Open(ctx context.Context, addrs []string, db int) (redis.UniversalClient, e
 // OpenSecure connects with sec's login and TLS, and pings; it fails with a message that says
 // how to start Redis. go-redis's own log lines go into slog as throttled warnings.
 func OpenSecure(ctx context.Context, addrs []string, db int, sec Security) (redis.UniversalClient, error) {
-	return OpenPool(ctx, addrs, db, sec, 0)
-}
-
-// OpenPool is OpenSecure with poolSize connections per node (0: go-redis's default of ten per
-// CPU): the relay's client, whose blocking reads each hold a connection, gets a pool of its own
-// so they never queue the purchases behind them.
-func OpenPool(ctx context.Context, addrs []string, db int, sec Security, poolSize int) (redis.UniversalClient, error) {
 	routeLogs.Do(func() { redis.SetLogger(logging.NewRedis()) })
 	opt := &redis.UniversalOptions{
 		Addrs:        addrs,
@@ -52,7 +45,6 @@ func OpenPool(ctx context.Context, addrs []string, db int, sec Security, poolSiz
 		// a read timeout may run twice. Scripts re-send themselves safely (lua.Script.Run).
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
-		PoolSize:              poolSize,
 	}
 	if len(addrs) > 1 {
 		opt.DB = 0
