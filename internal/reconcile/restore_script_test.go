@@ -21,9 +21,9 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	rdb.HSet(ctx, k.Hash(), "stock_total", 5)
 	rdb.HSet(ctx, k.Orders(), "r.1", "u|1|1|paid|1|2")
 
-	beginKeys := []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox()}
+	beginKeys := []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock()}
 	for _, n := range []string{"inf", "nan", "1.5", "0", "x"} {
-		if err := restoreBegin.Run(ctx, rdb, beginKeys, n, "*").Err(); err == nil {
+		if err := restoreBegin.Run(ctx, rdb, beginKeys, n, "*", "", "r").Err(); err == nil {
 			t.Errorf("restore_begin, fence %q: script accepted it", n)
 		}
 	}
@@ -49,15 +49,16 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 }
 
 // TestRestoreBeginReplies: every reply of restore_begin. The item is cleared only when the
-// caller holds the newest fence and the item is as its idle check saw it (same version, empty
-// outbox) or the restore is forced; otherwise nothing is written, not even the fence.
+// caller holds the newest fence and the item is as its idle check saw it (same version, no
+// entry of its shard's outbox up to the position the check saw published) or the restore is
+// forced; otherwise nothing is written, not even the fence.
 func TestRestoreBeginReplies(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name     string
 		version  string // the item hash's version now ("" for no hash)
-		outbox   int    // events waiting in the outbox now
+		outbox   int    // events up to the checked position still waiting in the outbox
 		fence    int64  // the item's stored restore fence
 		expected string // what the idle check saw
 		want     []any
@@ -78,22 +79,25 @@ func TestRestoreBeginReplies(t *testing.T) {
 				rdb.HSet(ctx, k.Held(), "u", 1)
 				rdb.ZAdd(ctx, k.Expiry(), redis.Z{Score: 2, Member: "x.1"})
 			}
+			pos := "0-0"
 			for i := 0; i < c.outbox; i++ {
-				rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Outbox(), Values: []any{"type", "order.reserved"}})
+				pos = rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Outbox(), Values: []any{"type", "order.reserved"}}).Val()
 			}
+			// An entry after the checked position (another item's event) never makes it moved.
+			rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Outbox(), Values: []any{"type", "order.reserved"}})
 			if c.fence > 0 {
 				rdb.Set(ctx, k.RestoreFence(), c.fence, 0)
 			}
-			before := rdb.Exists(ctx, k.Hash(), k.Orders(), k.Held(), k.Expiry()).Val()
+			before := rdb.Exists(ctx, k.Hash(), k.Orders(), k.Held()).Val()
 			got, err := restoreBegin.Run(ctx, rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(),
-				k.Held(), k.PaidBy(), k.Expiry(), k.Outbox()}, 5, c.expected).Slice()
+				k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock()}, 5, c.expected, pos, k.ID).Slice()
 			if err != nil {
 				t.Fatal(err)
 			}
 			if fmt.Sprint(got) != fmt.Sprint(c.want) {
 				t.Fatalf("reply %v, want %v", got, c.want)
 			}
-			left := rdb.Exists(ctx, k.Hash(), k.Orders(), k.Held(), k.Expiry()).Val()
+			left := rdb.Exists(ctx, k.Hash(), k.Orders(), k.Held()).Val()
 			fence, _ := rdb.Get(ctx, k.RestoreFence()).Int64()
 			if c.want[0] == "ok" {
 				if left != 0 || fence != 5 {
@@ -111,7 +115,7 @@ func TestRestoreBeginReplies(t *testing.T) {
 	k := keys.Item("b")
 	rdb.HSet(ctx, k.Hash(), "version", 1)
 	if err := restoreBegin.Run(ctx, rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(),
-		k.PaidBy(), k.Expiry(), k.Outbox()}, 5).Err(); err == nil {
+		k.PaidBy(), k.Outbox(), k.Changed(), k.Clock()}, 5).Err(); err == nil {
 		t.Fatal("restore_begin without the expected version: accepted")
 	}
 	if rdb.Exists(ctx, k.Hash()).Val() != 1 || rdb.Exists(ctx, k.RestoreFence()).Val() != 0 {
