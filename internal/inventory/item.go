@@ -41,8 +41,8 @@ func (q QueueSettings) Validate() error {
 		return fmt.Errorf("%w: queue.admit_per_second must be 1..100000", ErrInvalid)
 	case q.MaxActive < 1 || q.MaxActive > 1000000:
 		return fmt.Errorf("%w: queue.max_active must be 1..1000000", ErrInvalid)
-	case q.PassTTLSeconds < 10 || q.PassTTLSeconds > 86400:
-		return fmt.Errorf("%w: queue.pass_ttl_seconds must be 10..86400", ErrInvalid)
+	case q.PassTTLSeconds < 1 || q.PassTTLSeconds > 86400:
+		return fmt.Errorf("%w: queue.pass_ttl_seconds must be 1..86400", ErrInvalid)
 	}
 	return nil
 }

@@ -210,6 +210,7 @@ type AdmitResult struct {
 	Live        int64 // unspent, unexpired passes
 	AdmittedNow int64
 	StockLeft   int64
+	At          time.Time // Redis time of the step
 }
 
 // Admission limits per script call: admissions, pre-start tickets numbered, expired passes
@@ -234,7 +235,8 @@ func (s *Store) Admit(ctx context.Context, item string, starts time.Time) (Admit
 	}
 	n := func(i int) int64 { x, _ := res[i].(int64); return x }
 	st, _ := res[0].(string)
-	r := AdmitResult{Status: st, Admitted: n(2), Waiting: n(3), Live: n(4), AdmittedNow: n(5), StockLeft: n(6)}
+	r := AdmitResult{Status: st, Admitted: n(2), Waiting: n(3), Live: n(4), AdmittedNow: n(5), StockLeft: n(6),
+		At: time.UnixMilli(n(1))}
 	s.observe(item, lineView{status: r.Status, admitted: r.Admitted, waiting: r.Waiting, live: r.Live,
 		starts: starts, at: time.Now()})
 	return r, nil
