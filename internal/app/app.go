@@ -140,6 +140,8 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 	if a.Queue, err = newQueue(a.rdb, keys, cfg, a.Inventory); err != nil {
 		return nil, err
 	}
+	metrics.QueuePollsMemory.From(a.Queue.PollsFromMemory.Load)
+	metrics.QueuePollsRedis.From(a.Queue.PollsFromRedis.Load)
 
 	a.server = httpapi.New(httpapi.Deps{
 		Options:        opts,
