@@ -40,35 +40,35 @@ type Config struct {
 	AdminTokenGenerated bool
 	// QueueSecrets sign the waiting room's tickets and passes: the first signs, all verify (put
 	// a new one first to rotate). Empty: derived from JWTSecret.
-	QueueSecrets []string
-	QueueTick    time.Duration // admission step of every item with a waiting room
-	DevLogin            bool
-	TokenTTL            time.Duration
-	ReservationTTL      time.Duration
-	IdempotencyTTL      time.Duration
-	LeaderboardSize     int
-	RatingPriorMean     float64
-	RatingPriorWeight   float64
-	ExpiryInterval      time.Duration
-	ExpiryBatch         int
-	SnapshotInterval    time.Duration
-	PurchaseBatch       int
-	TrustedProxies      []string
-	LimitPurchase       limits.Policy
-	LimitPay            limits.Policy
-	LimitCancel         limits.Policy
-	LimitRating         limits.Policy
-	LimitLoginUser      limits.Policy
-	LimitLoginIP        limits.Policy
-	ReconcileInterval   time.Duration // 0 = batch only on demand
-	ShutdownTimeout     time.Duration
-	HTTPReadTimeout     time.Duration // a whole request, body included (slow clients)
-	HTTPWriteTimeout    time.Duration // a whole answer
-	HTTPIdleTimeout     time.Duration // a keep-alive connection between requests
-	LogLevel            slog.Level    // FLASHSALE_LOG_LEVEL: debug, info, warn, error
-	OutboxMax           int           // outbox entries (all items) above which purchases answer 503
-	Redis               redisconn.Security
-	Kafka               kafkaconn.Security
+	QueueSecrets      []string
+	QueueTick         time.Duration // admission step of every item with a waiting room
+	DevLogin          bool
+	TokenTTL          time.Duration
+	ReservationTTL    time.Duration
+	IdempotencyTTL    time.Duration
+	LeaderboardSize   int
+	RatingPriorMean   float64
+	RatingPriorWeight float64
+	ExpiryInterval    time.Duration
+	ExpiryBatch       int
+	SnapshotInterval  time.Duration
+	PurchaseBatch     int
+	TrustedProxies    []string
+	LimitPurchase     limits.Policy
+	LimitPay          limits.Policy
+	LimitCancel       limits.Policy
+	LimitRating       limits.Policy
+	LimitLoginUser    limits.Policy
+	LimitLoginIP      limits.Policy
+	ReconcileInterval time.Duration // 0 = batch only on demand
+	ShutdownTimeout   time.Duration
+	HTTPReadTimeout   time.Duration // a whole request, body included (slow clients)
+	HTTPWriteTimeout  time.Duration // a whole answer
+	HTTPIdleTimeout   time.Duration // a keep-alive connection between requests
+	LogLevel          slog.Level    // FLASHSALE_LOG_LEVEL: debug, info, warn, error
+	OutboxMax         int           // outbox entries (all items) above which purchases answer 503
+	Redis             redisconn.Security
+	Kafka             kafkaconn.Security
 }
 
 // FromEnv reads the configuration from the process environment.
