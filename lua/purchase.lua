@@ -13,11 +13,17 @@
 -- ARGV[3] rate per period (0 = no limit)   ARGV[4] period ms   ARGV[5] burst
 -- ARGV[6] item id (for order ids and events)
 -- then for attempt i: ARGV[4+3i] user id, ARGV[5+3i] quantity, ARGV[6+3i] idempotency key ('' none)
+-- Waiting room (issue 17), a trailing block so the indices above do not move:
+-- KEYS[#KEYS] the item's queue tickets hash (keyspace Item.QueueTickets)
+-- then for attempt i: ARGV[6+3n+i] the pass id the api verified ('' none), n = attempts.
+-- An item with a waiting room (item field q_rate > 0) sells only to an attempt whose pass is
+-- this user's current, admitted, unexpired one; a created order spends it (ticket 's', and
+-- '#spent' counts it until queue_admit.lua sees its expiry). A refused attempt spends nothing.
 --
 -- Reply: one array per attempt:
 --   {outcome, order_id, packed_order, stock_left, rl_allowed, rl_remaining, rl_retry_ms, rl_reset_ms}
 -- outcome: created | replayed | not_found | invalid_request | sale_not_started | sale_ended |
---          rate_limited | limit_exceeded | sold_out
+--          queue_required | rate_limited | limit_exceeded | sold_out
 -- packed_order is "user|quantity|price_cents|status|created_ms|expires_ms" ('' when none).
 -- The rl_* fields are strings ('' when the limiter is off or was not reached).
 -- A malformed batch (bad counts or shared ARGV) is an error reply and writes nothing.
@@ -28,8 +34,8 @@ local rate = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
 local item_id = ARGV[6]
-local n = (#KEYS - 7) / 3
-if n < 1 or n ~= math.floor(n) or #ARGV ~= 6 + 3 * n then
+local n = (#KEYS - 8) / 3
+if n < 1 or n ~= math.floor(n) or #ARGV ~= 6 + 4 * n then
   return redis.error_reply('ERR purchase: KEYS/ARGV do not describe a batch')
 end
 -- tonumber also reads 'nan', 'inf' and fractions. A ttl must be whole milliseconds that print
@@ -46,7 +52,7 @@ if rate > 0 and (not finite(period) or period <= 0 or not finite(burst) or burst
 end
 
 local f = redis.call('HMGET', KEYS[1], 'stock_left', 'per_user_limit', 'price_cents',
-  'starts_at', 'ends_at', 'seq', 'reserved')
+  'starts_at', 'ends_at', 'seq', 'reserved', 'q_rate')
 local exists = f[1] ~= false
 local left = tonumber(f[1]) or 0
 local per_user = tonumber(f[2]) or 0
@@ -60,9 +66,24 @@ local now_int = math.floor(now)
 local changed = false
 local out = {}
 
+-- Waiting room (issue 17) ----------------------------------------------------------------
+local qkey = KEYS[#KEYS]
+local queued = (tonumber(f[8]) or 0) > 0
+-- pass_ticket returns the user's ticket fields when pass is their live, unspent pass.
+local function pass_ticket(user, pass)
+  if pass == '' then return nil end
+  local t = redis.call('HGET', qkey, user)
+  if not t then return nil end
+  local st, line, p, exp = string.match(t, '^(%a)|(%d+)|([^|]*)|(%d+)$')
+  if st ~= 'a' or p ~= pass or not (tonumber(exp) > now) then return nil end
+  return {line, p, exp}
+end
+-- ----------------------------------------------------------------------------------------
+
 for i = 1, n do
   local ukey, ikey, rkey = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
   local user, qty, idem = ARGV[4 + 3 * i], tonumber(ARGV[5 + 3 * i]), ARGV[6 + 3 * i]
+  local pass = ARGV[6 + 3 * n + i] -- waiting room (issue 17)
   local reply
   local prev = false
   if idem ~= '' then
@@ -78,6 +99,8 @@ for i = 1, n do
     reply = {'sale_not_started', '', '', left, '', '', '', ''}
   elseif ends > 0 and now >= ends then
     reply = {'sale_ended', '', '', left, '', '', '', ''}
+  elseif queued and not pass_ticket(user, pass) then -- waiting room (issue 17)
+    reply = {'queue_required', '', '', left, '', '', '', ''}
   else
     local ok, remaining, retry, reset = true, 0, 0, 0
     if rate > 0 then
@@ -111,6 +134,11 @@ for i = 1, n do
       end
       redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'at', now_int, 'item', item_id,
         'order', oid, 'user', user, 'quantity', qty, 'price_cents', price, 'expires', expires)
+      if queued then -- waiting room (issue 17): the pass is spent and frees its place
+        local q = pass_ticket(user, pass)
+        redis.call('HSET', qkey, user, 's|' .. q[1] .. '|' .. q[2] .. '|' .. q[3])
+        redis.call('HINCRBY', qkey, '#spent', 1)
+      end
       reply = {'created', oid, packed, left, rl[1], rl[2], rl[3], rl[4]}
     end
   end

@@ -6,6 +6,9 @@
 -- ARGV[1] item id  ARGV[2] name  ARGV[3] category  ARGV[4] price_cents (>=0)
 -- ARGV[5] stock (>=0, '' = keep / 0 on create)  ARGV[6] per_user_limit (>=1)
 -- ARGV[7] starts_at ms (>=0, 0 = live now)  ARGV[8] ends_at ms (0 = no end, else > starts_at)
+-- ARGV[9] queue admit_per_second  ARGV[10] queue max_active  ARGV[11] queue pass_ttl_seconds:
+--   all 0 = no waiting room, all '' = keep the current one, else each >= 1 (item fields
+--   q_rate q_max q_ttl, read by the queue scripts and purchase.lua)
 -- Reply: {'created'|'updated', HGETALL of the item} or {'invalid_state', HGETALL} or
 --        an error reply for malformed arguments (nothing written).
 
@@ -20,6 +23,12 @@ if ARGV[1] == '' or ARGV[2] == '' or not whole(price, 0) or (ARGV[5] ~= '' and n
   or not whole(per_user, 1) or not whole(starts, 0) or not whole(ends, 0)
   or (ends > 0 and ends <= starts) then
   return redis.error_reply('ERR upsert_item: invalid arguments')
+end
+local keep_queue = ARGV[9] == '' and ARGV[10] == '' and ARGV[11] == ''
+local q_rate, q_max, q_ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+if not keep_queue and not ((q_rate == 0 and q_max == 0 and q_ttl == 0)
+    or (whole(q_rate, 1) and whole(q_max, 1) and whole(q_ttl, 1))) then
+  return redis.error_reply('ERR upsert_item: invalid queue settings')
 end
 
 local t = redis.call('TIME')
@@ -37,6 +46,9 @@ elseif stock >= 0 and stock ~= total then
 end
 redis.call('HSET', KEYS[1], 'name', ARGV[2], 'category', ARGV[3], 'price_cents', price,
   'per_user_limit', per_user, 'starts_at', starts, 'ends_at', ends)
+if not keep_queue then
+  redis.call('HSET', KEYS[1], 'q_rate', q_rate, 'q_max', q_max, 'q_ttl', q_ttl)
+end
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 mark_changed(KEYS[3], KEYS[4], ARGV[1])
 redis.call('XADD', KEYS[2], '*', 'type', 'item.upserted', 'at', now, 'item', ARGV[1],

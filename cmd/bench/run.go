@@ -106,6 +106,7 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 		{"reads", b.readRows},
 		{"soldout", b.soldOut},
 		{"purchase", b.purchase},
+		{"queue", b.queueRows},
 		{"reconciler", b.reconciler},
 		{"latency", b.latency},
 	}
@@ -113,7 +114,7 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 	// Rows need the servers they are measured against: -only soldout also starts hello and api.
 	needs := map[string][]string{
 		"reads": {"hello", "api"}, "soldout": {"hello", "api"}, "purchase": {"evalsha", "api"},
-		"latency": {"api"},
+		"latency": {"api"}, "queue": {"hello", "api"},
 	}
 	only := strings.Split(opt.only, ",")
 	for _, name := range only {

@@ -33,6 +33,8 @@ var rowNames = []string{
 	"GET /api/leaderboards/best-sellers reads/s",
 	"sold-out answers/s",
 	"sold-out answers/s (hello fed the same POST bytes)",
+	"waiting-room poll answers/s (20,000 waiting)",
+	"waiting-room joins/s",
 	"reconciler rows/s",
 	"purchase → Postgres latency",
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/outbox"
+	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
@@ -53,6 +54,7 @@ type API struct {
 	Inventory *inventory.Store
 	Orders    *orders.Store
 	Ranking   *ranking.Store
+	Queue     *queue.Store
 
 	closeOnce sync.Once
 }
@@ -135,6 +137,11 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		relayOpt.AfterPublish = func(n int) error { crashpoint.Reached("relay-after-publish", n); return nil }
 	}
 	a.relay = outbox.New(a.rdb, keys, a.writer, relayOpt)
+	if a.Queue, err = newQueue(a.rdb, keys, cfg, a.Inventory); err != nil {
+		return nil, err
+	}
+	metrics.QueuePollsMemory.From(a.Queue.PollsFromMemory.Load)
+	metrics.QueuePollsRedis.From(a.Queue.PollsFromRedis.Load)
 
 	a.server = httpapi.New(httpapi.Deps{
 		Options:        opts,
@@ -147,8 +154,26 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Ready:          a.ready,
 		Web:            web.Files,
 		Reconciliation: a.record.LatestReport,
+		Queue:          a.Queue,
 	})
 	return a, nil
+}
+
+// newQueue builds the waiting rooms, signing with FLASHSALE_QUEUE_SECRET (or, unset, a key
+// derived from the JWT secret, so instances that share that secret share tickets and passes).
+func newQueue(rdb redis.UniversalClient, keys keyspace.Space, cfg config.Config, inv *inventory.Store) (*queue.Store, error) {
+	secrets := [][]byte{}
+	for _, s := range cfg.QueueSecrets {
+		secrets = append(secrets, []byte(s))
+	}
+	if len(secrets) == 0 {
+		secrets = append(secrets, queue.DeriveKey([]byte(cfg.JWTSecret)))
+	}
+	signer, err := queue.NewSigner(secrets...)
+	if err != nil {
+		return nil, err
+	}
+	return queue.NewStore(rdb, keys, signer, inv, queue.Options{Tick: cfg.QueueTick, JoinBatch: cfg.PurchaseBatch}), nil
 }
 
 // HTTPOptions are the HTTP layer's settings from the configuration.
@@ -220,8 +245,9 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() { stopBG(); wg.Wait() }()
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); a.Inventory.RunSnapshot(bg) }()
+	go func() { defer wg.Done(); a.Queue.Run(bg) }()
 	go func() { defer wg.Done(); a.expirer.Run(bg) }()
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRelay()

@@ -38,33 +38,37 @@ type Config struct {
 	JWTSecretGenerated  bool
 	AdminToken          string
 	AdminTokenGenerated bool
-	DevLogin            bool
-	TokenTTL            time.Duration
-	ReservationTTL      time.Duration
-	IdempotencyTTL      time.Duration
-	LeaderboardSize     int
-	RatingPriorMean     float64
-	RatingPriorWeight   float64
-	ExpiryInterval      time.Duration
-	ExpiryBatch         int
-	SnapshotInterval    time.Duration
-	PurchaseBatch       int
-	TrustedProxies      []string
-	LimitPurchase       limits.Policy
-	LimitPay            limits.Policy
-	LimitCancel         limits.Policy
-	LimitRating         limits.Policy
-	LimitLoginUser      limits.Policy
-	LimitLoginIP        limits.Policy
-	ReconcileInterval   time.Duration // 0 = batch only on demand
-	ShutdownTimeout     time.Duration
-	HTTPReadTimeout     time.Duration // a whole request, body included (slow clients)
-	HTTPWriteTimeout    time.Duration // a whole answer
-	HTTPIdleTimeout     time.Duration // a keep-alive connection between requests
-	LogLevel            slog.Level    // FLASHSALE_LOG_LEVEL: debug, info, warn, error
-	OutboxMax           int           // outbox entries (all items) above which purchases answer 503
-	Redis               redisconn.Security
-	Kafka               kafkaconn.Security
+	// QueueSecrets sign the waiting room's tickets and passes: the first signs, all verify (put
+	// a new one first to rotate). Empty: derived from JWTSecret.
+	QueueSecrets      []string
+	QueueTick         time.Duration // admission step of every item with a waiting room
+	DevLogin          bool
+	TokenTTL          time.Duration
+	ReservationTTL    time.Duration
+	IdempotencyTTL    time.Duration
+	LeaderboardSize   int
+	RatingPriorMean   float64
+	RatingPriorWeight float64
+	ExpiryInterval    time.Duration
+	ExpiryBatch       int
+	SnapshotInterval  time.Duration
+	PurchaseBatch     int
+	TrustedProxies    []string
+	LimitPurchase     limits.Policy
+	LimitPay          limits.Policy
+	LimitCancel       limits.Policy
+	LimitRating       limits.Policy
+	LimitLoginUser    limits.Policy
+	LimitLoginIP      limits.Policy
+	ReconcileInterval time.Duration // 0 = batch only on demand
+	ShutdownTimeout   time.Duration
+	HTTPReadTimeout   time.Duration // a whole request, body included (slow clients)
+	HTTPWriteTimeout  time.Duration // a whole answer
+	HTTPIdleTimeout   time.Duration // a keep-alive connection between requests
+	LogLevel          slog.Level    // FLASHSALE_LOG_LEVEL: debug, info, warn, error
+	OutboxMax         int           // outbox entries (all items) above which purchases answer 503
+	Redis             redisconn.Security
+	Kafka             kafkaconn.Security
 }
 
 // FromEnv reads the configuration from the process environment.
@@ -86,6 +90,8 @@ func Parse(getenv func(string) string) (Config, error) {
 		KafkaPartitions:   p.integer("FLASHSALE_KAFKA_PARTITIONS", 3, 1, 1024),
 		JWTSecret:         p.str("FLASHSALE_JWT_SECRET", ""),
 		AdminToken:        p.str("FLASHSALE_ADMIN_TOKEN", ""),
+		QueueSecrets:      p.list("FLASHSALE_QUEUE_SECRET", ""),
+		QueueTick:         p.duration("FLASHSALE_QUEUE_TICK", 200*time.Millisecond),
 		DevLogin:          p.boolean("FLASHSALE_DEV_LOGIN", true),
 		TokenTTL:          p.duration("FLASHSALE_TOKEN_TTL", 24*time.Hour),
 		ReservationTTL:    p.duration("FLASHSALE_RESERVATION_TTL", 10*time.Minute),
@@ -130,6 +136,14 @@ func Parse(getenv func(string) string) (Config, error) {
 	}
 	if c.AdminToken != "" && (len(c.AdminToken) < 24 || placeholder(c.AdminToken)) {
 		return Config{}, fmt.Errorf("config: FLASHSALE_ADMIN_TOKEN must be at least 24 characters and not a placeholder (scripts/dotenv.sh makes one)")
+	}
+	for _, s := range c.QueueSecrets {
+		if len(s) < 32 || placeholder(s) {
+			return Config{}, fmt.Errorf("config: every FLASHSALE_QUEUE_SECRET must be at least 32 bytes and not a placeholder")
+		}
+	}
+	if c.QueueTick < time.Millisecond || c.QueueTick > 10*time.Second {
+		return Config{}, fmt.Errorf("config: FLASHSALE_QUEUE_TICK must be 1ms..10s")
 	}
 	if c.JWTSecret == "" {
 		c.JWTSecret, c.JWTSecretGenerated = randomHex(32), true
@@ -192,6 +206,9 @@ func (c Config) Brokers() []string {
 func (c Config) Masked() Config {
 	c.JWTSecret = "***"
 	c.AdminToken = "***"
+	if len(c.QueueSecrets) > 0 {
+		c.QueueSecrets = []string{"***"}
+	}
 	if c.Redis.Password != "" {
 		c.Redis.Password = "***"
 	}

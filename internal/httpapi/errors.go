@@ -12,6 +12,7 @@ import (
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/outbox"
+	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/lua"
 )
@@ -62,6 +63,9 @@ var sentinels = []struct {
 	{orders.ErrExpired, http.StatusConflict, "order_expired"},
 	{ranking.ErrNotABuyer, http.StatusConflict, "not_a_buyer"},
 	{limits.ErrRateLimited, http.StatusTooManyRequests, "rate_limited"},
+	{inventory.ErrQueueRequired, http.StatusForbidden, "queue_required"},
+	{queue.ErrNoQueue, http.StatusConflict, "no_queue"},
+	{queue.ErrNotJoined, http.StatusNotFound, "not_found"},
 	{outbox.ErrFull, http.StatusServiceUnavailable, "unavailable"},
 }
 

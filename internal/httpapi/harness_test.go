@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
@@ -35,6 +36,7 @@ type testAPI struct {
 	inv  *inventory.Store
 	ord  *orders.Store
 	rank *ranking.Store // nil unless built by newRankedAPI
+	q    *queue.Store
 }
 
 // newTestAPI builds the api like cmd/api does (internal/app), with every rate limit off;
@@ -77,7 +79,7 @@ func buildTestAPI(t testing.TB, tweak func(*config.Config), ranked bool) *testAP
 	}
 	t.Cleanup(api.Close)
 	a := &testAPI{t: t, rdb: rdb, keys: keys, cfg: cfg, srv: api.Server(),
-		inv: api.Inventory, ord: api.Orders}
+		inv: api.Inventory, ord: api.Orders, q: api.Queue}
 	a.auth = a.srv.Auth
 	if ranked {
 		a.rank = api.Ranking

@@ -30,11 +30,14 @@ type itemBody struct {
 	PerUserLimit *int64  `json:"per_user_limit"`
 	StartsAt     *string `json:"starts_at"`
 	EndsAt       *string `json:"ends_at"`
+	// Queue is the waiting room (null or absent: none; an import row without it keeps the
+	// item's current one).
+	Queue *inventory.QueueSettings `json:"queue"`
 }
 
 // input turns the body into an inventory.Input; the error names the bad field.
 func (b itemBody) input(id string) (inventory.Input, error) {
-	in := inventory.Input{ID: id, Stock: b.Stock}
+	in := inventory.Input{ID: id, Stock: b.Stock, Queue: b.Queue}
 	if b.Name == nil {
 		return in, fmt.Errorf("name is required")
 	}
@@ -284,7 +287,9 @@ func csvInput(rec []string) (inventory.Input, error) {
 	if b.PerUserLimit, err = num("per_user_limit", rec[5], true); err != nil {
 		return inventory.Input{}, err
 	}
-	return b.input(strings.TrimSpace(rec[0]))
+	in, err := b.input(strings.TrimSpace(rec[0]))
+	in.KeepQueue = true // the CSV has no queue column: an import leaves waiting rooms alone
+	return in, err
 }
 
 func parseJSONItems(b []byte) ([]importRow, error) {
@@ -305,6 +310,7 @@ func parseJSONItems(b []byte) ([]importRow, error) {
 			continue
 		}
 		rows[i].in, rows[i].err = body.input(*body.ID)
+		rows[i].in.KeepQueue = body.Queue == nil
 	}
 	return rows, nil
 }

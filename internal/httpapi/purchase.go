@@ -26,8 +26,14 @@ func (s *Server) purchase(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	res, err := s.Inventory.Purchase(c.Request.Context(), inventory.PurchaseRequest{
-		ItemID: c.Param("id"), UserID: userOf(c), Quantity: qty, IdempotencyKey: key})
+	req := inventory.PurchaseRequest{ItemID: c.Param("id"), UserID: userOf(c), Quantity: qty, IdempotencyKey: key}
+	pass, err := s.queuePass(c, req)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	req.QueuePass = pass
+	res, err := s.Inventory.Purchase(c.Request.Context(), req)
 	if limit := purchaseLimitOf(res, err); limit != nil {
 		setRateLimitHeaders(c, "purchase", s.Options.PurchaseLimit, *limit)
 	}
@@ -38,8 +44,38 @@ func (s *Server) purchase(c *gin.Context) {
 	status := http.StatusCreated
 	if res.Replayed {
 		status = http.StatusOK
+	} else if pass != "" {
+		s.Queue.Spent(c.Request.Header.Get("Queue-Pass"))
 	}
 	writeOrder(c, status, res.Order)
+}
+
+// queuePass checks the Queue-Pass header of a purchase without a Redis call and returns the
+// pass id for the purchase script ("" for none). An item with a waiting room (by the
+// catalogue snapshot) needs a valid pass: anything else is 403 queue_required before the
+// purchase script runs. For an item the snapshot shows without one, a genuine pass is passed
+// on anyway (the script has the last word: a waiting room set a moment ago still holds).
+func (s *Server) queuePass(c *gin.Context, req inventory.PurchaseRequest) (string, error) {
+	h := c.Request.Header["Queue-Pass"]
+	var pass string
+	if len(h) > 0 {
+		pass = h[0]
+	}
+	if s.Queue == nil {
+		return "", nil
+	}
+	queued := false
+	if it, err := s.Inventory.Lookup(c.Request.Context(), req.ItemID); err == nil {
+		queued = it.Queue != nil
+	}
+	if !queued && pass == "" {
+		return "", nil
+	}
+	id, err := s.Queue.CheckPass(pass, req.ItemID, req.UserID, req.IdempotencyKey != "", time.Now())
+	if err != nil && !queued {
+		return "", nil
+	}
+	return id, err
 }
 
 // purchaseQuantity reads the body's quantity (1 when absent). The usual body is a few bytes of

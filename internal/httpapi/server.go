@@ -15,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
 )
 
@@ -50,6 +51,8 @@ type Deps struct {
 	Reconciliation func(ctx context.Context) (any, error)
 	// Metrics serves /metrics (Prometheus text format).
 	Metrics http.Handler
+	// Queue keeps the items' waiting rooms (nil: the queue routes answer no_queue).
+	Queue *queue.Store
 }
 
 // Server is the api's HTTP handler.
@@ -106,6 +109,8 @@ func (s *Server) routes() {
 	// The purchase rate limit is folded into the purchase script (one round trip).
 	shopper.POST("/items/:id/purchase", s.purchase)
 	shopper.POST("/items/:id/rating", s.limit("rating"), s.rateItem)
+	shopper.POST("/items/:id/queue", s.joinQueue)
+	shopper.GET("/items/:id/queue", s.pollQueue)
 	shopper.GET("/orders", s.listOrders)
 	shopper.GET("/orders/:id", s.getOrder)
 	shopper.POST("/orders/:id/pay", s.limit("pay"), s.payOrder)
@@ -115,6 +120,7 @@ func (s *Server) routes() {
 	admin.PUT("/items/:id", s.putItem)
 	admin.POST("/items/:id/stock", s.adjustStock)
 	admin.POST("/items/import", s.importItems)
+	admin.GET("/items/:id/queue", s.queueStats)
 	admin.GET("/reconciliation", s.reconciliationReport)
 
 	if s.Web != nil {

@@ -33,8 +33,8 @@ func BenchmarkPurchase(b *testing.B) {
 			for pb.Next() {
 				u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
 				err := inventory.PurchaseScript.Run(ctx, rdb,
-					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u)},
-					600000, 86400000, 0, 0, 0, "bench", u, 1, "").Err()
+					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u), k.QueueTickets()},
+					600000, 86400000, 0, 0, 0, "bench", u, 1, "", "").Err()
 				if err != nil {
 					b.Error(err)
 					return
@@ -81,6 +81,10 @@ func BenchmarkCallRecord(b *testing.B) {
 			u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
 			keys = append(keys, k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u))
 			args = append(args, u, 1, "")
+		}
+		keys = append(keys, k.QueueTickets()) // the waiting room's trailing block: no passes
+		for range batch {
+			args = append(args, "")
 		}
 		return keys, args
 	}

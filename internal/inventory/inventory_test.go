@@ -446,31 +446,32 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	newItem(t, s, "m", 5, 5)
 	k := keys.Item("m")
 	base := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()}
-	per := []string{k.UserOrders("u"), k.Idempotency("u", ""), k.PurchaseLimit("u")}
-	idem := []string{k.UserOrders("u"), k.Idempotency("u", "k1"), k.PurchaseLimit("u")}
+	// Each attempt's keys, then the waiting room's trailing key (purchase.lua).
+	per := []string{k.UserOrders("u"), k.Idempotency("u", ""), k.PurchaseLimit("u"), k.QueueTickets()}
+	idem := []string{k.UserOrders("u"), k.Idempotency("u", "k1"), k.PurchaseLimit("u"), k.QueueTickets()}
 	cases := []struct {
 		name string
 		keys []string
 		args []any
 	}{
 		{"no attempts", base, []any{600000, 1000, 0, 0, 0, "m"}},
-		{"ttl not a number", append(base, per...), []any{"x", 1000, 0, 0, 0, "m", "u", 1, ""}},
-		{"negative ttl", append(base, per...), []any{-5, 1000, 0, 0, 0, "m", "u", 1, ""}},
-		{"rate without period", append(base, per...), []any{600000, 1000, 5, 0, 1, "m", "u", 1, ""}},
+		{"ttl not a number", append(base, per...), []any{"x", 1000, 0, 0, 0, "m", "u", 1, "", ""}},
+		{"negative ttl", append(base, per...), []any{-5, 1000, 0, 0, 0, "m", "u", 1, "", ""}},
+		{"rate without period", append(base, per...), []any{600000, 1000, 5, 0, 1, "m", "u", 1, "", ""}},
 		{"args short", append(base, per...), []any{600000, 1000, 0, 0, 0, "m", "u", 1}},
 		// tonumber reads 'inf', 'nan' and fractions: a bad ttl fails a write half-way through an
 		// attempt (SET PX 1.5, ZADD nan) or packs an order that never reads back (expires 1.5);
 		// a non-finite rate or burst silently switches the limiter off.
-		{"fractional ttl", append(base, per...), []any{"1.5", 1000, 0, 0, 0, "m", "u", 1, ""}},
-		{"infinite ttl", append(base, per...), []any{"inf", 1000, 0, 0, 0, "m", "u", 1, ""}},
-		{"nan ttl", append(base, per...), []any{"nan", 1000, 0, 0, 0, "m", "u", 1, ""}},
-		{"fractional idempotency ttl", append(base, idem...), []any{600000, "1.5", 0, 0, 0, "m", "u", 1, "k1"}},
-		{"infinite idempotency ttl", append(base, idem...), []any{600000, "inf", 0, 0, 0, "m", "u", 1, "k1"}},
-		{"nan rate", append(base, per...), []any{600000, 1000, "nan", 1000, 1, "m", "u", 1, ""}},
-		{"infinite rate", append(base, per...), []any{600000, 1000, "inf", 1000, 1, "m", "u", 1, ""}},
-		{"nan period", append(base, per...), []any{600000, 1000, 1, "nan", 1, "m", "u", 1, ""}},
-		{"infinite period", append(base, per...), []any{600000, 1000, 1, "inf", 1, "m", "u", 1, ""}},
-		{"infinite burst", append(base, per...), []any{600000, 1000, 1, 1000, "inf", "m", "u", 1, ""}},
+		{"fractional ttl", append(base, per...), []any{"1.5", 1000, 0, 0, 0, "m", "u", 1, "", ""}},
+		{"infinite ttl", append(base, per...), []any{"inf", 1000, 0, 0, 0, "m", "u", 1, "", ""}},
+		{"nan ttl", append(base, per...), []any{"nan", 1000, 0, 0, 0, "m", "u", 1, "", ""}},
+		{"fractional idempotency ttl", append(base, idem...), []any{600000, "1.5", 0, 0, 0, "m", "u", 1, "k1", ""}},
+		{"infinite idempotency ttl", append(base, idem...), []any{600000, "inf", 0, 0, 0, "m", "u", 1, "k1", ""}},
+		{"nan rate", append(base, per...), []any{600000, 1000, "nan", 1000, 1, "m", "u", 1, "", ""}},
+		{"infinite rate", append(base, per...), []any{600000, 1000, "inf", 1000, 1, "m", "u", 1, "", ""}},
+		{"nan period", append(base, per...), []any{600000, 1000, 1, "nan", 1, "m", "u", 1, "", ""}},
+		{"infinite period", append(base, per...), []any{600000, 1000, 1, "inf", 1, "m", "u", 1, "", ""}},
+		{"infinite burst", append(base, per...), []any{600000, 1000, 1, 1000, "inf", "m", "u", 1, "", ""}},
 	}
 	for _, tc := range cases {
 		if err := inventory.PurchaseScript.Run(ctx, rdb, tc.keys, tc.args...).Err(); err == nil {
@@ -478,7 +479,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 		}
 	}
 	// A non-numeric quantity inside a batch is refused for that attempt only.
-	res, err := inventory.PurchaseScript.Run(ctx, rdb, append(base, per...), 600000, 1000, 0, 0, 0, "m", "u", "1x", "").Slice()
+	res, err := inventory.PurchaseScript.Run(ctx, rdb, append(base, per...), 600000, 1000, 0, 0, 0, "m", "u", "1x", "", "").Slice()
 	if err != nil || res[0].([]any)[0] != "invalid_request" {
 		t.Fatalf("quantity '1x': %v %v", res, err)
 	}
@@ -508,11 +509,13 @@ func TestItemScriptsRejectBadNumbers(t *testing.T) {
 		name string
 		args []any
 	}{
-		{"infinite price", []any{"n", "N", "c", "inf", "", 5, 0, 0}},
-		{"fractional price", []any{"n", "N", "c", "9.5", "", 5, 0, 0}},
-		{"infinite per-user limit", []any{"n", "N", "c", 999, "", "inf", 0, 0}},
-		{"infinite end", []any{"n", "N", "c", 999, "", 5, 0, "inf"}},
-		{"negative stock", []any{"n", "N", "c", 999, -1, 5, 0, 0}},
+		{"infinite price", []any{"n", "N", "c", "inf", "", 5, 0, 0, 0, 0, 0}},
+		{"fractional price", []any{"n", "N", "c", "9.5", "", 5, 0, 0, 0, 0, 0}},
+		{"infinite per-user limit", []any{"n", "N", "c", 999, "", "inf", 0, 0, 0, 0, 0}},
+		{"infinite end", []any{"n", "N", "c", 999, "", 5, 0, "inf", 0, 0, 0}},
+		{"negative stock", []any{"n", "N", "c", 999, -1, 5, 0, 0, 0, 0, 0}},
+		{"queue rate without the rest", []any{"n", "N", "c", 999, "", 5, 0, 0, 5, 0, 0}},
+		{"fractional queue ttl", []any{"n", "N", "c", 999, "", 5, 0, 0, 5, 10, "1.5"}},
 	}
 	for _, tc := range upserts {
 		if err := inventory.UpsertItemScript.Run(ctx, rdb, ik, tc.args...).Err(); err == nil {
@@ -520,7 +523,7 @@ func TestItemScriptsRejectBadNumbers(t *testing.T) {
 		}
 	}
 	if err := inventory.UpsertItemScript.Run(ctx, rdb, []string{keys.Item("fresh").Hash(), keys.Item("fresh").Outbox()},
-		"fresh", "F", "c", 1, -1, 5, 0, 0).Err(); err == nil {
+		"fresh", "F", "c", 1, -1, 5, 0, 0, 0, 0, 0).Err(); err == nil {
 		t.Errorf("upsert_item: created an item from stock -1")
 	}
 	for _, delta := range []string{"inf", "-inf", "nan", "1.5", "0"} {

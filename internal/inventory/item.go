@@ -22,7 +22,30 @@ var (
 	ErrLimitExceeded  = errors.New("per-user limit exceeded")
 	ErrSaleNotStarted = errors.New("sale has not started")
 	ErrSaleEnded      = errors.New("sale has ended")
+	// ErrQueueRequired: the item has a waiting room and the purchase carried no valid,
+	// unspent pass of this shopper for it.
+	ErrQueueRequired = errors.New("this item sells only to shoppers admitted from its waiting room: join it and buy with your pass")
 )
+
+// QueueSettings give an item a waiting room (docs/waiting-room.md); nil: none.
+type QueueSettings struct {
+	AdmitPerSecond int64 `json:"admit_per_second"`
+	MaxActive      int64 `json:"max_active"`
+	PassTTLSeconds int64 `json:"pass_ttl_seconds"`
+}
+
+// Validate checks the settings' ranges; the error message is for the client.
+func (q QueueSettings) Validate() error {
+	switch {
+	case q.AdmitPerSecond < 1 || q.AdmitPerSecond > 100000:
+		return fmt.Errorf("%w: queue.admit_per_second must be 1..100000", ErrInvalid)
+	case q.MaxActive < 1 || q.MaxActive > 1000000:
+		return fmt.Errorf("%w: queue.max_active must be 1..1000000", ErrInvalid)
+	case q.PassTTLSeconds < 1 || q.PassTTLSeconds > 86400:
+		return fmt.Errorf("%w: queue.pass_ttl_seconds must be 1..86400", ErrInvalid)
+	}
+	return nil
+}
 
 // Status of an item as shoppers see it.
 const (
@@ -44,6 +67,8 @@ type Item struct {
 	StartsAt     *time.Time `json:"starts_at"`
 	EndsAt       *time.Time `json:"ends_at"`
 	Status       string     `json:"status"`
+	// Queue is the item's waiting room (null: none).
+	Queue *QueueSettings `json:"queue"`
 
 	Reserved int64 `json:"-"`
 	Paid     int64 `json:"-"`
@@ -74,6 +99,10 @@ type Input struct {
 	PerUserLimit int64
 	StartsAt     *time.Time
 	EndsAt       *time.Time
+	// Queue: the waiting room. KeepQueue leaves the current one as it is (an import row has no
+	// queue column); otherwise nil removes it.
+	Queue     *QueueSettings
+	KeepQueue bool
 }
 
 // Validate checks an Input against the contract; the error message is for the client.
@@ -101,6 +130,8 @@ func (in Input) Validate() error {
 		return fmt.Errorf("%w: ends_at must be after starts_at", ErrInvalid)
 	case in.EndsAt != nil && in.EndsAt.UnixMilli() <= 0:
 		return fmt.Errorf("%w: ends_at before 1970", ErrInvalid)
+	case in.Queue != nil:
+		return in.Queue.Validate()
 	}
 	return nil
 }
@@ -131,6 +162,9 @@ func itemFromHash(id string, h map[string]string) (Item, error) {
 		StockTotal: num("stock_total"), StockLeft: num("stock_left"),
 		PerUserLimit: num("per_user_limit"), Reserved: num("reserved"), Paid: num("paid"),
 		Version: num("version"),
+	}
+	if q := (QueueSettings{num("q_rate"), num("q_max"), num("q_ttl")}); q.AdmitPerSecond > 0 {
+		it.Queue = &q
 	}
 	if ms := num("starts_at"); ms > 0 {
 		t := time.UnixMilli(ms).UTC()

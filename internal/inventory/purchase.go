@@ -18,6 +18,9 @@ type PurchaseRequest struct {
 	UserID         string
 	Quantity       int64
 	IdempotencyKey string // optional, 1-64 printable ASCII
+	// QueuePass is the id of the shopper's waiting-room pass, already verified by the caller
+	// (queue.Signer); "" for none. The script checks it is unspent and spends it.
+	QueuePass string
 }
 
 // PurchaseResult is the outcome of a successful (or replayed) purchase.
@@ -124,16 +127,21 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		return
 	}
 	k := s.keys.Item(item)
-	keys := make([]string, 0, 5+3*len(calls))
+	keys := make([]string, 0, 8+3*len(calls))
 	keys = append(keys, k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock())
 	lim := s.opt.PurchaseLimit
-	args := make([]any, 0, 6+3*len(calls))
+	args := make([]any, 0, 6+4*len(calls))
 	args = append(args, s.opt.ReservationTTL.Milliseconds(), s.opt.IdempotencyTTL.Milliseconds(),
 		lim.Rate, lim.Period.Milliseconds(), lim.Burst, item)
 	for _, c := range calls {
 		keys = append(keys, k.UserOrders(c.req.UserID), k.Idempotency(c.req.UserID, c.req.IdempotencyKey),
 			k.PurchaseLimit(c.req.UserID))
 		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey)
+	}
+	// The waiting room's trailing block (purchase.lua): the tickets hash, then each pass.
+	keys = append(keys, k.QueueTickets())
+	for _, c := range calls {
+		args = append(args, c.req.QueuePass)
 	}
 	sent := time.Now() // when Redis was asked: the age of a sold-out answer (soldout.go)
 	res, err := purchaseScript.Run(context.Background(), s.rdb, keys, args...).Slice()
@@ -186,6 +194,8 @@ func (s *Store) purchaseReply(item string, v any, sent time.Time) purchaseReply 
 		sentinel = ErrSaleNotStarted
 	case "sale_ended":
 		sentinel = ErrSaleEnded
+	case "queue_required":
+		sentinel = ErrQueueRequired
 	case "rate_limited":
 		sentinel = limits.ErrRateLimited
 	case "limit_exceeded":

@@ -82,9 +82,16 @@ func (s *Store) Upsert(ctx context.Context, in Input) (Item, bool, error) {
 	if in.Stock != nil {
 		stock = strconv.FormatInt(*in.Stock, 10)
 	}
+	// The waiting room: three numbers, all 0 for none, all '' to keep the current one.
+	qRate, qMax, qTTL := any(0), any(0), any(0)
+	if in.KeepQueue {
+		qRate, qMax, qTTL = "", "", ""
+	} else if q := in.Queue; q != nil {
+		qRate, qMax, qTTL = q.AdmitPerSecond, q.MaxActive, q.PassTTLSeconds
+	}
 	res, err := upsertItemScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock()},
 		in.ID, in.Name, in.Category, in.PriceCents, stock, in.PerUserLimit,
-		msOrZero(in.StartsAt), msOrZero(in.EndsAt)).Slice()
+		msOrZero(in.StartsAt), msOrZero(in.EndsAt), qRate, qMax, qTTL).Slice()
 	if err != nil {
 		return Item{}, false, fmt.Errorf("inventory: upsert %s: %w", in.ID, err)
 	}

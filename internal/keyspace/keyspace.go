@@ -169,3 +169,24 @@ func (s Space) Lock(name string) (key, fence string) {
 // RestoreFence is the fencing number of the newest restore that wrote this item, kept in the
 // item's slot so every restore script of the item can refuse a stale restorer.
 func (k Item) RestoreFence() string { return k.base + "restore:fence" }
+
+// The waiting room of an item (internal/queue, docs/waiting-room.md). Every queue key is in
+// the item's slot, so joining, admitting and the purchase script's pass check each touch one
+// slot.
+
+// QueueLine is the zset of waiting shoppers: user -> place in the order (lowest first).
+func (k Item) QueueLine() string { return k.base + "q:line" }
+
+// QueueTickets is the hash user -> packed ticket ("state|line number|pass id|pass expiry ms"),
+// the one queue key purchase.lua reads and writes (it spends passes).
+func (k Item) QueueTickets() string { return k.base + "q:tickets" }
+
+// QueueState is the hash of the line's counters (joins before and after the start, shoppers
+// admitted, the rate limiter's state).
+func (k Item) QueueState() string { return k.base + "q:state" }
+
+// QueuePasses is the zset of issued passes not yet past their expiry: pass id -> expiry ms.
+func (k Item) QueuePasses() string { return k.base + "q:passes" }
+
+// QueueRecent is the zset of the last second's admissions (the strict per-second bound).
+func (k Item) QueueRecent() string { return k.base + "q:recent" }

@@ -114,6 +114,15 @@ var (
 var ExpirerDrained = newFuncCounter("flashsale_expirer_expired_orders_total",
 	"Reservations the expirer moved to expired (their stock returned).")
 
+// Waiting room (api process): polls answered from memory (the ticket's token) or from Redis,
+// counted by internal/queue and handed over with From.
+var (
+	QueuePollsMemory = newFuncCounter("flashsale_queue_polls_memory_total",
+		"Waiting-room polls answered from the api's memory (no Redis call).")
+	QueuePollsRedis = newFuncCounter("flashsale_queue_polls_redis_total",
+		"Waiting-room polls that read the ticket from Redis.")
+)
+
 // FuncCounter is a counter read at scrape time from counts that components keep themselves;
 // several sources (e.g. expirers) add up.
 type FuncCounter struct {
@@ -155,7 +164,7 @@ func init() {
 		ScriptCalls, ScriptResends, ScriptDuration,
 		OutboxBacklog, RelayPublished, RelayErrors,
 		ConsumerLag, ConsumerEvents, ReconcilerBatchSize, ReconcilerCommitDuration,
-		ExpirerDrained,
+		ExpirerDrained, QueuePollsMemory, QueuePollsRedis,
 	)
 }
 

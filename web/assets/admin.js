@@ -72,7 +72,7 @@
 
   // ---- item form ---------------------------------------------------------------------------
 
-  const fields = ['id', 'name', 'category', 'price', 'stock', 'limit', 'starts', 'ends'];
+  const fields = ['id', 'name', 'category', 'price', 'stock', 'limit', 'qrate', 'qmax', 'qttl', 'starts', 'ends'];
 
   function fieldError(name, text) {
     const input = $('f-' + name);
@@ -122,6 +122,16 @@
     }
     const limit = Number($('f-limit').value);
     if (!Number.isInteger(limit) || limit < 1 || limit > 1e9) errs.limit = 'At least 1, a whole number.';
+    // The waiting room: all three numbers, or none.
+    const q = { qrate: [1, 100000], qmax: [1, 1000000], qttl: [1, 86400] };
+    const qv = {};
+    for (const [f, [lo, hi]] of Object.entries(q)) {
+      const text = $('f-' + f).value.trim();
+      qv[f] = text === '' ? null : Number(text);
+      if (qv[f] !== null && (!Number.isInteger(qv[f]) || qv[f] < lo || qv[f] > hi)) errs[f] = `A whole number, ${lo} to ${hi}.`;
+    }
+    const qset = Object.values(qv).filter((v) => v !== null).length;
+    if (qset > 0 && qset < 3) for (const f of Object.keys(q)) if (qv[f] === null) errs[f] = 'Fill in all three, or none.';
     const starts = toRFC3339($('f-starts').value);
     if (starts === undefined) errs.starts = 'Not a valid date and time.';
     const ends = toRFC3339($('f-ends').value);
@@ -135,6 +145,7 @@
     }
     const body = { name, category, price_cents: price, per_user_limit: limit };
     if (!state.editing) body.stock = stock;
+    body.queue = qset === 3 ? { admit_per_second: qv.qrate, max_active: qv.qmax, pass_ttl_seconds: qv.qttl } : null;
     if (starts) body.starts_at = starts;
     if (ends) body.ends_at = ends;
     return { id, body };
@@ -155,6 +166,9 @@
       $('f-price').value = (item.price_cents / 100).toFixed(2);
       $('f-stock').value = String(item.stock_total);
       $('f-limit').value = String(item.per_user_limit);
+      $('f-qrate').value = item.queue ? String(item.queue.admit_per_second) : '';
+      $('f-qmax').value = item.queue ? String(item.queue.max_active) : '';
+      $('f-qttl').value = item.queue ? String(item.queue.pass_ttl_seconds) : '';
       $('f-starts').value = toLocalInput(item.starts_at);
       $('f-ends').value = toLocalInput(item.ends_at);
     } else {
@@ -227,8 +241,18 @@
     row.cells.stock.textContent = `${item.stock_left} / ${item.stock_total}`;
     row.cells.limit.textContent = String(item.per_user_limit);
     row.cells.status.textContent = STATUS_TEXT[item.status] || item.status;
+    if (item.queue) refreshLine(row, item);
     row.edit.setAttribute('aria-label', `Edit ${item.name}`);
     row.deltaLabel.textContent = `Stock change for ${item.name}`;
+  }
+
+  // refreshLine shows an item's live line length beside its status (admin route).
+  async function refreshLine(row, item) {
+    if (!state.token) return;
+    const r = await api('GET', `/api/admin/items/${encodeURIComponent(item.id)}/queue`, { token: state.token });
+    if (!r.ok) return;
+    const l = r.data.line;
+    row.cells.status.textContent = `${STATUS_TEXT[item.status] || item.status} · ${l.waiting} in line, ${l.live_passes} passes live`;
   }
 
   function renderItems(list) {

@@ -83,6 +83,10 @@ window.flashsale = (() => {
         return 'The sale has not started yet.';
       case 'sale_ended':
         return 'Sorry, this sale has ended.';
+      case 'queue_required':
+        return 'This item sells through its waiting room: join the line and buy when it is your turn (a turn buys once and expires).';
+      case 'no_queue':
+        return 'This item has no waiting room: buy it directly.';
       case 'invalid_state':
         if (ctx.what === 'pay' || ctx.what === 'cancel') return 'This order can no longer be changed: it is already paid, cancelled or expired.';
         if (ctx.what === 'stock') return 'Stock cannot go below zero: ' + (e.message || 'not enough unsold stock') + '.';

@@ -106,13 +106,22 @@
     c.limit = el('span', { id: 'limit-' + id, class: 'sr-only' });
     c.button = el('button', { type: 'submit' }, 'Buy');
     c.msg = el('p', { class: 'msg', role: 'status', 'aria-live': 'polite' });
+    // The waiting room (items with a queue): the shopper's place in line, then the pass.
+    c.line = el('p', { class: 'line-status', role: 'status', 'aria-live': 'polite', hidden: true });
+    c.ticket = null;
+    c.pollTimer = 0;
     c.form = el('form', { class: 'buy', 'aria-label': 'Buy' },
       el('label', { for: 'qty-' + id }, 'Quantity', c.qty), c.limit, c.button);
-    c.form.addEventListener('submit', (ev) => { ev.preventDefault(); buy(c); });
+    c.form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const it = state.items.get(c.id);
+      if (it && it.queue && !(c.ticket && c.ticket.state === 'admitted')) joinLine(c);
+      else buy(c);
+    });
     c.root = el('article', { class: 'card', 'data-item': id, 'aria-labelledby': 'item-' + id + '-name' },
       el('header', {}, c.name, c.badge),
       el('p', { class: 'meta' }, c.price, ' ', c.category),
-      c.bar, c.stock, c.clock, c.form, c.msg);
+      c.bar, c.stock, c.clock, c.line, c.form, c.msg);
     return c;
   }
 
@@ -153,6 +162,22 @@
     if (!item) return;
     const waiting = c.waitUntil > Date.now();
     const closed = item.status === 'upcoming' || item.status === 'ended';
+    if (item.queue) {
+      // With a waiting room: join (also before the start), wait, then buy with the pass.
+      const t = c.ticket;
+      const st = t ? t.state : '';
+      c.button.disabled = c.inFlight || item.status === 'ended' || st === 'waiting' || st === 'spent' || st === 'sold_out';
+      if (c.inFlight) c.button.textContent = st === 'admitted' ? 'Buying…' : 'Joining…';
+      else if (item.status === 'ended') c.button.textContent = 'Sale ended';
+      else if (!state.token) c.button.textContent = 'Log in to join the line';
+      else if (st === 'waiting') c.button.textContent = 'In line…';
+      else if (st === 'admitted') c.button.textContent = 'Buy now';
+      else if (st === 'spent') c.button.textContent = 'Bought';
+      else if (st === 'sold_out') c.button.textContent = 'Sold out';
+      else if (st === 'expired') c.button.textContent = 'Join again';
+      else c.button.textContent = 'Join the line';
+      return;
+    }
     c.button.disabled = c.inFlight || waiting || closed;
     if (c.inFlight) c.button.textContent = 'Buying…';
     else if (waiting) c.button.textContent = `Wait ${Math.ceil((c.waitUntil - Date.now()) / 1000)} s`;
@@ -231,8 +256,10 @@
     // (the api answers the order if it exists, and never makes a second one), a few times.
     let r;
     for (let attempt = 0; ; attempt++) {
+      const headers = { 'Idempotency-Key': c.pendingKey };
+      if (c.ticket && c.ticket.pass) headers['Queue-Pass'] = c.ticket.pass;
       r = await api('POST', `/api/items/${encodeURIComponent(c.id)}/purchase`, {
-        token: state.token, body: { quantity: qty }, headers: { 'Idempotency-Key': c.pendingKey },
+        token: state.token, body: { quantity: qty }, headers,
       });
       if ((r.status !== 0 && r.status !== 503) || attempt === 3) break;
       say(c.msg, 'The shop is busy; still trying…', 'warn');
@@ -244,12 +271,63 @@
       const o = r.data.order;
       say(c.msg, `Reserved ${o.quantity} × ${item.name}. Pay within ${countdown(Date.parse(o.expires_at) - now())} in My orders.`, 'ok');
       refreshOrders();
+      if (item.queue) pollLine(c);
     } else {
       if (r.status === 429) c.waitUntil = Date.now() + r.retryAfter * 1000;
       say(c.msg, describe(r, { item, quantity: qty, what: 'purchase' }), r.status === 429 ? 'warn' : 'bad');
       handleAuth(r);
     }
     updateButton(c);
+  }
+
+  // ---- waiting room ------------------------------------------------------------------------
+
+  async function joinLine(c) {
+    if (!state.token) {
+      say(c.msg, 'Log in first (top of the page), then join the line.', 'warn');
+      $('user').focus();
+      return;
+    }
+    c.inFlight = true;
+    updateButton(c);
+    const r = await api('POST', `/api/items/${encodeURIComponent(c.id)}/queue`, { token: state.token });
+    c.inFlight = false;
+    if (r.ok) showTicket(c, r.data.ticket);
+    else {
+      say(c.msg, describe(r, { item: state.items.get(c.id), what: 'join' }), 'bad');
+      handleAuth(r);
+    }
+    updateButton(c);
+  }
+
+  // pollLine asks for the ticket, sending its token so the api answers from memory.
+  async function pollLine(c) {
+    clearTimeout(c.pollTimer);
+    if (!state.token || !c.ticket) return;
+    const r = await api('GET', `/api/items/${encodeURIComponent(c.id)}/queue`, {
+      token: state.token, headers: { 'Queue-Ticket': c.ticket.token },
+    });
+    if (r.ok) showTicket(c, r.data.ticket);
+    else c.pollTimer = setTimeout(() => pollLine(c), 3000);
+  }
+
+  function showTicket(c, t) {
+    c.ticket = t;
+    c.line.hidden = false;
+    let text;
+    if (t.state === 'waiting' && t.position == null) text = 'You are in line. Your place is drawn at random when the sale starts.';
+    else if (t.state === 'waiting') {
+      text = `Your place in line: ${t.position}.`;
+      if (t.eta_seconds != null) text += ` About ${countdown(t.eta_seconds * 1000)} to wait.`;
+    } else if (t.state === 'admitted') text = `It's your turn! Buy within ${countdown(Date.parse(t.pass_expires_at) - now())}.`;
+    else if (t.state === 'expired') text = 'Your turn passed unused. Join again to get back in line.';
+    else if (t.state === 'spent') text = 'You bought with your turn.';
+    else text = 'Sold out: nothing left to wait for.';
+    c.line.textContent = text;
+    c.line.dataset.state = t.state;
+    updateButton(c);
+    clearTimeout(c.pollTimer);
+    if (t.poll_after_ms != null) c.pollTimer = setTimeout(() => pollLine(c), t.poll_after_ms);
   }
 
   // ---- orders ------------------------------------------------------------------------------

@@ -1,0 +1,80 @@
+-- queue_join.lua: shoppers join one item's waiting room; a batch of joins for ONE item in one
+-- call (the api coalesces concurrent joins as it does purchases). (queue_ticket.lua is
+-- prepended.) Joining again returns the same ticket; only a shopper whose pass expired unused
+-- joins again, at the back. Line numbers are handed out inside this one script, so accepted
+-- joins are numbered 1, 2, 3... with no gaps however many arrive at once.
+--
+-- KEYS[1] item hash   KEYS[2] line zset   KEYS[3] tickets hash   KEYS[4] line state hash
+-- ARGV: for join i (1-based): ARGV[2i-1] user id, ARGV[2i] random score, an integer in
+--       [0, 2^52) drawn by the api from a CSPRNG (used only for a join before the start)
+--
+-- Reply: {now_ms, admitted, per-join replies...}, admitted = shoppers admitted so far (the
+--   line's head), each join's reply {outcome, ticket}
+--   outcome: joined | existing | not_found | no_queue | sale_ended
+--   ticket: the packed ticket (queue_ticket.lua), '' unless joined or existing
+-- Malformed arguments are an error reply and write nothing.
+
+local n = #ARGV / 2
+if n < 1 or n ~= math.floor(n) then
+  return redis.error_reply('ERR queue_join: ARGV does not describe a batch')
+end
+for i = 1, n do
+  local user, score = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
+  if not string.match(user, '^[%w_-]+$') or #user > 64 or not score or score < 0
+    or score >= AFTER_START or score ~= math.floor(score) then
+    return redis.error_reply('ERR queue_join: bad user or score')
+  end
+end
+
+local now = now_ms()
+local f = redis.call('HMGET', KEYS[1], 'stock_total', 'starts_at', 'ends_at', 'q_rate')
+local st = redis.call('HMGET', KEYS[4], 'pre', 'seq', 'popped')
+local pre, seq, popped = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
+local starts, ends = tonumber(f[2]) or 0, tonumber(f[3]) or 0
+local common
+if f[1] == false then
+  common = 'not_found'
+elseif (tonumber(f[4]) or 0) <= 0 then
+  common = 'no_queue'
+elseif ends > 0 and now >= ends then
+  common = 'sale_ended'
+end
+
+local out = {now, popped}
+local pre0, seq0 = pre, seq
+for i = 1, n do
+  local user = ARGV[2 * i - 1]
+  local reply
+  if common then
+    reply = {common, ''}
+  else
+    local t = redis.call('HGET', KEYS[3], user)
+    local s, _, _, exp
+    if t then
+      s, _, _, exp = ticket_unpack(t)
+    end
+    if s and (s == 'w' or s == 's' or (s == 'a' and exp > now)) then
+      reply = {'existing', t}
+    else
+      -- New, or a pass that expired unused: (re)join.
+      local packed
+      if now < starts then
+        pre = pre + 1
+        redis.call('ZADD', KEYS[2], ARGV[2 * i], user)
+        packed = ticket_pack('w', 0, '', 0)
+      else
+        seq = seq + 1
+        local line = pre + seq
+        redis.call('ZADD', KEYS[2], string.format('%.0f', AFTER_START + line), user)
+        packed = ticket_pack('w', line, '', 0)
+      end
+      redis.call('HSET', KEYS[3], user, packed)
+      reply = {'joined', packed}
+    end
+  end
+  out[2 + i] = reply
+end
+if pre ~= pre0 or seq ~= seq0 then
+  redis.call('HSET', KEYS[4], 'pre', pre, 'seq', seq)
+end
+return out
