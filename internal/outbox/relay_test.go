@@ -413,3 +413,52 @@ func TestOutboxBound(t *testing.T) {
 	stop()
 	e.checkTopic(false, true)
 }
+
+// recordingPublisher forwards to a Kafka writer and records the size of every write.
+type recordingPublisher struct {
+	w      *kafka.Writer
+	mu     sync.Mutex
+	writes [][2]int // entries, bytes
+}
+
+func (p *recordingPublisher) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+	size := 0
+	for _, m := range msgs {
+		size += len(m.Key) + len(m.Value)
+	}
+	p.mu.Lock()
+	p.writes = append(p.writes, [2]int{len(msgs), size})
+	p.mu.Unlock()
+	return p.w.WriteMessages(ctx, msgs...)
+}
+
+// TestRelayBatchesAreBounded: a backlog far larger than one batch (as after a long Kafka
+// outage) drains in writes bounded in entries and in bytes, every event once and in order.
+func TestRelayBatchesAreBounded(t *testing.T) {
+	e := newEnv(t, "a", "b", "c", "d", "e", "f")
+	e.sell(4000, 16) // written before any relay runs: the backlog of an outage
+	const maxEntries, maxBytes = 100, 8 << 10
+	w := outbox.NewWriter([]string{e.broker.Addr()}, topic)
+	t.Cleanup(func() { w.Close() })
+	pub := &recordingPublisher{w: w}
+	r := outbox.New(e.rdb, e.keys, pub, outbox.Options{ReadCount: maxEntries, MaxBatchBytes: maxBytes})
+	start(t, r)
+	e.waitDrained()
+	e.checkTopic(true, true)
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	var entries int
+	for _, wr := range pub.writes {
+		entries += wr[0]
+		if wr[0] > maxEntries || (wr[1] > maxBytes && wr[0] > 1) {
+			t.Fatalf("a write of %d entries, %d bytes: over the bounds %d entries, %d bytes", wr[0], wr[1], maxEntries, maxBytes)
+		}
+	}
+	// The bytes bound, not only the entries bound, cut some writes.
+	if len(pub.writes) <= entries/maxEntries+1 {
+		t.Fatalf("%d writes for %d entries: the bytes bound never cut a read", len(pub.writes), entries)
+	}
+	if entries != e.events {
+		t.Fatalf("published %d entries in %d writes, want %d", entries, len(pub.writes), e.events)
+	}
+}
