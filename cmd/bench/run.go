@@ -108,12 +108,13 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 		{"purchase", b.purchase},
 		{"reconciler", b.reconciler},
 		{"latency", b.latency},
+		{"scale", b.scale},
 	}
 	defer func() { b.api.stop(); b.helloSrv.stop(); b.evalSrv.stop() }()
 	// Rows need the servers they are measured against: -only soldout also starts hello and api.
 	needs := map[string][]string{
 		"reads": {"hello", "api"}, "soldout": {"hello", "api"}, "purchase": {"evalsha", "api"},
-		"latency": {"api"},
+		"latency": {"api"}, "scale": {"hello"},
 	}
 	only := strings.Split(opt.only, ",")
 	for _, name := range only {
