@@ -269,7 +269,7 @@ func (s *scaleRun) idleRow(ctx context.Context, note string) error {
 	}
 	per := rate / float64(len(s.apis))
 	s.b.rows = append(s.b.rows, row{
-		name:       fmt.Sprintf("idle Redis commands/s per api instance (%s items, %d api)", thousands(float64(s.items)), len(s.apis)),
+		name:       fmt.Sprintf("idle Redis commands/s per api instance (%s items, %s)", thousands(float64(s.items)), plural(len(s.apis), "api")),
 		text:       fmt.Sprintf("%s/s (all %d: %s/s)", thousands(per), len(s.apis), thousands(rate)),
 		targetText: fmt.Sprintf("≤ %d %s", scaleIdleTarget, mark(per <= scaleIdleTarget)),
 		note:       note,
@@ -355,4 +355,12 @@ func scrape(addr, series string) (float64, error) {
 		}
 	}
 	return 0, sc.Err()
+}
+
+// plural is "1 api", "3 apis".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
 }
