@@ -2,8 +2,8 @@
 # Every test, each stage run even when an earlier one failed, against the real servers:
 # formatting and vet, the repository's self-containedness, compose validation, the events'
 # AsyncAPI document, the alert rules, the Go suite under -race (Redis, a local Redis Cluster,
-# PostgreSQL, the kfake broker over TCP), the browser suite in headless Chromium, and the k6
-# smoke. The last line sums it up; the exit code is non-zero if anything failed.
+# PostgreSQL, the kfake broker over TCP), the fault matrix, the fleet, the browser suite in
+# headless Chromium, and the k6 smoke. The last line sums it up; the exit code is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export K6_NO_USAGE_REPORT=true
@@ -62,6 +62,20 @@ fault_matrix() {
   return $rc
 }
 stage "fault matrix (real processes)" fault_matrix
+# The fleet (internal/fleet, build tag fleet): a 3-master Redis Cluster, a 4-partition topic,
+# two apis and two reconcilers (real -race binaries), 2,000 items, one reconciler kill -9'd.
+fleet() {
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null ||
+    { echo "redis-server or redis-cli is missing: ./scripts/services.sh installs them"; return 1; }
+  go build -o bin/testsummary ./cmd/testsummary || return 1
+  local out
+  out=$(go test -race -tags fleet -count=1 -timeout 10m -json ./internal/fleet/ | ./bin/testsummary) ; local rc=$?
+  echo "$out"
+  # A stage that ran nothing (a lost build tag, a renamed package) must not pass.
+  if echo "$out" | grep -q "^go test: 0 passed"; then echo "the fleet stage ran no test"; return 1; fi
+  return $rc
+}
+stage "fleet (cluster, 2 apis, 2 reconcilers)" fleet
 stage "web e2e (headless Chromium)" ./scripts/web-e2e.sh
 stage "k6 smoke" ./scripts/k6.sh
 

@@ -109,12 +109,13 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 		{"queue", b.queueRows},
 		{"reconciler", b.reconciler},
 		{"latency", b.latency},
+		{"scale", b.scale},
 	}
 	defer func() { b.api.stop(); b.helloSrv.stop(); b.evalSrv.stop() }()
 	// Rows need the servers they are measured against: -only soldout also starts hello and api.
 	needs := map[string][]string{
 		"reads": {"hello", "api"}, "soldout": {"hello", "api"}, "purchase": {"evalsha", "api"},
-		"latency": {"api"}, "queue": {"hello", "api"},
+		"latency": {"api"}, "queue": {"hello", "api"}, "scale": {"hello"},
 	}
 	only := strings.Split(opt.only, ",")
 	for _, name := range only {
