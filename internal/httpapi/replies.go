@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
 )
 
@@ -120,6 +122,60 @@ type encodedCatalogue struct {
 	until time.Time // the first status change by time; zero: none
 	list  []byte
 	one   map[string][]byte
+	ids   []string          // sorted
+	cat   map[string]string // id -> category
+	pages sync.Map          // pageQuery -> []byte: the paged or filtered lists asked for so far
+	npage atomic.Int32      // entries in pages (bounded by maxCachedPages)
+}
+
+// maxCachedPages bounds the paged lists kept per snapshot generation; past it a page is
+// encoded per request (from the items' cached bodies: a copy, not a marshal).
+const maxCachedPages = 4096
+
+// pageQuery is one GET /api/items?limit=&cursor=&category= request.
+type pageQuery struct {
+	limit            int
+	cursor, category string
+}
+
+// page returns {"items":[...]} (with "next_cursor" when more follow) for q: the items after
+// q.cursor (an item id, exclusive), of q.category if set, at most q.limit (0: all).
+func (e *encodedCatalogue) page(q pageQuery) []byte {
+	if b, ok := e.pages.Load(q); ok {
+		return b.([]byte)
+	}
+	from, _ := slices.BinarySearch(e.ids, q.cursor)
+	if from < len(e.ids) && e.ids[from] == q.cursor {
+		from++
+	}
+	b := append(make([]byte, 0, 256), `{"items":[`...)
+	n, last, next := 0, "", ""
+	for _, id := range e.ids[from:] {
+		if q.category != "" && e.cat[id] != q.category {
+			continue
+		}
+		if q.limit > 0 && n == q.limit {
+			next = last
+			break
+		}
+		last = id
+		if n > 0 {
+			b = append(b, ',')
+		}
+		one := e.one[id] // {"item":{...}}
+		b = append(b, one[len(`{"item":`):len(one)-1]...)
+		n++
+	}
+	b = append(b, ']')
+	if next != "" {
+		b = append(b, `,"next_cursor":`...)
+		b = appendString(b, next)
+	}
+	b = append(b, '}')
+	if e.npage.Add(1) <= maxCachedPages {
+		e.pages.Store(q, b)
+	}
+	return b
 }
 
 func (e *encodedCatalogue) fresh(gen uint64, now time.Time) bool {
@@ -162,6 +218,11 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time) 
 		}
 	}
 	sortItems(items)
+	e.ids = make([]string, len(items))
+	e.cat = make(map[string]string, len(items))
+	for i, it := range items {
+		e.ids[i], e.cat[it.ID] = it.ID, it.Category
+	}
 	list, err := json.Marshal(gin.H{"items": items})
 	if err != nil {
 		return nil, err
@@ -177,13 +238,54 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time) 
 	return e, nil
 }
 
+// listItems answers the whole catalogue, or with ?limit= (1..1000), ?cursor= (the
+// next_cursor of the previous page) and ?category= one page or one category of it.
 func (s *Server) listItems(c *gin.Context) {
+	q, err := readPageQuery(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	e, err := s.catalogue.get(c, s.Inventory)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	writeJSON(c, http.StatusOK, e.list)
+	if q == (pageQuery{}) {
+		writeJSON(c, http.StatusOK, e.list)
+		return
+	}
+	writeJSON(c, http.StatusOK, e.page(q))
+}
+
+// maxPageLimit bounds ?limit= of GET /api/items.
+const maxPageLimit = 1000
+
+func readPageQuery(c *gin.Context) (pageQuery, error) {
+	var q pageQuery
+	if c.Request.URL.RawQuery == "" {
+		return q, nil
+	}
+	values := c.Request.URL.Query()
+	for k := range values {
+		if k != "limit" && k != "cursor" && k != "category" {
+			return q, errInvalid(fmt.Sprintf("unknown query parameter %q (limit, cursor, category)", k))
+		}
+	}
+	if v := values.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPageLimit {
+			return q, errInvalid(fmt.Sprintf("limit must be an integer in 1..%d", maxPageLimit))
+		}
+		q.limit = n
+	}
+	if q.cursor = values.Get("cursor"); q.cursor != "" && !keyspace.ValidID(q.cursor) {
+		return q, errInvalid("cursor must be the next_cursor of an earlier page")
+	}
+	if q.category = values.Get("category"); len(q.category) > 200 || !utf8.ValidString(q.category) {
+		return q, errInvalid("category must be valid UTF-8 of at most 200 bytes")
+	}
+	return q, nil
 }
 
 func (s *Server) getItem(c *gin.Context) {
