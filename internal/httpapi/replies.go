@@ -1,6 +1,9 @@
 package httpapi
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -119,6 +122,7 @@ type encodedCatalogue struct {
 	gen   uint64
 	until time.Time // the first status change by time; zero: none
 	list  []byte
+	etag  string // of list: the same bytes give the same tag, whichever snapshot they came from
 	one   map[string][]byte
 }
 
@@ -127,8 +131,8 @@ func (e *encodedCatalogue) fresh(gen uint64, now time.Time) bool {
 }
 
 // get returns the encoded catalogue for the current snapshot.
-func (r *catalogueReplies) get(c *gin.Context, inv *inventory.Store) (*encodedCatalogue, error) {
-	snap, gen, err := inv.Catalogue(c.Request.Context())
+func (r *catalogueReplies) get(ctx context.Context, inv *inventory.Store) (*encodedCatalogue, error) {
+	snap, gen, err := inv.Catalogue(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +171,8 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time) 
 		return nil, err
 	}
 	e.list = list
+	sum := sha256.Sum256(list)
+	e.etag = `"` + base64.RawURLEncoding.EncodeToString(sum[:12]) + `"`
 	for _, it := range items {
 		one, err := json.Marshal(gin.H{"item": it})
 		if err != nil {
@@ -177,17 +183,43 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time) 
 	return e, nil
 }
 
+var catalogueCacheControl = []string{"public, max-age=1"}
+
+// listItems answers the catalogue with its ETag; a client (or a CDN) that holds the current
+// one gets 304 without a body.
 func (s *Server) listItems(c *gin.Context) {
-	e, err := s.catalogue.get(c, s.Inventory)
+	e, err := s.catalogue.get(c.Request.Context(), s.Inventory)
 	if err != nil {
 		fail(c, err)
+		return
+	}
+	h := c.Writer.Header()
+	h["Etag"] = []string{e.etag}
+	h["Cache-Control"] = catalogueCacheControl
+	if etagMatches(c.Request.Header.Get("If-None-Match"), e.etag) {
+		c.Writer.WriteHeader(http.StatusNotModified)
+		c.Writer.WriteHeaderNow()
 		return
 	}
 	writeJSON(c, http.StatusOK, e.list)
 }
 
+// etagMatches reports whether an If-None-Match header names tag (RFC 9110: weak comparison,
+// a list of tags, or "*").
+func etagMatches(header, tag string) bool {
+	for header != "" {
+		var t string
+		t, header, _ = strings.Cut(header, ",")
+		t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
+		if t == tag || t == "*" {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Server) getItem(c *gin.Context) {
-	e, err := s.catalogue.get(c, s.Inventory)
+	e, err := s.catalogue.get(c.Request.Context(), s.Inventory)
 	if err != nil {
 		fail(c, err)
 		return

@@ -2,7 +2,10 @@
 // item shares the item's hash tag, so each item script runs in one Redis Cluster slot.
 package keyspace
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // ValidID reports whether s is a valid item or user id: [A-Za-z0-9_-]{1,64} as the contract
 // defines them. A loop, not a regexp: it runs several times on every purchase.
@@ -116,3 +119,10 @@ func (s Space) Lock(name string) (key, fence string) {
 // RestoreFence is the fencing number of the newest restore that wrote this item, kept in the
 // item's slot so every restore script of the item can refuse a stale restorer.
 func (k Item) RestoreFence() string { return k.base + "restore:fence" }
+
+// StatsSecond is the sale monitor's hash of one wall-clock second (unix seconds): every api
+// instance adds its counts to it and sets the shared gauges (internal/stats). All seconds
+// share the hash tag {stats}, so reading the last minutes is one pipeline to one node.
+func (s Space) StatsSecond(unix int64) string {
+	return s.Prefix + "{stats}:s:" + strconv.FormatInt(unix, 10)
+}
