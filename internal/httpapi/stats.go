@@ -21,6 +21,10 @@ func (s *Server) adminStats(c *gin.Context) {
 			return
 		}
 	}
+	if s.Redis == nil {
+		fail(c, errUnavailable)
+		return
+	}
 	series, err := stats.Read(c.Request.Context(), s.Redis, s.Options.StatsKeys, n, time.Now())
 	if err != nil {
 		fail(c, err)
