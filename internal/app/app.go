@@ -148,12 +148,13 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		total, _ := a.relay.Backlog()
 		return map[string]int64{"outbox": total}, true
 	})
-	transport, err := cfg.Kafka.Transport()
-	if err != nil {
-		return nil, err
-	}
-	if a.broker != nil {
-		transport = nil
+	var transport kafka.RoundTripper // nil: kafka-go's default, for the embedded broker
+	if a.broker == nil {
+		t, err := cfg.Kafka.Transport()
+		if err != nil {
+			return nil, err
+		}
+		transport = t
 	}
 	a.lag = &lagGauge{pipeline: reconcile.NewKafkaPipeline(brokers, cfg.KafkaTopic, ReconcilerGroup, transport)}
 	a.stats.AddGauge(a.lag.gauge)

@@ -444,6 +444,13 @@ async function main() {
       await saveShot(admin, 'admin.png');
     });
 
+    await step('an unpaid reservation expires when its countdown ends and its stock returns', async () => {
+      const row = () => bob.locator(`#orders li.order[data-item="${ITEM.id}"]`).first();
+      await expectText(row().locator('.badge'), /Reserved/, 'the double-click order is still reserved');
+      await expectText(row().locator('.badge'), /Expired/, 'expired badge', 2 * TTL_MS + TIMEOUT);
+      await expectText(card(bob, ITEM.id).locator('.stock-text'), /^6 of 8 left$/, 'stock back after expiry');
+    });
+
     await step('the sale monitor draws every series and its charts move during a sale (desktop and phone)', async () => {
       assert(JWT_SECRET, 'E2E_JWT_SECRET is not set; run scripts/web-e2e.sh');
       const put = await apiJSON('PUT', `/api/admin/items/${MON_ITEM.id}`, ADMIN,
@@ -518,13 +525,6 @@ async function main() {
         await sale;
       }
       assert(outcomes[201] > 0, `no purchase reserved: ${JSON.stringify(outcomes)}`);
-    });
-
-    await step('an unpaid reservation expires when its countdown ends and its stock returns', async () => {
-      const row = () => bob.locator(`#orders li.order[data-item="${ITEM.id}"]`).first();
-      await expectText(row().locator('.badge'), /Reserved/, 'the double-click order is still reserved');
-      await expectText(row().locator('.badge'), /Expired/, 'expired badge', 2 * TTL_MS + TIMEOUT);
-      await expectText(card(bob, ITEM.id).locator('.stock-text'), /^6 of 8 left$/, 'stock back after expiry');
     });
 
     await step('no script errors on any page', async () => {
