@@ -9,7 +9,10 @@
 //   - the reconciler's write path (internal/record) in rows/s beside pgx CopyFrom of the same
 //     rows;
 //   - purchase -> Postgres latency (response sent to row committed) at the api's peak rate with
-//     cmd/reconciler running.
+//     cmd/reconciler running;
+//   - 10,000 catalogue streams (GET /api/items/stream) on one api: a stock change's arrival on
+//     every stream, the api's memory, and its CPU per second streaming vs the same shoppers
+//     polling GET /api/items once a second.
 //
 // Every server is a child process of its own (the api and reconciler binaries are built from
 // this module; the baselines are this binary re-executed), and one load generator (load.go)
@@ -48,7 +51,7 @@ func main() {
 	flag.IntVar(&opt.rows, "rows", 200000, "rows for the reconciler and CopyFrom rows")
 	flag.StringVar(&opt.profileDir, "profile", "", "write CPU profiles of the api during its rows to this directory")
 	flag.BoolVar(&opt.verbose, "v", false, "show the servers' logs")
-	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,api,reads,soldout,purchase,reconciler,latency; hello and evalsha start the baseline servers the later rows use); default all")
+	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,api,reads,soldout,purchase,reconciler,latency,streams; hello and evalsha start the baseline servers the later rows use); default all")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

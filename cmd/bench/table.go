@@ -23,6 +23,8 @@ type row struct {
 	noLatency bool
 	noRate    bool
 	note      string
+	// Rows that are not a rate beside a baseline's give their cells as text.
+	text, baseText, ratioText, targetText string
 }
 
 // rowNames lists every row the bench prints, in order (the -short test checks them).
@@ -35,6 +37,9 @@ var rowNames = []string{
 	"sold-out answers/s (hello fed the same POST bytes)",
 	"reconciler rows/s",
 	"purchase → Postgres latency",
+	streamRowName,
+	streamRSSName,
+	streamCPUName,
 }
 
 func (b *bench) ordersMade() int64 {
@@ -95,6 +100,16 @@ func (b *bench) print() {
 		}
 		if r.wantP99 > 0 && r.res != nil {
 			target = fmt.Sprintf("p99 < %s %s", r.wantP99, mark(r.res.p99 < r.wantP99))
+		}
+		for _, t := range []struct {
+			cell *string
+			text string
+		}{
+			{&ours, r.text}, {&base, r.baseText}, {&ratio, r.ratioText}, {&target, r.targetText},
+		} {
+			if t.text != "" {
+				*t.cell = t.text
+			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.name, ours, base, ratio, target, cpuCell(r))
 		if r.note != "" {

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -215,27 +216,12 @@ func (s *Server) streamItems(c *gin.Context) {
 	}
 	defer s.stream.unsubscribe(sub)
 
-	w := c.Writer
-	h := w.Header()
+	h := c.Writer.Header()
 	h["Content-Type"] = eventStreamType
 	h["Cache-Control"] = noCacheValue
 	h["X-Accel-Buffering"] = noBufferValue // nginx: pass events through at once
-	rc := http.NewResponseController(w)
-	// The server's read and write timeouts bound whole requests; a stream is open-ended. The
-	// read deadline goes (the request is read; a closed connection still fails the next
-	// write), and each write gets its own deadline instead, so a stuck client costs at most
-	// WriteWait before its handler returns.
-	_ = rc.SetReadDeadline(time.Time{})
-	write := func(b ...[]byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(s.stream.opt.WriteWait))
-		for _, p := range b {
-			if _, err := w.Write(p); err != nil {
-				return false
-			}
-		}
-		return rc.Flush() == nil
-	}
-	w.WriteHeader(http.StatusOK)
+	write, end := s.openStream(c)
+	defer end()
 	if !write(retryFrame, first.b) {
 		return
 	}
@@ -259,4 +245,56 @@ func (s *Server) streamItems(c *gin.Context) {
 			return
 		}
 	}
+}
+
+// openStream starts the stream's answer and returns how to write to it. Over HTTP/1.1 the
+// connection is taken over (hijacked): the answer's head is written by hand with
+// "Connection: close" and the events follow as the body until the connection closes. That
+// frees what net/http keeps per request and is no use to a stream held for minutes (its
+// buffered reader and writers, its background read goroutine): about half of a stream's
+// memory. The server's read and write timeouts bound whole requests, and a stream is
+// open-ended, so the read deadline is cleared and each write gets its own deadline instead: a
+// stuck client costs at most WriteWait before its handler returns. Where the connection
+// cannot be taken over (HTTP/2), the answer streams through the ResponseWriter.
+func (s *Server) openStream(c *gin.Context) (write func(b ...[]byte) bool, end func()) {
+	wait := s.stream.opt.WriteWait
+	rc := http.NewResponseController(c.Writer)
+	conn, _, err := rc.Hijack()
+	if err == nil {
+		_ = conn.SetReadDeadline(time.Time{})
+		head := append([]byte(nil), "HTTP/1.1 200 OK\r\n"...)
+		c.Writer.Header().Set("Date", time.Now().UTC().Format(http.TimeFormat))
+		c.Writer.Header().Set("Connection", "close")
+		for k, vs := range c.Writer.Header() {
+			for _, v := range vs {
+				head = append(append(append(append(head, k...), ": "...), v...), "\r\n"...)
+			}
+		}
+		head = append(head, "\r\n"...)
+		pending := head // sent with the first events, in one write
+		write = func(b ...[]byte) bool {
+			_ = conn.SetWriteDeadline(time.Now().Add(wait))
+			bufs := net.Buffers{}
+			if pending != nil {
+				bufs, pending = append(bufs, pending), nil
+			}
+			bufs = append(bufs, b...)
+			_, err := bufs.WriteTo(conn)
+			return err == nil
+		}
+		return write, func() { conn.Close() }
+	}
+	w := c.Writer
+	_ = rc.SetReadDeadline(time.Time{})
+	w.WriteHeader(http.StatusOK)
+	write = func(b ...[]byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(wait))
+		for _, p := range b {
+			if _, err := w.Write(p); err != nil {
+				return false
+			}
+		}
+		return rc.Flush() == nil
+	}
+	return write, func() {}
 }
