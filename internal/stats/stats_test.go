@@ -19,8 +19,12 @@ func TestRecordersAddUp(t *testing.T) {
 	a, b := stats.NewRecorder(rdb, keys), stats.NewRecorder(rdb, keys)
 	a.CountFrom("expired", func() int64 { return expiredA })
 	b.CountFrom("expired", func() int64 { return expiredB })
-	a.AddGauge(func(context.Context) (map[string]int64, bool) { return map[string]int64{"stock:phone": 7, "outbox": 3}, true })
-	b.AddGauge(func(context.Context) (map[string]int64, bool) { return map[string]int64{"stock:phone": 7, "outbox": 3}, true })
+	a.AddGauge(func(context.Context) (map[string]int64, bool) {
+		return map[string]int64{"stock:phone": 7, "outbox": 3}, true
+	})
+	b.AddGauge(func(context.Context) (map[string]int64, bool) {
+		return map[string]int64{"stock:phone": 7, "outbox": 3}, true
+	})
 	for range 98 {
 		a.Request(time.Millisecond, 201)
 	}
