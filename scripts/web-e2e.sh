@@ -39,6 +39,7 @@ port=$(free_port)
 kafka_port=$(free_port)
 prefix="e2e$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n'):"
 admin_token="e2e-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+jwt_secret="e2e-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')" # the monitor step mints shoppers' tokens
 log=$(mktemp)
 ttl=30 # seconds to pay: long enough for the pay step, short enough to watch an expiry
 
@@ -63,7 +64,7 @@ trap cleanup EXIT INT TERM
 FLASHSALE_HTTP_ADDR="127.0.0.1:$port" \
 FLASHSALE_REDIS_PREFIX="$prefix" \
 FLASHSALE_ADMIN_TOKEN="$admin_token" \
-FLASHSALE_JWT_SECRET="e2e-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')" \
+FLASHSALE_JWT_SECRET="$jwt_secret" \
 FLASHSALE_EMBEDDED_KAFKA_ADDR="127.0.0.1:$kafka_port" \
 FLASHSALE_RESERVATION_TTL="${ttl}s" \
 FLASHSALE_SNAPSHOT_INTERVAL="200ms" \
@@ -80,6 +81,6 @@ done
 curl -fsS "$base/readyz" >/dev/null
 
 echo "== web e2e (headless Chromium) against $base"
-E2E_BASE_URL="$base" E2E_ADMIN_TOKEN="$admin_token" E2E_RESERVATION_TTL_S="$ttl" \
+E2E_BASE_URL="$base" E2E_ADMIN_TOKEN="$admin_token" E2E_RESERVATION_TTL_S="$ttl" E2E_JWT_SECRET="$jwt_secret" \
 E2E_ARTIFACTS="$root/test-artifacts" E2E_SCREENSHOTS="$root/docs/screenshots" \
   node web/e2e/e2e.mjs

@@ -3,7 +3,7 @@ package web
 
 import "embed"
 
-// Files holds index.html, admin.html and assets/.
+// Files holds index.html, admin.html, monitor.html and assets/.
 //
-//go:embed index.html admin.html assets
+//go:embed index.html admin.html monitor.html assets
 var Files embed.FS

@@ -13,6 +13,9 @@
 //   - the scale rows (scale.go): idle Redis commands/s per api instance with 10 / 1,000 /
 //     10,000 items and 1 or 3 apis, Redis commands per GET /api/orders, and GET /api/items
 //     with 10,000 items, against a private redis-server (`-only scale` runs them alone).
+//   - 10,000 catalogue streams (GET /api/items/stream) on one api: a stock change's arrival on
+//     every stream, the api's memory, and its CPU per second streaming vs the same shoppers
+//     polling GET /api/items once a second.
 //
 // Every server is a child process of its own (the api and reconciler binaries are built from
 // this module; the baselines are this binary re-executed), and one load generator (load.go)
@@ -51,7 +54,7 @@ func main() {
 	flag.IntVar(&opt.rows, "rows", 200000, "rows for the reconciler and CopyFrom rows")
 	flag.StringVar(&opt.profileDir, "profile", "", "write CPU profiles of the api during its rows to this directory")
 	flag.BoolVar(&opt.verbose, "v", false, "show the servers' logs")
-	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,api,reads,soldout,purchase,reconciler,latency,scale; hello and evalsha start the baseline servers the later rows use); default all")
+	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,api,reads,soldout,purchase,reconciler,latency,queue,scale,streams; hello and evalsha start the baseline servers the later rows use); default all")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -79,6 +79,11 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 		return err
 	}
 
+	// Before any server starts (children inherit it): the stream rows hold one connection per
+	// shopper in this process and in the api.
+	if limit, err := raiseFileLimit(0); err == nil {
+		progress(out, "open-file limit %d", limit)
+	}
 	rdb, err := redisconn.Open(ctx, []string{redisAddr()}, 0)
 	if err != nil {
 		return err
@@ -110,12 +115,13 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 		{"reconciler", b.reconciler},
 		{"latency", b.latency},
 		{"scale", b.scale},
+		{"streams", b.streams},
 	}
 	defer func() { b.api.stop(); b.helloSrv.stop(); b.evalSrv.stop() }()
 	// Rows need the servers they are measured against: -only soldout also starts hello and api.
 	needs := map[string][]string{
 		"reads": {"hello", "api"}, "soldout": {"hello", "api"}, "purchase": {"evalsha", "api"},
-		"latency": {"api"}, "queue": {"hello", "api"}, "scale": {"hello"},
+		"latency": {"api"}, "queue": {"hello", "api"}, "scale": {"hello"}, "streams": {"api"},
 	}
 	only := strings.Split(opt.only, ",")
 	for _, name := range only {

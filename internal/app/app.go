@@ -32,8 +32,10 @@ import (
 	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/internal/stats"
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/web"
 )
@@ -50,6 +52,8 @@ type API struct {
 	writer    *kafka.Writer
 	relay     *outbox.Relay
 	expirer   *orders.Expirer
+	stats     *stats.Recorder
+	lag       *lagGauge
 	server    *httpapi.Server
 	Inventory *inventory.Store
 	Orders    *orders.Store
@@ -143,6 +147,25 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 	metrics.QueuePollsMemory.From(a.Queue.PollsFromMemory.Load)
 	metrics.QueuePollsRedis.From(a.Queue.PollsFromRedis.Load)
 
+	// The sale monitor: this instance's counts, plus gauges every instance reads alike.
+	a.stats = stats.NewRecorder(a.rdb, keys)
+	a.stats.CountFrom("expired", a.expirer.Drained)
+	a.stats.AddGauge(a.stockGauge)
+	a.stats.AddGauge(func(context.Context) (map[string]int64, bool) {
+		total, _ := a.relay.Backlog()
+		return map[string]int64{"outbox": total}, true
+	})
+	var transport kafka.RoundTripper // nil: kafka-go's default, for the embedded broker
+	if a.broker == nil {
+		t, err := cfg.Kafka.Transport()
+		if err != nil {
+			return nil, err
+		}
+		transport = t
+	}
+	a.lag = &lagGauge{pipeline: reconcile.NewKafkaPipeline(brokers, cfg.KafkaTopic, ReconcilerGroup, transport)}
+	a.stats.AddGauge(a.lag.gauge)
+
 	a.server = httpapi.New(httpapi.Deps{
 		Options:        opts,
 		Auth:           httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
@@ -155,6 +178,8 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Web:            web.Files,
 		Reconciliation: a.record.LatestReport,
 		Queue:          a.Queue,
+		Stats:          a.stats,
+		Redis:          a.rdb,
 	})
 	return a, nil
 }
@@ -181,6 +206,8 @@ func HTTPOptions(cfg config.Config) httpapi.Options {
 	return httpapi.Options{
 		DevLogin: cfg.DevLogin, TrustedProxies: cfg.TrustedProxies, SnapshotInterval: cfg.SnapshotInterval,
 		PurchaseLimit: cfg.LimitPurchase,
+		Stream:        httpapi.StreamOptions{Heartbeat: cfg.StreamHeartbeat},
+		StatsKeys:     keyspace.Space{Prefix: cfg.RedisPrefix},
 		Limits: httpapi.RateLimits{Pay: cfg.LimitPay, Cancel: cfg.LimitCancel, Rating: cfg.LimitRating,
 			LoginUser: cfg.LimitLoginUser, LoginIP: cfg.LimitLoginIP},
 	}
@@ -245,10 +272,13 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() { stopBG(); wg.Wait() }()
-	wg.Add(3)
+	wg.Add(6)
 	go func() { defer wg.Done(); a.Inventory.RunSnapshot(bg) }()
 	go func() { defer wg.Done(); a.Queue.Run(bg) }()
 	go func() { defer wg.Done(); a.expirer.Run(bg) }()
+	go func() { defer wg.Done(); a.server.RunStreams(bg) }()
+	go func() { defer wg.Done(); a.stats.Run(bg) }()
+	go func() { defer wg.Done(); a.lag.run(bg) }()
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRelay()
 	relayDone := make(chan struct{})
@@ -264,6 +294,8 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	// idle keep-alive connections close.
 	srv := &http.Server{Handler: a.server, ReadHeaderTimeout: min(5*time.Second, a.cfg.HTTPReadTimeout),
 		ReadTimeout: a.cfg.HTTPReadTimeout, WriteTimeout: a.cfg.HTTPWriteTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout}
+	// Shutdown waits for handlers to return, and a catalogue stream's returns only when told.
+	srv.RegisterOnShutdown(a.server.CloseStreams)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	slog.Info("api listening", "url", "http://"+ln.Addr().String()+"/")

@@ -65,6 +65,7 @@ type Config struct {
 	HTTPReadTimeout   time.Duration // a whole request, body included (slow clients)
 	HTTPWriteTimeout  time.Duration // a whole answer
 	HTTPIdleTimeout   time.Duration // a keep-alive connection between requests
+	StreamHeartbeat   time.Duration // a comment on every catalogue stream at least this often
 	LogLevel          slog.Level    // FLASHSALE_LOG_LEVEL: debug, info, warn, error
 	OutboxMax         int           // outbox entries (all items) above which purchases answer 503
 	Redis             redisconn.Security
@@ -115,6 +116,7 @@ func Parse(getenv func(string) string) (Config, error) {
 		HTTPReadTimeout:   p.duration("FLASHSALE_HTTP_READ_TIMEOUT", 15*time.Second),
 		HTTPWriteTimeout:  p.duration("FLASHSALE_HTTP_WRITE_TIMEOUT", 30*time.Second),
 		HTTPIdleTimeout:   p.duration("FLASHSALE_HTTP_IDLE_TIMEOUT", 60*time.Second),
+		StreamHeartbeat:   p.duration("FLASHSALE_STREAM_HEARTBEAT", 15*time.Second),
 		LogLevel:          p.level("FLASHSALE_LOG_LEVEL", slog.LevelInfo),
 		OutboxMax:         p.integer("FLASHSALE_OUTBOX_MAX", 1_000_000, 1, 1<<40),
 		Redis: redisconn.Security{
@@ -173,6 +175,9 @@ func Parse(getenv func(string) string) (Config, error) {
 	}
 	if c.HTTPReadTimeout < time.Millisecond || c.HTTPWriteTimeout < time.Millisecond || c.HTTPIdleTimeout < time.Millisecond {
 		return Config{}, fmt.Errorf("config: the HTTP read, write and idle timeouts must be at least 1ms")
+	}
+	if c.StreamHeartbeat < 10*time.Millisecond || c.StreamHeartbeat > 15*time.Second {
+		return Config{}, fmt.Errorf("config: FLASHSALE_STREAM_HEARTBEAT must be from 10ms to 15s (the contract's longest gap)")
 	}
 	if c.ExpiryInterval < time.Millisecond || c.SnapshotInterval < time.Millisecond {
 		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")

@@ -49,3 +49,37 @@ func TestCatalogueRepliesFollowWritesAndTime(t *testing.T) {
 		t.Fatalf("after the start: %s, want live", got)
 	}
 }
+
+// GET /api/items carries an ETag of the encoded catalogue and a one-second public cache
+// life; a client holding the current tag (alone, weak, in a list, or "*") gets 304 without
+// a body, a stale tag gets the new catalogue, and the tag follows the content, not the time.
+func TestCatalogueETag(t *testing.T) {
+	a := newTestAPI(t, nil)
+	a.item("phone", 5, 2)
+	r := a.do("GET", "/api/items", "", nil)
+	tag := r.Header.Get("ETag")
+	if r.Status != http.StatusOK || len(tag) < 3 || tag[0] != '"' || r.Header.Get("Cache-Control") != "public, max-age=1" {
+		t.Fatalf("GET /api/items: %d ETag %q Cache-Control %q", r.Status, tag, r.Header.Get("Cache-Control"))
+	}
+	for _, inm := range []string{tag, "W/" + tag, `"other", ` + tag, "*"} {
+		r := a.do("GET", "/api/items", "", nil, "If-None-Match", inm)
+		if r.Status != http.StatusNotModified || r.Raw != "" || r.Header.Get("ETag") != tag {
+			t.Fatalf("If-None-Match %s: %d %q ETag %q", inm, r.Status, r.Raw, r.Header.Get("ETag"))
+		}
+	}
+	if r := a.do("GET", "/api/items", "", nil, "If-None-Match", `"stale"`); r.Status != http.StatusOK || r.Raw == "" {
+		t.Fatalf("stale tag: %d", r.Status)
+	}
+	// The same content read again after the snapshot refreshed keeps its tag.
+	time.Sleep(a.cfg.SnapshotInterval + 10*time.Millisecond)
+	if again := a.do("GET", "/api/items", "", nil).Header.Get("ETag"); again != tag {
+		t.Fatalf("tag changed without a change: %s then %s", tag, again)
+	}
+	if r := a.do("POST", "/api/admin/items/phone/stock", testAdminToken, map[string]any{"delta": 1}); r.Status != http.StatusOK {
+		t.Fatalf("restock: %d", r.Status)
+	}
+	r = a.do("GET", "/api/items", "", nil, "If-None-Match", tag)
+	if r.Status != http.StatusOK || r.Header.Get("ETag") == tag {
+		t.Fatalf("after a change: %d, ETag %q (was %q)", r.Status, r.Header.Get("ETag"), tag)
+	}
+}

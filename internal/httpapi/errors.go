@@ -38,6 +38,7 @@ var (
 	errUnavailable  = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service is unavailable; nothing was changed, try again"}
 	errUnknown      = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service did not answer in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
 	errNotReady     = &apiError{http.StatusServiceUnavailable, "unavailable", "not ready"}
+	errShuttingDown = &apiError{http.StatusServiceUnavailable, "unavailable", "the server is shutting down; nothing was changed, try again"}
 	errNoReports    = &apiError{http.StatusServiceUnavailable, "unavailable", "reconciliation reports are not configured"}
 	errNoRecord     = &apiError{http.StatusServiceUnavailable, "unavailable", "the reconciliation record (Postgres) is unreachable"}
 	errInternal     = &apiError{http.StatusInternalServerError, "internal", "an internal error occurred (a bug, logged); the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}

@@ -24,7 +24,10 @@ var openapiDoc []byte
 // errorCodeKey is where abort leaves the contract's error code for observe.
 const errorCodeKey = "flashsale.error_code"
 
-const purchaseRoute = "/api/items/:id/purchase"
+const (
+	purchaseRoute = "/api/items/:id/purchase"
+	streamRoute   = "/api/items/stream"
+)
 
 // observe records every request by route pattern (never the raw path, so label values stay
 // bounded), status and latency, and purchase outcomes by the contract's words; a 5xx is also
@@ -49,10 +52,15 @@ func (s *Server) observe(c *gin.Context) {
 	})
 	m.requests.Inc()
 	m.duration.Observe(took.Seconds())
+	if route != streamRoute { // a stream's "latency" is how long the shopper watched
+		s.Stats.Request(took, status)
+	}
 	if route == purchaseRoute {
-		purchaseChildren.get(purchaseOutcome(c), func(o string) prometheus.Counter {
+		outcome := purchaseOutcome(c)
+		purchaseChildren.get(outcome, func(o string) prometheus.Counter {
 			return metrics.Purchases.WithLabelValues(o)
 		}).Inc()
+		s.Stats.Purchase(outcome)
 	}
 	if status >= 500 {
 		slog.Warn("http", "request_id", requestIDOf(c), "method", c.Request.Method, "route", c.FullPath(),

@@ -1,6 +1,9 @@
 package httpapi
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -121,6 +124,7 @@ type encodedCatalogue struct {
 	gen   uint64
 	until time.Time // the first status change by time; zero: none
 	list  []byte
+	etag  string // of list: the same bytes give the same tag, whichever snapshot they came from
 	one   map[string][]byte
 	ids   []string          // sorted
 	cat   map[string]string // id -> category
@@ -183,8 +187,8 @@ func (e *encodedCatalogue) fresh(gen uint64, now time.Time) bool {
 }
 
 // get returns the encoded catalogue for the current snapshot.
-func (r *catalogueReplies) get(c *gin.Context, inv *inventory.Store) (*encodedCatalogue, error) {
-	snap, gen, err := inv.Catalogue(c.Request.Context())
+func (r *catalogueReplies) get(ctx context.Context, inv *inventory.Store) (*encodedCatalogue, error) {
+	snap, gen, err := inv.Catalogue(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +232,8 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time) 
 		return nil, err
 	}
 	e.list = list
+	sum := sha256.Sum256(list)
+	e.etag = `"` + base64.RawURLEncoding.EncodeToString(sum[:12]) + `"`
 	for _, it := range items {
 		one, err := json.Marshal(gin.H{"item": it})
 		if err != nil {
@@ -238,17 +244,28 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time) 
 	return e, nil
 }
 
+var catalogueCacheControl = []string{"public, max-age=1"}
+
 // listItems answers the whole catalogue, or with ?limit= (1..1000), ?cursor= (the
-// next_cursor of the previous page) and ?category= one page or one category of it.
+// next_cursor of the previous page) and ?category= one page or one category of it, with the
+// catalogue's ETag: a client (or a CDN) that holds the current one gets 304 without a body.
 func (s *Server) listItems(c *gin.Context) {
 	q, err := readPageQuery(c)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	e, err := s.catalogue.get(c, s.Inventory)
+	e, err := s.catalogue.get(c.Request.Context(), s.Inventory)
 	if err != nil {
 		fail(c, err)
+		return
+	}
+	h := c.Writer.Header()
+	h["Etag"] = []string{e.etag}
+	h["Cache-Control"] = catalogueCacheControl
+	if etagMatches(c.Request.Header.Get("If-None-Match"), e.etag) {
+		c.Writer.WriteHeader(http.StatusNotModified)
+		c.Writer.WriteHeaderNow()
 		return
 	}
 	if q == (pageQuery{}) {
@@ -288,8 +305,22 @@ func readPageQuery(c *gin.Context) (pageQuery, error) {
 	return q, nil
 }
 
+// etagMatches reports whether an If-None-Match header names tag (RFC 9110: weak comparison,
+// a list of tags, or "*").
+func etagMatches(header, tag string) bool {
+	for header != "" {
+		var t string
+		t, header, _ = strings.Cut(header, ",")
+		t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
+		if t == tag || t == "*" {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Server) getItem(c *gin.Context) {
-	e, err := s.catalogue.get(c, s.Inventory)
+	e, err := s.catalogue.get(c.Request.Context(), s.Inventory)
 	if err != nil {
 		fail(c, err)
 		return

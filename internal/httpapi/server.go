@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
@@ -17,15 +18,18 @@ import (
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/stats"
 )
 
 // Options are the settings the HTTP layer needs (the app fills them from the configuration).
 type Options struct {
-	DevLogin         bool          // POST /api/login mints shopper tokens
-	TrustedProxies   []string      // peers whose X-Forwarded-For is believed (validated by config)
-	SnapshotInterval time.Duration // how long encoded leaderboard replies are reused
-	PurchaseLimit    limits.Policy // shown in the purchase route's rate-limit headers
-	Limits           RateLimits    // pay, cancel, rating and login
+	DevLogin         bool           // POST /api/login mints shopper tokens
+	TrustedProxies   []string       // peers whose X-Forwarded-For is believed (validated by config)
+	SnapshotInterval time.Duration  // how long encoded leaderboard replies are reused
+	PurchaseLimit    limits.Policy  // shown in the purchase route's rate-limit headers
+	Limits           RateLimits     // pay, cancel, rating and login
+	Stream           StreamOptions  // GET /api/items/stream (zero: the contract's defaults)
+	StatsKeys        keyspace.Space // where GET /api/admin/stats reads the monitor's series
 }
 
 // RateLimits are the policies the HTTP layer applies through the limiter.
@@ -53,6 +57,10 @@ type Deps struct {
 	Metrics http.Handler
 	// Queue keeps the items' waiting rooms (nil: the queue routes answer no_queue).
 	Queue *queue.Store
+	// Stats counts requests and purchases for the sale monitor (nil: not counted); Redis is
+	// where GET /api/admin/stats reads every instance's series (nil: it answers 503).
+	Stats *stats.Recorder
+	Redis redis.UniversalClient
 }
 
 // Server is the api's HTTP handler.
@@ -61,6 +69,7 @@ type Server struct {
 	engine    *gin.Engine
 	catalogue catalogueReplies // encoded GET /api/items bodies (replies.go)
 	boards    boardReplies     // encoded leaderboard bodies (boards.go)
+	stream    *streamHub       // GET /api/items/stream subscribers (stream.go)
 }
 
 const (
@@ -71,7 +80,7 @@ const (
 // New builds the Gin engine with every route of the contract.
 func New(d Deps) *Server {
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{Deps: d, engine: gin.New()}
+	s := &Server{Deps: d, engine: gin.New(), stream: newStreamHub(d.Options.Stream)}
 	s.engine.Use(s.requestID, s.observe) // requestID recovers panics; observe logs 5xx answers
 	s.engine.HandleMethodNotAllowed = false
 	// Gin trusts every proxy by default, which lets any client choose its rate-limit key with
@@ -101,6 +110,7 @@ func (s *Server) routes() {
 	api.GET("/openapi.json", s.openapi)
 	api.POST("/login", s.limitLogin, s.login)
 	api.GET("/items", s.listItems)
+	api.GET("/items/stream", s.streamItems)
 	api.GET("/items/:id", s.getItem)
 	api.GET("/leaderboards/top-rated", s.topRated)
 	api.GET("/leaderboards/best-sellers", s.bestSellers)
@@ -122,6 +132,7 @@ func (s *Server) routes() {
 	admin.POST("/items/import", s.importItems)
 	admin.GET("/items/:id/queue", s.queueStats)
 	admin.GET("/reconciliation", s.reconciliationReport)
+	admin.GET("/stats", s.adminStats)
 
 	if s.Web != nil {
 		s.webRoutes()

@@ -30,6 +30,7 @@ func (s *Server) webRoutes() {
 	}
 	s.engine.GET("/", page("index.html"))
 	s.engine.GET("/admin", page("admin.html"))
+	s.engine.GET("/admin/monitor", page("monitor.html"))
 	assets, err := fs.Sub(s.Web, "assets")
 	if err != nil {
 		return

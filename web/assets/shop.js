@@ -1,9 +1,12 @@
 // The shopper page: dev login, the live item grid, buying, My orders (pay, cancel, rate) and
 // the leaderboards.
 //
-// Live stock is polling, not server-sent events: GET /api/items every second while the page is
-// visible (the api answers it from its in-memory catalogue snapshot, so it costs Redis nothing),
-// orders every 3 s and leaderboards every 5 s. A hidden tab stops asking until it is shown again.
+// Live stock is pushed: an EventSource on GET /api/items/stream gets the catalogue at once and
+// again within a second of any change (one encoded event fanned out to every shopper, so the
+// api does no work per shopper). When the stream cannot be had (an old proxy, a dropped
+// connection) the page falls back to GET /api/items every second until the stream is back.
+// Orders are asked every 3 s and leaderboards every 5 s. A hidden tab closes its stream and
+// stops asking until it is shown again.
 // Cards and order rows are updated in place, so a poll never steals focus or a typed quantity.
 'use strict';
 
@@ -215,8 +218,49 @@
     renderCategories();
   }
 
+  // ---- live stock: the stream, polling as the fallback --------------------------------------
+
+  const STREAM_RETRY = 10000; // a stream the browser gave up on is opened again after this
+  const live = { source: null, events: 0, retry: null, mode: 'poll' };
+
+  // The stream is trusted while open and after its first event; a dropped connection turns
+  // it to "connecting" (the browser reconnects by itself) and the page polls meanwhile.
+  function streamHealthy() {
+    return live.source && live.source.readyState === 1 && live.mode === 'stream';
+  }
+
+  function setMode(mode) {
+    live.mode = mode;
+    document.body.dataset.live = mode; // "stream" or "poll"
+  }
+
+  function openStream() {
+    if (!window.EventSource || live.source || document.hidden) return;
+    const es = new EventSource('/api/items/stream');
+    live.source = es;
+    es.addEventListener('items', (ev) => {
+      live.events++;
+      setMode('stream');
+      try { renderItems(JSON.parse(ev.data).items || []); } catch (e) { /* a broken event: the next one fixes it */ }
+    });
+    es.addEventListener('error', () => {
+      setMode('poll');
+      if (es.readyState === 2) { // the browser gave up (not a 200 text/event-stream): try later
+        closeStream();
+        live.retry = setTimeout(() => { live.retry = null; openStream(); }, STREAM_RETRY);
+      }
+    });
+  }
+
+  function closeStream() {
+    if (live.source) live.source.close();
+    live.source = null;
+    if (live.retry) { clearTimeout(live.retry); live.retry = null; }
+  }
+
   async function refreshItems() {
     if (document.hidden) return;
+    if (streamHealthy()) return; // pushed; no need to ask
     const r = await api('GET', '/api/items');
     if (r.ok) renderItems(r.data.items || []);
   }
@@ -531,11 +575,12 @@
   }, 500);
 
   document.addEventListener('visibilitychange', () => {
-    if (!document.hidden) { refreshItems(); refreshOrders(); refreshBoards(); }
+    if (document.hidden) { closeStream(); setMode('poll'); return; }
+    openStream(); refreshItems(); refreshOrders(); refreshBoards();
   });
 
   // A hook for tests and curious developers.
-  window.flashsale.shop = { state };
+  window.flashsale.shop = { state, live };
 
   // every runs fn now and then ms after each run ends, so slow answers never pile up.
   // Refreshes after an action call fn directly and do not start another loop.
@@ -547,6 +592,8 @@
   }
 
   showLogin();
+  setMode('poll');
+  openStream();
   every(refreshItems, ITEMS_EVERY);
   every(refreshOrders, ORDERS_EVERY);
   every(refreshBoards, BOARDS_EVERY);

@@ -5,12 +5,14 @@
 //   E2E_ARTIFACTS    where screenshots (and failure screenshots) go, e.g. test-artifacts/
 //   E2E_SCREENSHOTS  docs/screenshots/: refreshed when a file is missing or E2E_UPDATE_SCREENSHOTS=1
 //   E2E_RESERVATION_TTL_S  the api's FLASHSALE_RESERVATION_TTL in seconds (30)
+//   E2E_JWT_SECRET   its FLASHSALE_JWT_SECRET (the monitor step mints many shoppers' tokens)
 // The api must run with FLASHSALE_LIMIT_PURCHASE=1/1m:4 so the rate-limit step is deterministic.
 // Steps run in order and share state; a failed step is reported and the run goes on. The last
 // line is "N passed, M failed"; the exit code is 1 when anything failed.
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';
 import path from 'node:path';
+import crypto from 'node:crypto';
 
 const BASE = process.env.E2E_BASE_URL || 'http://127.0.0.1:8080';
 const ADMIN = process.env.E2E_ADMIN_TOKEN || '';
@@ -31,6 +33,16 @@ const ITEM = { id: `e2e-phone-${run}`, name: `Pocket Phone ${run}`, category: 'p
 const RL_ITEM = { id: `e2e-cable-${run}`, name: `USB Cable ${run}`, category: 'cables' };
 const SOON_ITEM = { id: `e2e-watch-${run}`, name: `Smart Watch ${run}`, category: 'watches' };
 const LOST_ITEM = { id: `e2e-case-${run}`, name: `Phone Case ${run}`, category: 'cases' };
+const LIVE_ITEM = { id: `e2e-charger-${run}`, name: `Charger ${run}`, category: 'phones' };
+const MON_ITEM = { id: `e2e-tablet-${run}`, name: `Tablet ${run}`, category: 'phones' };
+const JWT_SECRET = process.env.E2E_JWT_SECRET || '';
+
+// shopperToken mints an HS256 token for user, as a shop's identity service sharing the secret would.
+function shopperToken(user) {
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const body = b64({ alg: 'HS256', typ: 'JWT' }) + '.' + b64({ sub: user, exp: Math.floor(Date.now() / 1000) + 3600 });
+  return body + '.' + crypto.createHmac('sha256', JWT_SECRET).update(body).digest('base64url');
+}
 
 // ---- a tiny runner ---------------------------------------------------------------------------
 
@@ -214,6 +226,42 @@ async function main() {
 
     await step("bob's page updates the stock bar live (no reload): 1 of 3 left", async () => {
       await expectText(card(bob, ITEM.id).locator('.stock-text'), /^1 of 3 left$/, 'bob sees the new stock');
+    });
+
+    await step('the shopper page takes stock from the stream: a change arrives with no GET /api/items', async () => {
+      await eventually(async () => {
+        assert(await alice.evaluate(() => document.body.dataset.live) === 'stream', 'alice is not on the stream');
+      }, 'stream mode');
+      let polls = 0;
+      const count = (req) => { if (new URL(req.url()).pathname === '/api/items') polls++; };
+      alice.on('request', count);
+      const put = await apiJSON('PUT', `/api/admin/items/${LIVE_ITEM.id}`, ADMIN,
+        { name: LIVE_ITEM.name, category: LIVE_ITEM.category, price_cents: 999, stock: 4, per_user_limit: 2 });
+      assert(put.status === 201, `create: ${put.status}`);
+      await expectText(card(alice, LIVE_ITEM.id).locator('.stock-text'), /^4 of 4 left$/, 'new item pushed');
+      const adj = await apiJSON('POST', `/api/admin/items/${LIVE_ITEM.id}/stock`, ADMIN, { delta: 3 });
+      assert(adj.status === 200, `restock: ${adj.status}`);
+      await expectText(card(alice, LIVE_ITEM.id).locator('.stock-text'), /^7 of 7 left$/, 'restock pushed');
+      alice.off('request', count);
+      assert(polls === 0, `${polls} GET /api/items while streaming`);
+    });
+
+    await step('when the stream fails the page falls back to polling and still updates', async () => {
+      const ctx = await browser.newContext(desktop);
+      await ctx.route('**/api/items/stream', (route) => route.abort());
+      const carol = await ctx.newPage();
+      pages.carol = carol;
+      let polls = 0;
+      carol.on('request', (req) => { if (new URL(req.url()).pathname === '/api/items') polls++; });
+      await carol.goto(BASE + '/');
+      await expectText(card(carol, LIVE_ITEM.id).locator('.stock-text'), /^7 of 7 left$/, 'catalogue by polling');
+      const adj = await apiJSON('POST', `/api/admin/items/${LIVE_ITEM.id}/stock`, ADMIN, { delta: 1 });
+      assert(adj.status === 200, `restock: ${adj.status}`);
+      await expectText(card(carol, LIVE_ITEM.id).locator('.stock-text'), /^8 of 8 left$/, 'restock by polling');
+      assert(await carol.evaluate(() => document.body.dataset.live) === 'poll', 'carol should be polling');
+      assert(polls >= 2, `only ${polls} polls`);
+      await ctx.close();
+      delete pages.carol;
     });
 
     await step('bob buys the last one', async () => {
@@ -401,6 +449,82 @@ async function main() {
       await expectText(row().locator('.badge'), /Reserved/, 'the double-click order is still reserved');
       await expectText(row().locator('.badge'), /Expired/, 'expired badge', 2 * TTL_MS + TIMEOUT);
       await expectText(card(bob, ITEM.id).locator('.stock-text'), /^6 of 8 left$/, 'stock back after expiry');
+    });
+
+    await step('the sale monitor draws every series and its charts move during a sale (desktop and phone)', async () => {
+      assert(JWT_SECRET, 'E2E_JWT_SECRET is not set; run scripts/web-e2e.sh');
+      const put = await apiJSON('PUT', `/api/admin/items/${MON_ITEM.id}`, ADMIN,
+        { name: MON_ITEM.name, category: MON_ITEM.category, price_cents: 30000, stock: 120, per_user_limit: 4 });
+      assert(put.status === 201, `create: ${put.status}`);
+      const monitor = await (await browser.newContext(desktop)).newPage();
+      const phoneMon = await (await browser.newContext(phone)).newPage();
+      pages.monitor = monitor;
+      pages.phoneMonitor = phoneMon;
+      for (const p of [monitor, phoneMon]) {
+        p.on('pageerror', (e) => pageErrors.push(`monitor: ${e.message}`));
+        await p.goto(BASE + '/admin/monitor');
+        await p.fill('#token', ADMIN);
+        await p.press('#token', 'Enter');
+        await p.locator('#token-set').waitFor({ state: 'visible' });
+      }
+      // A sale in the background: 40 shoppers buying one unit every ~150 ms between them
+      // for ~8 s: reservations, then sold_out, and rate_limited past each shopper's burst.
+      let selling = true;
+      const outcomes = {};
+      const sale = (async () => {
+        for (let i = 0; selling; i++) {
+          const user = `mon-${run}-${i % 40}`;
+          fetch(`${BASE}/api/items/${MON_ITEM.id}/purchase`, {
+            method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + shopperToken(user) },
+            body: '{"quantity":1}',
+          }).then((r) => { outcomes[r.status] = (outcomes[r.status] || 0) + 1; }, () => {});
+          await new Promise((r) => setTimeout(r, 40));
+        }
+      })();
+      try {
+        const fig = monitor.locator('#c-purchases');
+        await eventually(async () => {
+          const series = (await fig.getAttribute('data-series')) || '';
+          assert(/reserved/.test(series), `purchase series: "${series}"`);
+          const stock = (await monitor.locator('#c-stock').getAttribute('data-series')) || '';
+          assert(stock.includes(MON_ITEM.id), `stock series: "${stock}"`);
+          const last = (await monitor.locator('#c-stock').getAttribute('data-last')) || '';
+          assert(!last.includes(`${MON_ITEM.id} 120`), `stock has not moved: ${last}`);
+        }, 'monitor series', 20_000);
+        for (const id of ['c-purchases', 'c-stock', 'c-latency', 'c-requests', 'c-expired', 'c-backlog']) {
+          const f = monitor.locator('#' + id);
+          assert(await f.locator('canvas').count() >= 1, `${id}: no canvas`);
+          assert(Number(await f.getAttribute('data-points')) === 120, `${id}: ${await f.getAttribute('data-points')} points`);
+        }
+        const legend = await textOf(monitor.locator('#c-purchases .u-legend'));
+        assert(/reserved/.test(legend), `legend: ${legend}`);
+        const latency = (await monitor.locator('#c-latency').getAttribute('data-last')) || '';
+        assert(/p50 \d/.test(latency) && /p99 \d/.test(latency), `latency: ${latency}`);
+        const before = await fig.screenshot();
+        await monitor.waitForTimeout(3000);
+        const after = await fig.screenshot();
+        assert(!before.equals(after), 'the purchases chart did not move in 3 s');
+        await saveShot(monitor, 'monitor.png');
+
+        // Phone width: one column, no horizontal scroll, charts fit the screen.
+        await eventually(async () => {
+          const series = (await phoneMon.locator('#c-purchases').getAttribute('data-series')) || '';
+          assert(/reserved/.test(series), `phone purchase series: "${series}"`);
+        }, 'phone monitor series', 20_000);
+        const over = await phoneMon.evaluate((w) => document.documentElement.scrollWidth - w, phone.viewport.width);
+        assert(over <= 0, `monitor is ${over}px wider than a phone`);
+        const widest = await phoneMon.evaluate(() => Math.max(...[...document.querySelectorAll('.chart canvas')].map((c) => c.getBoundingClientRect().right)));
+        assert(widest <= phone.viewport.width, `a chart reaches ${widest}px on a ${phone.viewport.width}px screen`);
+        const pBefore = await phoneMon.locator('#c-purchases').screenshot();
+        await phoneMon.waitForTimeout(3000);
+        const pAfter = await phoneMon.locator('#c-purchases').screenshot();
+        assert(!pBefore.equals(pAfter), 'the phone chart did not move in 3 s');
+        await saveShot(phoneMon, 'monitor-phone.png');
+      } finally {
+        selling = false;
+        await sale;
+      }
+      assert(outcomes[201] > 0, `no purchase reserved: ${JSON.stringify(outcomes)}`);
     });
 
     await step('no script errors on any page', async () => {

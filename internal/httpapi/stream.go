@@ -1,0 +1,300 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// GET /api/items/stream: the catalogue as Server-Sent Events. One goroutine (streamHub.Run)
+// watches the encoded catalogue (replies.go, encoded once per snapshot), frames a changed
+// one once as an "items" event and hands the same bytes to every subscriber's bounded
+// queue; each stream's handler only writes what it is handed. A subscriber whose queue is
+// full (a client that stopped reading) is dropped, never buffered without bound; the
+// browser's EventSource reconnects and starts again from the current catalogue.
+
+// StreamOptions tune the catalogue stream; zero values take the contract's defaults.
+type StreamOptions struct {
+	MinGap    time.Duration // at most one items event per MinGap (1 s)
+	Heartbeat time.Duration // a comment line at least this often (15 s)
+	Check     time.Duration // how often the hub looks at the snapshot (100 ms)
+	Queue     int           // events a subscriber may lag behind before it is dropped (4)
+	WriteWait time.Duration // longest a single write to one stream may block (10 s)
+}
+
+func (o StreamOptions) withDefaults() StreamOptions {
+	if o.MinGap <= 0 {
+		o.MinGap = time.Second
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 15 * time.Second
+	}
+	if o.Check <= 0 {
+		o.Check = 100 * time.Millisecond
+	}
+	if o.Queue <= 0 {
+		o.Queue = 4
+	}
+	if o.WriteWait <= 0 {
+		o.WriteWait = 10 * time.Second
+	}
+	return o
+}
+
+// frame is one encoded SSE message, shared by every subscriber it is sent to.
+type frame struct{ b []byte }
+
+var heartbeatFrame = &frame{b: []byte(":\n\n")}
+
+type subscriber struct {
+	queue chan *frame
+	gone  chan struct{} // closed when the hub drops the subscriber or shuts down
+}
+
+type streamHub struct {
+	opt StreamOptions
+
+	mu      sync.Mutex
+	subs    map[*subscriber]struct{}
+	latest  *frame // the newest items event (a new subscriber's first)
+	list    []byte // the catalogue latest was framed from
+	closed  bool
+	dropped int64 // subscribers dropped for falling behind (tests, logs)
+}
+
+func newStreamHub(opt StreamOptions) *streamHub {
+	return &streamHub{opt: opt.withDefaults(), subs: map[*subscriber]struct{}{}}
+}
+
+func itemsFrame(list []byte) *frame {
+	b := make([]byte, 0, len(list)+len("event: items\ndata: \n\n"))
+	b = append(b, "event: items\ndata: "...)
+	b = append(b, list...) // compact JSON: no newline inside
+	b = append(b, "\n\n"...)
+	return &frame{b: b}
+}
+
+// observe frames list when it differs from the newest frame and returns that frame (and
+// whether it is new).
+func (h *streamHub) observe(list []byte) (*frame, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.latest != nil && bytes.Equal(h.list, list) {
+		return h.latest, false
+	}
+	h.latest, h.list = itemsFrame(list), list
+	return h.latest, true
+}
+
+// subscribe registers a stream; ok is false after Close.
+func (h *streamHub) subscribe() (sub *subscriber, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, false
+	}
+	sub = &subscriber{queue: make(chan *frame, h.opt.Queue), gone: make(chan struct{})}
+	h.subs[sub] = struct{}{}
+	return sub, true
+}
+
+func (h *streamHub) unsubscribe(sub *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.subs[sub]; ok {
+		delete(h.subs, sub)
+		close(sub.gone)
+	}
+}
+
+// broadcast hands f to every subscriber without waiting; one with a full queue is dropped.
+func (h *streamHub) broadcast(f *frame) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for sub := range h.subs {
+		select {
+		case sub.queue <- f:
+		default:
+			delete(h.subs, sub)
+			close(sub.gone)
+			h.dropped++
+		}
+	}
+}
+
+// Close ends every stream and refuses new ones (the server is shutting down).
+func (h *streamHub) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for sub := range h.subs {
+		delete(h.subs, sub)
+		close(sub.gone)
+	}
+}
+
+func (h *streamHub) counts() (subscribers int, dropped int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs), h.dropped
+}
+
+// run watches the encoded catalogue (current) until ctx ends: a changed catalogue is sent at
+// most once per MinGap (the newest one when several came in between), a heartbeat comment
+// when nothing was sent for Heartbeat. It closes the hub when it returns.
+func (h *streamHub) run(ctx context.Context, current func(ctx context.Context) ([]byte, error)) {
+	defer h.Close()
+	t := time.NewTicker(h.opt.Check)
+	defer t.Stop()
+	var sent *frame
+	var lastSent time.Time
+	lastWrite := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if list, err := current(ctx); err == nil {
+			latest, _ := h.observe(list)
+			if latest != sent && now.Sub(lastSent) >= h.opt.MinGap {
+				h.broadcast(latest)
+				sent, lastSent, lastWrite = latest, now, now
+				continue
+			}
+		}
+		if now.Sub(lastWrite) >= h.opt.Heartbeat {
+			h.broadcast(heartbeatFrame)
+			lastWrite = now
+		}
+	}
+}
+
+// RunStreams feeds the catalogue streams until ctx ends, then ends them. The app runs it
+// beside the server and also calls CloseStreams when the server shuts down.
+func (s *Server) RunStreams(ctx context.Context) {
+	s.stream.run(ctx, func(ctx context.Context) ([]byte, error) {
+		e, err := s.catalogue.get(ctx, s.Inventory)
+		if err != nil {
+			return nil, err
+		}
+		return e.list, nil
+	})
+}
+
+// CloseStreams ends every catalogue stream: http.Server.Shutdown waits for handlers, and a
+// stream's handler only returns when told to.
+func (s *Server) CloseStreams() { s.stream.Close() }
+
+// StreamCounts reports the open catalogue streams and how many were dropped for lagging.
+func (s *Server) StreamCounts() (open int, dropped int64) { return s.stream.counts() }
+
+var (
+	eventStreamType = []string{"text/event-stream"}
+	noCacheValue    = []string{"no-cache"}
+	noBufferValue   = []string{"no"}
+	retryFrame      = []byte("retry: 3000\n\n") // EventSource waits 3 s before reconnecting
+)
+
+func (s *Server) streamItems(c *gin.Context) {
+	e, err := s.catalogue.get(c.Request.Context(), s.Inventory)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	first, _ := s.stream.observe(e.list)
+	sub, ok := s.stream.subscribe()
+	if !ok {
+		fail(c, errShuttingDown)
+		return
+	}
+	defer s.stream.unsubscribe(sub)
+
+	h := c.Writer.Header()
+	h["Content-Type"] = eventStreamType
+	h["Cache-Control"] = noCacheValue
+	h["X-Accel-Buffering"] = noBufferValue // nginx: pass events through at once
+	write, end := s.openStream(c)
+	defer end()
+	if !write(retryFrame, first.b) {
+		return
+	}
+	last := first
+	done := c.Request.Context().Done()
+	for {
+		select {
+		case f := <-sub.queue:
+			if f == last {
+				continue // the event this stream started with, broadcast after it joined
+			}
+			if !write(f.b) {
+				return
+			}
+			if f != heartbeatFrame {
+				last = f
+			}
+		case <-sub.gone:
+			return
+		case <-done:
+			return
+		}
+	}
+}
+
+// openStream starts the stream's answer and returns how to write to it. Over HTTP/1.1 the
+// connection is taken over (hijacked): the answer's head is written by hand with
+// "Connection: close" and the events follow as the body until the connection closes. That
+// frees what net/http keeps per request and is no use to a stream held for minutes (its
+// buffered reader and writers, its background read goroutine): about half of a stream's
+// memory. The server's read and write timeouts bound whole requests, and a stream is
+// open-ended, so the read deadline is cleared and each write gets its own deadline instead: a
+// stuck client costs at most WriteWait before its handler returns. Where the connection
+// cannot be taken over (HTTP/2), the answer streams through the ResponseWriter.
+func (s *Server) openStream(c *gin.Context) (write func(b ...[]byte) bool, end func()) {
+	wait := s.stream.opt.WriteWait
+	rc := http.NewResponseController(c.Writer)
+	conn, _, err := rc.Hijack()
+	if err == nil {
+		_ = conn.SetReadDeadline(time.Time{})
+		head := append([]byte(nil), "HTTP/1.1 200 OK\r\n"...)
+		c.Writer.Header().Set("Date", time.Now().UTC().Format(http.TimeFormat))
+		c.Writer.Header().Set("Connection", "close")
+		for k, vs := range c.Writer.Header() {
+			for _, v := range vs {
+				head = append(append(append(append(head, k...), ": "...), v...), "\r\n"...)
+			}
+		}
+		head = append(head, "\r\n"...)
+		pending := head // sent with the first events, in one write
+		write = func(b ...[]byte) bool {
+			_ = conn.SetWriteDeadline(time.Now().Add(wait))
+			bufs := net.Buffers{}
+			if pending != nil {
+				bufs, pending = append(bufs, pending), nil
+			}
+			bufs = append(bufs, b...)
+			_, err := bufs.WriteTo(conn)
+			return err == nil
+		}
+		return write, func() { conn.Close() }
+	}
+	w := c.Writer
+	_ = rc.SetReadDeadline(time.Time{})
+	w.WriteHeader(http.StatusOK)
+	write = func(b ...[]byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(wait))
+		for _, p := range b {
+			if _, err := w.Write(p); err != nil {
+				return false
+			}
+		}
+		return rc.Flush() == nil
+	}
+	return write, func() {}
+}

@@ -1,0 +1,67 @@
+package httpapi
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The hub frames each distinct catalogue once and hands every subscriber the same bytes; a
+// subscriber that stops taking them is dropped once its bounded queue is full (its stream
+// ends), while the others keep receiving; Close ends the rest.
+func TestStreamHubFanOutAndDropsSlowSubscribers(t *testing.T) {
+	h := newStreamHub(StreamOptions{MinGap: time.Millisecond, Check: time.Millisecond, Heartbeat: time.Hour, Queue: 2})
+	var version atomic.Int64
+	var mu sync.Mutex
+	frames := map[*frame]bool{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.run(ctx, func(context.Context) ([]byte, error) {
+		return []byte(`{"items":[{"v":` + string(rune('0'+version.Load()%10)) + `}]}`), nil
+	})
+
+	slow, _ := h.subscribe()
+	fast := make([]*subscriber, 20)
+	for i := range fast {
+		fast[i], _ = h.subscribe()
+	}
+	for v := int64(1); v <= 6; v++ {
+		version.Store(v)
+		for _, sub := range fast { // each fast subscriber takes the event; all get the same frame
+			select {
+			case f := <-sub.queue:
+				mu.Lock()
+				frames[f] = true
+				mu.Unlock()
+			case <-sub.gone:
+				t.Fatal("a subscriber that keeps up was dropped")
+			case <-time.After(10 * time.Second):
+				t.Fatal("no event after a change")
+			}
+		}
+	}
+	select {
+	case <-slow.gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a subscriber that never reads was not dropped")
+	}
+	if _, dropped := h.counts(); dropped < 1 {
+		t.Fatalf("dropped = %d", dropped)
+	}
+	if len(frames) > 7 { // one frame per distinct catalogue (the first may be the 0th version)
+		t.Fatalf("%d distinct frames for 6 changes: encoded per subscriber?", len(frames))
+	}
+	h.Close()
+	for _, sub := range fast {
+		select {
+		case <-sub.gone:
+		default:
+			t.Fatal("Close left a stream open")
+		}
+	}
+	if _, ok := h.subscribe(); ok {
+		t.Fatal("subscribe after Close")
+	}
+}
