@@ -138,7 +138,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 
 	a.server = httpapi.New(httpapi.Deps{
 		Options:        opts,
-		Auth:           httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
+		Auth:           httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL).WithPolicy(TokenPolicy(cfg)),
 		Inventory:      a.Inventory,
 		Orders:         a.Orders,
 		Limiter:        limiter,
@@ -149,6 +149,11 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Reconciliation: a.record.LatestReport,
 	})
 	return a, nil
+}
+
+// TokenPolicy is what shopper tokens must satisfy, from the configuration.
+func TokenPolicy(cfg config.Config) httpapi.TokenPolicy {
+	return httpapi.TokenPolicy{Keys: cfg.JWTKeys, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience}
 }
 
 // HTTPOptions are the HTTP layer's settings from the configuration.

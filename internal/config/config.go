@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/jwtkeys"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/redisconn"
@@ -36,6 +37,10 @@ type Config struct {
 	KafkaPartitions     int
 	JWTSecret           string
 	JWTSecretGenerated  bool
+	JWTKeysFile         string       // FLASHSALE_JWT_KEYS: PEM or JWKS of an identity provider
+	JWTKeys             *jwtkeys.Set // loaded from JWTKeysFile at Parse; nil when unset
+	JWTIssuer           string       // required iss of shopper tokens; empty: not checked
+	JWTAudience         string       // required aud of shopper tokens; empty: not checked
 	AdminToken          string
 	AdminTokenGenerated bool
 	DevLogin            bool
@@ -85,6 +90,9 @@ func Parse(getenv func(string) string) (Config, error) {
 		KafkaTopic:        p.str("FLASHSALE_KAFKA_TOPIC", "flashsale.orders"),
 		KafkaPartitions:   p.integer("FLASHSALE_KAFKA_PARTITIONS", 3, 1, 1024),
 		JWTSecret:         p.str("FLASHSALE_JWT_SECRET", ""),
+		JWTKeysFile:       p.str("FLASHSALE_JWT_KEYS", ""),
+		JWTIssuer:         p.str("FLASHSALE_JWT_ISSUER", ""),
+		JWTAudience:       p.str("FLASHSALE_JWT_AUDIENCE", ""),
 		AdminToken:        p.str("FLASHSALE_ADMIN_TOKEN", ""),
 		DevLogin:          p.boolean("FLASHSALE_DEV_LOGIN", true),
 		TokenTTL:          p.duration("FLASHSALE_TOKEN_TTL", 24*time.Hour),
@@ -123,6 +131,14 @@ func Parse(getenv func(string) string) (Config, error) {
 	}
 	if p.err != nil {
 		return Config{}, p.err
+	}
+	// The key file is read once, here: a missing or wrong file stops the start, not a shopper.
+	if c.JWTKeysFile != "" {
+		keys, err := jwtkeys.Load(c.JWTKeysFile)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: FLASHSALE_JWT_KEYS: %w", err)
+		}
+		c.JWTKeys = keys
 	}
 	// A secret that is set must be one: long enough, and not a placeholder someone forgot.
 	if c.JWTSecret != "" && (len(c.JWTSecret) < 32 || placeholder(c.JWTSecret)) {
@@ -214,11 +230,20 @@ func (c Config) LogValue() slog.Value {
 		slog.String("redis_prefix", m.RedisPrefix), slog.Bool("redis_tls", m.Redis.TLS != nil),
 		slog.String("postgres_dsn", m.PostgresDSN), slog.Any("kafka_brokers", m.Brokers()),
 		slog.String("kafka_topic", m.KafkaTopic), slog.String("kafka_sasl", m.Kafka.Mechanism),
-		slog.Bool("dev_login", m.DevLogin), slog.String("reservation_ttl", m.ReservationTTL.String()),
+		slog.Bool("dev_login", m.DevLogin), slog.String("jwt_keys", m.JWTKeysFile), slog.Any("jwt_kids", m.jwtKIDs()),
+		slog.String("jwt_issuer", m.JWTIssuer), slog.String("jwt_audience", m.JWTAudience),
+		slog.String("reservation_ttl", m.ReservationTTL.String()),
 		slog.String("idempotency_ttl", m.IdempotencyTTL.String()), slog.Int("outbox_max", m.OutboxMax),
 		slog.String("purchase_limit", m.LimitPurchase.String()), slog.Int("purchase_batch", m.PurchaseBatch),
 		slog.String("log_level", m.LogLevel.String()),
 	)
+}
+
+func (c Config) jwtKIDs() []string {
+	if c.JWTKeys == nil {
+		return nil
+	}
+	return c.JWTKeys.KIDs()
 }
 
 func randomHex(n int) string {
