@@ -163,6 +163,7 @@ func HTTPOptions(cfg config.Config) httpapi.Options {
 		PurchaseLimit: cfg.LimitPurchase,
 		Limits: httpapi.RateLimits{Pay: cfg.LimitPay, Cancel: cfg.LimitCancel, Rating: cfg.LimitRating,
 			LoginUser: cfg.LimitLoginUser, LoginIP: cfg.LimitLoginIP},
+		AccessLog: httpapi.AccessLog{Slow: cfg.AccessLogSlow, Sample: cfg.AccessLogSample},
 	}
 }
 

@@ -67,6 +67,8 @@ type Config struct {
 	HTTPWriteTimeout    time.Duration // a whole answer
 	HTTPIdleTimeout     time.Duration // a keep-alive connection between requests
 	LogLevel            slog.Level    // FLASHSALE_LOG_LEVEL: debug, info, warn, error
+	AccessLogSlow       time.Duration // requests at least this long log at warn; 0: none by duration
+	AccessLogSample     int           // one request in this many logs at info; 0: none
 	OutboxMax           int           // outbox entries (all items) above which purchases answer 503
 	Redis               redisconn.Security
 	Kafka               kafkaconn.Security
@@ -118,6 +120,8 @@ func Parse(getenv func(string) string) (Config, error) {
 		HTTPWriteTimeout:  p.duration("FLASHSALE_HTTP_WRITE_TIMEOUT", 30*time.Second),
 		HTTPIdleTimeout:   p.duration("FLASHSALE_HTTP_IDLE_TIMEOUT", 60*time.Second),
 		LogLevel:          p.level("FLASHSALE_LOG_LEVEL", slog.LevelInfo),
+		AccessLogSlow:     p.duration("FLASHSALE_ACCESS_LOG_SLOW", time.Second),
+		AccessLogSample:   p.integer("FLASHSALE_ACCESS_LOG_SAMPLE", 0, 0, 1_000_000),
 		OutboxMax:         p.integer("FLASHSALE_OUTBOX_MAX", 1_000_000, 1, 1<<40),
 		Redis: redisconn.Security{
 			Username: p.str("FLASHSALE_REDIS_USERNAME", ""), Password: p.str("FLASHSALE_REDIS_PASSWORD", ""),
@@ -235,7 +239,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("reservation_ttl", m.ReservationTTL.String()),
 		slog.String("idempotency_ttl", m.IdempotencyTTL.String()), slog.Int("outbox_max", m.OutboxMax),
 		slog.String("purchase_limit", m.LimitPurchase.String()), slog.Int("purchase_batch", m.PurchaseBatch),
-		slog.String("log_level", m.LogLevel.String()),
+		slog.String("log_level", m.LogLevel.String()), slog.String("access_log_slow", m.AccessLogSlow.String()),
+		slog.Int("access_log_sample", m.AccessLogSample),
 	)
 }
 

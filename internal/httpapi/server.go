@@ -25,6 +25,7 @@ type Options struct {
 	SnapshotInterval time.Duration // how long encoded leaderboard replies are reused
 	PurchaseLimit    limits.Policy // shown in the purchase route's rate-limit headers
 	Limits           RateLimits    // pay, cancel, rating and login
+	AccessLog        AccessLog     // which requests get an access log line, at which level
 }
 
 // RateLimits are the policies the HTTP layer applies through the limiter.
@@ -56,6 +57,7 @@ type Deps struct {
 type Server struct {
 	Deps
 	engine    *gin.Engine
+	access    accessLog        // observe writes it
 	catalogue catalogueReplies // encoded GET /api/items bodies (replies.go)
 	boards    boardReplies     // encoded leaderboard bodies (boards.go)
 }
@@ -69,7 +71,10 @@ const (
 func New(d Deps) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Deps: d, engine: gin.New()}
-	s.engine.Use(s.requestID, s.observe) // requestID recovers panics; observe logs 5xx answers
+	s.access.AccessLog = d.Options.AccessLog
+	// observe comes first so that it times and logs a request whose handler panicked too, after
+	// requestID (inside it) recovered and answered 500 with the id.
+	s.engine.Use(s.observe, s.requestID)
 	s.engine.HandleMethodNotAllowed = false
 	// Gin trusts every proxy by default, which lets any client choose its rate-limit key with
 	// X-Forwarded-For. Trust only the configured proxies (none when empty; config.Parse checked them).
