@@ -31,7 +31,8 @@ type Config struct {
 	RedisDB             int
 	RedisPrefix         string
 	PostgresDSN         string
-	KafkaBrokers        []string // empty: embedded broker
+	PostgresStartWait   time.Duration // how long the reconciler retries Postgres at start
+	KafkaBrokers        []string      // empty: embedded broker
 	EmbeddedKafkaAddr   string
 	KafkaTopic          string
 	KafkaPartitions     int
@@ -87,6 +88,7 @@ func Parse(getenv func(string) string) (Config, error) {
 		RedisDB:           p.integer("FLASHSALE_REDIS_DB", 0, 0, 15),
 		RedisPrefix:       p.str("FLASHSALE_REDIS_PREFIX", "fs:"),
 		PostgresDSN:       p.str("FLASHSALE_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable"),
+		PostgresStartWait: p.duration("FLASHSALE_POSTGRES_START_TIMEOUT", time.Minute),
 		KafkaBrokers:      p.list("KAFKA_BROKERS", ""),
 		EmbeddedKafkaAddr: p.str("FLASHSALE_EMBEDDED_KAFKA_ADDR", "127.0.0.1:9092"),
 		KafkaTopic:        p.str("FLASHSALE_KAFKA_TOPIC", "flashsale.orders"),
@@ -179,6 +181,9 @@ func Parse(getenv func(string) string) (Config, error) {
 	}
 	if c.HTTPReadTimeout < time.Millisecond || c.HTTPWriteTimeout < time.Millisecond || c.HTTPIdleTimeout < time.Millisecond {
 		return Config{}, fmt.Errorf("config: the HTTP read, write and idle timeouts must be at least 1ms")
+	}
+	if c.PostgresStartWait < time.Second {
+		return Config{}, fmt.Errorf("config: FLASHSALE_POSTGRES_START_TIMEOUT must be at least 1s")
 	}
 	if c.ExpiryInterval < time.Millisecond || c.SnapshotInterval < time.Millisecond {
 		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")

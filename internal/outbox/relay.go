@@ -212,7 +212,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			if fails == 1 || fails%20 == 0 {
 				slog.Warn("outbox relay: will retry", "err", err, "attempt", fails)
 			}
-			sleep(ctx, min(time.Duration(fails)*100*time.Millisecond, 2*time.Second))
+			sleep(ctx, retryWait(fails))
 		case n == 0:
 			if fails > 0 {
 				slog.Info("outbox relay: recovered", "after_attempts", fails)
