@@ -94,7 +94,7 @@ func batchCommand(ctx context.Context, cfg config.Config, args []string, stdout 
 	if err != nil {
 		return err
 	}
-	if !rep.Clean() {
+	if rep.DriftRemains() { // a repair that fixed everything it found exits 0
 		return errDrift
 	}
 	return nil

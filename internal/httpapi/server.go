@@ -74,7 +74,7 @@ func New(d Deps) *Server {
 	s.access.AccessLog = d.Options.AccessLog
 	// observe comes first so that it times and logs a request whose handler panicked too, after
 	// requestID (inside it) recovered and answered 500 with the id.
-	s.engine.Use(s.observe, s.requestID)
+	s.engine.Use(s.observe, s.requestID, checkItemID)
 	s.engine.HandleMethodNotAllowed = false
 	// Gin trusts every proxy by default, which lets any client choose its rate-limit key with
 	// X-Forwarded-For. Trust only the configured proxies (none when empty; config.Parse checked them).
