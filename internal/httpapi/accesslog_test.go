@@ -83,26 +83,32 @@ func accessServer(t *testing.T, level slog.Level, al httpapi.AccessLog) (*httpap
 // The access log is leveled: 5xx and slow requests at warn, one in Sample at info, the rest
 // at debug; each line names the request id, method, route pattern, status and milliseconds.
 func TestAccessLog(t *testing.T) {
-	s, sink := accessServer(t, slog.LevelInfo, httpapi.AccessLog{Slow: time.Millisecond})
+	// No slow threshold here, so no line depends on how busy the machine is.
+	s, sink := accessServer(t, slog.LevelInfo, httpapi.AccessLog{})
 	for i := 0; i < 5; i++ {
 		serve(s, "GET", "/healthz", nil)
 	}
 	serve(s, "GET", "/api/nope", nil)
 	if got := sink.lines(t); len(got) != 0 {
-		t.Fatalf("at info, fast 2xx/4xx requests logged: %+v", got)
+		t.Fatalf("at info, 2xx/4xx requests logged: %+v", got)
 	}
 	w := serve(s, "GET", "/test/boom", map[string]string{"X-Request-Id": "boom-1"})
-	serve(s, "GET", "/test/slow", nil)
 	got := sink.lines(t)
-	if len(got) != 2 {
-		t.Fatalf("want the 500 and the slow request at warn, got %+v", got)
+	if len(got) != 1 {
+		t.Fatalf("want the 500 at warn, got %+v", got)
 	}
 	if l := got[0]; l.Level != "WARN" || l.RequestID != "boom-1" || w.Header().Get("X-Request-Id") != "boom-1" ||
 		l.Method != "GET" || l.Route != "/test/boom" || l.Status != 500 || l.MS == nil {
 		t.Errorf("the 500's line: %+v", l)
 	}
-	if l := got[1]; l.Level != "WARN" || l.Route != "/test/slow" || l.Status != 204 || l.MS == nil || *l.MS < 2 || l.RequestID == "" {
-		t.Errorf("the slow request's line: %+v", l)
+
+	// A request that lasts at least Slow (the handler is busy for 2 ms; Slow is 1 ms) is at warn.
+	s, sink = accessServer(t, slog.LevelInfo, httpapi.AccessLog{Slow: time.Millisecond})
+	serve(s, "GET", "/test/slow", nil)
+	got = sink.lines(t)
+	if len(got) != 1 || got[0].Level != "WARN" || got[0].Route != "/test/slow" || got[0].Status != 204 ||
+		got[0].MS == nil || *got[0].MS < 2 || got[0].RequestID == "" {
+		t.Errorf("the slow request's line: %+v", got)
 	}
 
 	// At debug every request has its line; an unknown path is logged as "unmatched".
