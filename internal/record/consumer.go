@@ -232,12 +232,12 @@ func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 	return nil
 }
 
-// retryBackoff is the consumer's wait between retries: exponential from 200 ms up to max, with
-// ±50% jitter (cenkalti/backoff) so reconcilers that lost Kafka or Postgres together do not
-// come back in step.
-func retryBackoff(max time.Duration) *backoff.ExponentialBackOff {
+// retryBackoff is the consumer's wait between retries: exponential from 200 ms up to ceiling,
+// with ±50% jitter (cenkalti/backoff) so reconcilers that lost Kafka or Postgres together do
+// not come back in step.
+func retryBackoff(ceiling time.Duration) *backoff.ExponentialBackOff {
 	return &backoff.ExponentialBackOff{InitialInterval: 200 * time.Millisecond, RandomizationFactor: 0.5,
-		Multiplier: 2, MaxInterval: max}
+		Multiplier: 2, MaxInterval: ceiling}
 }
 
 func sleep(ctx context.Context, d time.Duration) {
