@@ -72,6 +72,9 @@ func batchCommand(ctx context.Context, cfg config.Config, args []string, stdout 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("batch: unexpected arguments %q", fs.Args())
 	}
+	if err := awaitPostgres(ctx, cfg); err != nil {
+		return err
+	}
 	r, closeAll, err := openReconciler(ctx, cfg)
 	if err != nil {
 		return err
@@ -91,7 +94,7 @@ func batchCommand(ctx context.Context, cfg config.Config, args []string, stdout 
 	if err != nil {
 		return err
 	}
-	if !rep.Clean() {
+	if rep.DriftRemains() { // a repair that fixed everything it found exits 0
 		return errDrift
 	}
 	return nil
@@ -112,6 +115,9 @@ func restoreCommand(ctx context.Context, cfg config.Config, args []string, stdou
 	opt := reconcile.RestoreOptions{All: *all, Force: *force}
 	if *items != "" {
 		opt.Items = strings.Split(*items, ",")
+	}
+	if err := awaitPostgres(ctx, cfg); err != nil {
+		return err
 	}
 	r, closeAll, err := openReconciler(ctx, cfg)
 	if err != nil {

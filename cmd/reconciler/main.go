@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"gorm.io/gorm"
 
@@ -91,6 +90,9 @@ func wantsHelp(args []string) bool {
 }
 
 func migrate(ctx context.Context, cfg config.Config) error {
+	if err := awaitPostgres(ctx, cfg); err != nil {
+		return err
+	}
 	db, err := record.Open(cfg.PostgresDSN)
 	if err != nil {
 		return err
@@ -108,27 +110,19 @@ func migrate(ctx context.Context, cfg config.Config) error {
 // cfg.ReconcileInterval set it also runs scheduled batch reconciliation until then.
 func run(ctx context.Context, cfg config.Config) error {
 	slog.Info("starting reconciler", "config", cfg) // Config.LogValue: structured, secrets masked
+	if err := awaitPostgres(ctx, cfg); err != nil { // it may still be starting
+		return err
+	}
 	db, err := record.Open(cfg.PostgresDSN)
 	if err != nil {
 		return err
 	}
 	defer closeDB(db)
-	// Postgres may still be starting (make run starts everything at once): retry a while.
-	for attempt := 1; ; attempt++ {
-		v, err := record.Migrate(ctx, db)
-		if err == nil {
-			slog.Info("migrations applied", "version", v)
-			break
-		}
-		if attempt == 30 || ctx.Err() != nil {
-			return err
-		}
-		slog.Warn("postgres not ready; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
+	v, err := record.Migrate(ctx, db)
+	if err != nil {
+		return err
 	}
+	slog.Info("migrations applied", "version", v)
 
 	stopAdmin, err := metrics.StartAdmin(cfg.AdminAddr) // /metrics and pprof; off when empty
 	if err != nil {

@@ -168,7 +168,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 
 	a.server = httpapi.New(httpapi.Deps{
 		Options:        opts,
-		Auth:           httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
+		Auth:           httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL).WithPolicy(TokenPolicy(cfg)),
 		Inventory:      a.Inventory,
 		Orders:         a.Orders,
 		Limiter:        limiter,
@@ -201,6 +201,11 @@ func newQueue(rdb redis.UniversalClient, keys keyspace.Space, cfg config.Config,
 	return queue.NewStore(rdb, keys, signer, inv, queue.Options{Tick: cfg.QueueTick, JoinBatch: cfg.PurchaseBatch}), nil
 }
 
+// TokenPolicy is what shopper tokens must satisfy, from the configuration.
+func TokenPolicy(cfg config.Config) httpapi.TokenPolicy {
+	return httpapi.TokenPolicy{Keys: cfg.JWTKeys, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience}
+}
+
 // HTTPOptions are the HTTP layer's settings from the configuration.
 func HTTPOptions(cfg config.Config) httpapi.Options {
 	return httpapi.Options{
@@ -210,6 +215,7 @@ func HTTPOptions(cfg config.Config) httpapi.Options {
 		StatsKeys:     keyspace.Space{Prefix: cfg.RedisPrefix},
 		Limits: httpapi.RateLimits{Pay: cfg.LimitPay, Cancel: cfg.LimitCancel, Rating: cfg.LimitRating,
 			LoginUser: cfg.LimitLoginUser, LoginIP: cfg.LimitLoginIP},
+		AccessLog: httpapi.AccessLog{Slow: cfg.AccessLogSlow, Sample: cfg.AccessLogSample},
 	}
 }
 

@@ -27,6 +27,7 @@ func TestRunServesAndCutsSlowClients(t *testing.T) {
 			"FLASHSALE_REDIS_PREFIX":      keys.Prefix,
 			"KAFKA_BROKERS":               broker.Addr(),
 			"FLASHSALE_HTTP_READ_TIMEOUT": "300ms",
+			"FLASHSALE_HTTP_IDLE_TIMEOUT": "300ms",
 		}[k]
 	})
 	if err != nil {
@@ -67,6 +68,27 @@ func TestRunServesAndCutsSlowClients(t *testing.T) {
 	}
 	if len(reply) > 0 && !strings.Contains(string(reply), " 400 ") && !strings.Contains(string(reply), " 408 ") {
 		t.Fatalf("answer to a stalled body: %q", reply)
+	}
+
+	// An idle keep-alive connection is closed by the server after the idle timeout.
+	idle, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	if _, err := io.WriteString(idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(idle)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("keep-alive healthz: %v %v", resp, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	_ = idle.SetReadDeadline(time.Now().Add(60 * time.Second)) // a bound on the test, not the claim
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("an idle keep-alive connection: read %v, want the server to close it (EOF)", err)
 	}
 
 	stop()

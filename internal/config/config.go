@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/jwtkeys"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/redisconn"
@@ -30,12 +31,17 @@ type Config struct {
 	RedisDB             int
 	RedisPrefix         string
 	PostgresDSN         string
-	KafkaBrokers        []string // empty: embedded broker
+	PostgresStartWait   time.Duration // how long the reconciler retries Postgres at start
+	KafkaBrokers        []string      // empty: embedded broker
 	EmbeddedKafkaAddr   string
 	KafkaTopic          string
 	KafkaPartitions     int
 	JWTSecret           string
 	JWTSecretGenerated  bool
+	JWTKeysFile         string       // FLASHSALE_JWT_KEYS: PEM or JWKS of an identity provider
+	JWTKeys             *jwtkeys.Set // loaded from JWTKeysFile at Parse; nil when unset
+	JWTIssuer           string       // required iss of shopper tokens; empty: not checked
+	JWTAudience         string       // required aud of shopper tokens; empty: not checked
 	AdminToken          string
 	AdminTokenGenerated bool
 	// QueueSecrets sign the waiting room's tickets and passes: the first signs, all verify (put
@@ -67,6 +73,8 @@ type Config struct {
 	HTTPIdleTimeout   time.Duration // a keep-alive connection between requests
 	StreamHeartbeat   time.Duration // a comment on every catalogue stream at least this often
 	LogLevel          slog.Level    // FLASHSALE_LOG_LEVEL: debug, info, warn, error
+	AccessLogSlow     time.Duration // requests at least this long log at warn; 0: none by duration
+	AccessLogSample   int           // one request in this many logs at info; 0: none
 	OutboxMax         int           // outbox entries (all items) above which purchases answer 503
 	Redis             redisconn.Security
 	Kafka             kafkaconn.Security
@@ -85,11 +93,15 @@ func Parse(getenv func(string) string) (Config, error) {
 		RedisDB:           p.integer("FLASHSALE_REDIS_DB", 0, 0, 15),
 		RedisPrefix:       p.str("FLASHSALE_REDIS_PREFIX", "fs:"),
 		PostgresDSN:       p.str("FLASHSALE_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable"),
+		PostgresStartWait: p.duration("FLASHSALE_POSTGRES_START_TIMEOUT", time.Minute),
 		KafkaBrokers:      p.list("KAFKA_BROKERS", ""),
 		EmbeddedKafkaAddr: p.str("FLASHSALE_EMBEDDED_KAFKA_ADDR", "127.0.0.1:9092"),
 		KafkaTopic:        p.str("FLASHSALE_KAFKA_TOPIC", "flashsale.orders"),
 		KafkaPartitions:   p.integer("FLASHSALE_KAFKA_PARTITIONS", 3, 1, 1024),
 		JWTSecret:         p.str("FLASHSALE_JWT_SECRET", ""),
+		JWTKeysFile:       p.str("FLASHSALE_JWT_KEYS", ""),
+		JWTIssuer:         p.str("FLASHSALE_JWT_ISSUER", ""),
+		JWTAudience:       p.str("FLASHSALE_JWT_AUDIENCE", ""),
 		AdminToken:        p.str("FLASHSALE_ADMIN_TOKEN", ""),
 		QueueSecrets:      p.list("FLASHSALE_QUEUE_SECRET", ""),
 		QueueTick:         p.duration("FLASHSALE_QUEUE_TICK", 200*time.Millisecond),
@@ -118,6 +130,8 @@ func Parse(getenv func(string) string) (Config, error) {
 		HTTPIdleTimeout:   p.duration("FLASHSALE_HTTP_IDLE_TIMEOUT", 60*time.Second),
 		StreamHeartbeat:   p.duration("FLASHSALE_STREAM_HEARTBEAT", 15*time.Second),
 		LogLevel:          p.level("FLASHSALE_LOG_LEVEL", slog.LevelInfo),
+		AccessLogSlow:     p.duration("FLASHSALE_ACCESS_LOG_SLOW", time.Second),
+		AccessLogSample:   p.integer("FLASHSALE_ACCESS_LOG_SAMPLE", 0, 0, 1_000_000),
 		OutboxMax:         p.integer("FLASHSALE_OUTBOX_MAX", 1_000_000, 1, 1<<40),
 		Redis: redisconn.Security{
 			Username: p.str("FLASHSALE_REDIS_USERNAME", ""), Password: p.str("FLASHSALE_REDIS_PASSWORD", ""),
@@ -131,6 +145,14 @@ func Parse(getenv func(string) string) (Config, error) {
 	}
 	if p.err != nil {
 		return Config{}, p.err
+	}
+	// The key file is read once, here: a missing or wrong file stops the start, not a shopper.
+	if c.JWTKeysFile != "" {
+		keys, err := jwtkeys.Load(c.JWTKeysFile)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: FLASHSALE_JWT_KEYS: %w", err)
+		}
+		c.JWTKeys = keys
 	}
 	// A secret that is set must be one: long enough, and not a placeholder someone forgot.
 	if c.JWTSecret != "" && (len(c.JWTSecret) < 32 || placeholder(c.JWTSecret)) {
@@ -178,6 +200,9 @@ func Parse(getenv func(string) string) (Config, error) {
 	}
 	if c.StreamHeartbeat < 10*time.Millisecond || c.StreamHeartbeat > 15*time.Second {
 		return Config{}, fmt.Errorf("config: FLASHSALE_STREAM_HEARTBEAT must be from 10ms to 15s (the contract's longest gap)")
+	}
+	if c.PostgresStartWait < time.Second {
+		return Config{}, fmt.Errorf("config: FLASHSALE_POSTGRES_START_TIMEOUT must be at least 1s")
 	}
 	if c.ExpiryInterval < time.Millisecond || c.SnapshotInterval < time.Millisecond {
 		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")
@@ -236,11 +261,21 @@ func (c Config) LogValue() slog.Value {
 		slog.String("redis_prefix", m.RedisPrefix), slog.Bool("redis_tls", m.Redis.TLS != nil),
 		slog.String("postgres_dsn", m.PostgresDSN), slog.Any("kafka_brokers", m.Brokers()),
 		slog.String("kafka_topic", m.KafkaTopic), slog.String("kafka_sasl", m.Kafka.Mechanism),
-		slog.Bool("dev_login", m.DevLogin), slog.String("reservation_ttl", m.ReservationTTL.String()),
+		slog.Bool("dev_login", m.DevLogin), slog.String("jwt_keys", m.JWTKeysFile), slog.Any("jwt_kids", m.jwtKIDs()),
+		slog.String("jwt_issuer", m.JWTIssuer), slog.String("jwt_audience", m.JWTAudience),
+		slog.String("reservation_ttl", m.ReservationTTL.String()),
 		slog.String("idempotency_ttl", m.IdempotencyTTL.String()), slog.Int("outbox_max", m.OutboxMax),
 		slog.String("purchase_limit", m.LimitPurchase.String()), slog.Int("purchase_batch", m.PurchaseBatch),
-		slog.String("log_level", m.LogLevel.String()),
+		slog.String("log_level", m.LogLevel.String()), slog.String("access_log_slow", m.AccessLogSlow.String()),
+		slog.Int("access_log_sample", m.AccessLogSample),
 	)
+}
+
+func (c Config) jwtKIDs() []string {
+	if c.JWTKeys == nil {
+		return nil
+	}
+	return c.JWTKeys.KIDs()
 }
 
 func randomHex(n int) string {

@@ -1,8 +1,15 @@
 package config
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +119,40 @@ func TestCredentials(t *testing.T) {
 		if strings.Contains(logged, secret) {
 			t.Errorf("the logged config holds a secret %q: %s", secret, logged)
 		}
+	}
+}
+
+// FLASHSALE_JWT_KEYS is read at start: an unreadable or wrong file stops the binary with one
+// line naming the variable; a good one is loaded, and its kids, iss and aud are logged.
+func TestJWTKeys(t *testing.T) {
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "junk.pem")
+	if err := os.WriteFile(junk, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{filepath.Join(dir, "missing.pem"), junk, dir} {
+		_, err := Parse(env(map[string]string{"FLASHSALE_JWT_KEYS": file}))
+		if err == nil || !strings.HasPrefix(err.Error(), "config: FLASHSALE_JWT_KEYS: ") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("FLASHSALE_JWT_KEYS=%s: error %q, want one line naming the variable", file, err)
+		}
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	good := filepath.Join(dir, "idp.pem")
+	block := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Headers: map[string]string{"kid": "idp-key-7"}, Bytes: der})
+	if err := os.WriteFile(good, block, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(env(map[string]string{"FLASHSALE_JWT_KEYS": good, "FLASHSALE_JWT_ISSUER": "https://idp.test/", "FLASHSALE_JWT_AUDIENCE": "shop"}))
+	if err != nil || c.JWTKeys == nil || c.JWTIssuer != "https://idp.test/" || c.JWTAudience != "shop" {
+		t.Fatalf("a good key file: %v, %+v", err, c)
+	}
+	var buf strings.Builder
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("starting", "config", c)
+	if !strings.Contains(buf.String(), `"jwt_kids":["idp-key-7"]`) || !strings.Contains(buf.String(), `"jwt_audience":"shop"`) {
+		t.Errorf("the key file's kids and the audience are not logged: %s", buf.String())
 	}
 }

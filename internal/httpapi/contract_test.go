@@ -77,7 +77,13 @@ func TestPurchasePathContract(t *testing.T) {
 			}
 		}},
 		{name: "unknown item", method: "GET", path: "/api/items/nope", status: 404, code: "not_found"},
-		{name: "bad item id", method: "GET", path: "/api/items/" + strings.Repeat("x", 65), status: 404, code: "not_found"},
+		{name: "item id of 65 characters", method: "GET", path: "/api/items/" + strings.Repeat("x", 65), status: 400, code: "invalid_request"},
+		{name: "item id of 64 characters, unknown", method: "GET", path: "/api/items/" + strings.Repeat("x", 64), status: 404, code: "not_found"},
+		{name: "item id with a space", method: "GET", path: "/api/items/a%20b", status: 400, code: "invalid_request"},
+		{name: "purchase of a 65-character item id", method: "POST", path: "/api/items/" + strings.Repeat("x", 65) + "/purchase", token: alice, body: `{}`, status: 400, code: "invalid_request"},
+		{name: "rating of a 65-character item id", method: "POST", path: "/api/items/" + strings.Repeat("x", 65) + "/rating", token: alice, body: `{"stars":5}`, status: 400, code: "invalid_request"},
+		{name: "stock of a 65-character item id", method: "POST", path: "/api/admin/items/" + strings.Repeat("x", 65) + "/stock", token: testAdminToken, body: `{"delta":1}`, status: 400, code: "invalid_request"},
+		{name: "put of a 65-character item id", method: "PUT", path: "/api/admin/items/" + strings.Repeat("x", 65), token: testAdminToken, body: `{}`, status: 400, code: "invalid_request"},
 		// Tokens.
 		{name: "purchase without token", method: "POST", path: "/api/items/phone/purchase", body: `{}`, status: 401, code: "unauthorized"},
 		{name: "purchase malformed token", method: "POST", path: "/api/items/phone/purchase", token: "garbage", body: `{}`, status: 401, code: "unauthorized"},

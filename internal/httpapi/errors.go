@@ -35,6 +35,7 @@ var (
 	errForbidden    = &apiError{http.StatusForbidden, "forbidden", "this route needs the admin token"}
 	errTooLarge     = &apiError{http.StatusRequestEntityTooLarge, "too_large", "request body is too large"}
 	errNoRoute      = &apiError{http.StatusNotFound, "not_found", "no such route"}
+	errBadItemID    = &apiError{http.StatusBadRequest, "invalid_request", "item id must match [A-Za-z0-9_-]{1,64}"}
 	errUnavailable  = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service is unavailable; nothing was changed, try again"}
 	errUnknown      = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service did not answer in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
 	errNotReady     = &apiError{http.StatusServiceUnavailable, "unavailable", "not ready"}

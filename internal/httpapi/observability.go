@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	_ "embed"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -30,10 +29,11 @@ const (
 )
 
 // observe records every request by route pattern (never the raw path, so label values stay
-// bounded), status and latency, and purchase outcomes by the contract's words; a 5xx is also
-// logged. It is the one timing middleware (it was two, each reading the clock): it runs on
-// every request, so it looks metric children up in lock-free caches (metricChildren) instead
-// of hashing label values under the vectors' locks three times per request.
+// bounded), status and latency, and purchase outcomes by the contract's words, and writes the
+// access log (accesslog.go). It is the one timing middleware (it was two, each reading the
+// clock): it runs on every request, so it looks metric children up in lock-free caches
+// (metricChildren) instead of hashing label values under the vectors' locks three times per
+// request.
 func (s *Server) observe(c *gin.Context) {
 	start := time.Now()
 	c.Next()
@@ -62,10 +62,7 @@ func (s *Server) observe(c *gin.Context) {
 		}).Inc()
 		s.Stats.Purchase(outcome)
 	}
-	if status >= 500 {
-		slog.Warn("http", "request_id", requestIDOf(c), "method", c.Request.Method, "route", c.FullPath(),
-			"status", status, "ms", took.Milliseconds())
-	}
+	s.access.record(c.Request.Context(), requestIDOf(c), c.Request.Method, route, status, took)
 }
 
 type httpKey struct {

@@ -30,6 +30,7 @@ type Options struct {
 	Limits           RateLimits     // pay, cancel, rating and login
 	Stream           StreamOptions  // GET /api/items/stream (zero: the contract's defaults)
 	StatsKeys        keyspace.Space // where GET /api/admin/stats reads the monitor's series
+	AccessLog        AccessLog      // which requests get an access log line, at which level
 }
 
 // RateLimits are the policies the HTTP layer applies through the limiter.
@@ -67,6 +68,7 @@ type Deps struct {
 type Server struct {
 	Deps
 	engine    *gin.Engine
+	access    accessLog        // observe writes it
 	catalogue catalogueReplies // encoded GET /api/items bodies (replies.go)
 	boards    boardReplies     // encoded leaderboard bodies (boards.go)
 	stream    *streamHub       // GET /api/items/stream subscribers (stream.go)
@@ -81,7 +83,10 @@ const (
 func New(d Deps) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Deps: d, engine: gin.New(), stream: newStreamHub(d.Options.Stream)}
-	s.engine.Use(s.requestID, s.observe) // requestID recovers panics; observe logs 5xx answers
+	s.access.AccessLog = d.Options.AccessLog
+	// observe comes first so that it times and logs a request whose handler panicked too, after
+	// requestID (inside it) recovered and answered 500 with the id.
+	s.engine.Use(s.observe, s.requestID, checkItemID)
 	s.engine.HandleMethodNotAllowed = false
 	// Gin trusts every proxy by default, which lets any client choose its rate-limit key with
 	// X-Forwarded-For. Trust only the configured proxies (none when empty; config.Parse checked them).

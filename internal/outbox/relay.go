@@ -259,7 +259,7 @@ func (r *Relay) runStream(ctx context.Context, st *stream) error {
 			if fails == 1 || fails%20 == 0 {
 				slog.Warn("outbox relay: will retry", "stream", st.label, "err", err, "attempt", fails)
 			}
-			sleep(ctx, min(time.Duration(fails)*100*time.Millisecond, 2*time.Second))
+			sleep(ctx, retryWait(fails))
 		case err == nil && fails > 0:
 			slog.Info("outbox relay: recovered", "stream", st.label, "after_attempts", fails, "published", n)
 			fails = 0

@@ -95,6 +95,9 @@ func TestDriftRepaired(t *testing.T) {
 	if rep.Repair == nil || len(rep.Repair.Fixed) != len(want) || len(rep.Repair.NotFixed) != 0 {
 		t.Fatalf("repair %+v", rep.Repair)
 	}
+	if rep.DriftRemains() { // `reconciler batch --repair` exits 0 on it, not 3
+		t.Fatal("a repair that fixed everything it found says drift remains")
+	}
 	var sb strings.Builder
 	rep.WriteTable(&sb)
 	t.Logf("\n%s", sb.String())
@@ -149,6 +152,9 @@ func TestDriftNotFixable(t *testing.T) {
 	}
 	if len(rep.Repair.Fixed) != 0 || len(rep.Repair.NotFixed) != 4 || rep.Repair.Reemitted != 0 {
 		t.Fatalf("repair %+v", rep.Repair)
+	}
+	if !rep.DriftRemains() { // `reconciler batch --repair` exits 3 on it
+		t.Fatal("a repair that fixed nothing says no drift remains")
 	}
 	for _, n := range rep.Repair.NotFixed {
 		if n.Reason == "" {
@@ -348,5 +354,26 @@ func TestSchedule(t *testing.T) {
 	_ = e.db.QueryRow(e.ctx, `SELECT count(*) FROM reconciliation_runs WHERE status = 'drift'`).Scan(&drift)
 	if drift != 0 {
 		t.Fatalf("%d runs found drift", drift)
+	}
+}
+
+// The exit status of `reconciler batch`: drift remains unless nothing was found, or --repair
+// fixed all it found; anything unverified always counts.
+func TestDriftRemains(t *testing.T) {
+	d := []reconcile.Drift{{Kind: "order_status"}, {Kind: "stock_counter"}}
+	for _, c := range []struct {
+		name string
+		rep  reconcile.Report
+		want bool
+	}{
+		{"clean", reconcile.Report{}, false},
+		{"drift, no repair", reconcile.Report{Drift: d}, true},
+		{"all repaired", reconcile.Report{Drift: d, Repair: &reconcile.Repair{Fixed: d}}, false},
+		{"one not fixed", reconcile.Report{Drift: d, Repair: &reconcile.Repair{Fixed: d[:1], NotFixed: []reconcile.NotFixed{{Drift: d[1]}}}}, true},
+		{"repaired, one unverified", reconcile.Report{Drift: d, Repair: &reconcile.Repair{Fixed: d}, Unverified: []reconcile.Unverified{{}}}, true},
+	} {
+		if got := c.rep.DriftRemains(); got != c.want {
+			t.Errorf("%s: DriftRemains %v, want %v", c.name, got, c.want)
+		}
 	}
 }

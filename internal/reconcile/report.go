@@ -84,6 +84,20 @@ type Report struct {
 // Clean reports whether the run found no drift and verified everything.
 func (r *Report) Clean() bool { return len(r.Drift) == 0 && len(r.Unverified) == 0 }
 
+// DriftRemains reports whether the run leaves drift behind, which `reconciler batch` exits 3
+// on: drift found without --repair, drift --repair could not fix, or items it could not
+// verify. A repair that fixed everything it found leaves none (the record catches up from
+// the re-emitted events), although the report still lists what it found.
+func (r *Report) DriftRemains() bool {
+	if len(r.Unverified) > 0 {
+		return true
+	}
+	if r.Repair == nil {
+		return len(r.Drift) > 0
+	}
+	return len(r.Repair.NotFixed) > 0 || len(r.Repair.Fixed) < len(r.Drift)
+}
+
 // WriteTable writes the report as a readable table (for a terminal).
 func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "reconciliation run %d (fencing %d): %d items, %d orders, %d rows in %s (%.0f rows/s)\n",

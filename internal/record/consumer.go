@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/segmentio/kafka-go"
 	"gorm.io/gorm"
 
@@ -136,8 +137,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	go c.watchLag(lagCtx)
 	slog.Info("reconciler consuming", "topic", c.opt.Topic, "group", c.opt.GroupID, "brokers", c.opt.Brokers)
 
+	fetchBackoff, fetchFails := retryBackoff(5*time.Second), 0
 	for {
 		batch, err := c.collect(ctx)
+		if err == nil && fetchFails > 0 {
+			slog.Info("reconciler: fetching again", "after_attempts", fetchFails)
+			fetchBackoff.Reset()
+			fetchFails = 0
+		}
 		if len(batch) > 0 {
 			if perr := c.process(ctx, batch); perr != nil {
 				return perr
@@ -149,8 +156,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			slog.Warn("reconciler: fetch failed; retrying", "err", err)
-			sleep(ctx, 500*time.Millisecond)
+			// Kafka down: one warning, then one every 20 attempts, not one per retry.
+			if fetchFails++; fetchFails == 1 || fetchFails%20 == 0 {
+				slog.Warn("reconciler: fetch failed; retrying", "err", err, "attempt", fetchFails)
+			}
+			sleep(ctx, fetchBackoff.NextBackOff())
 		}
 	}
 }
@@ -177,6 +187,7 @@ func (c *Consumer) collect(ctx context.Context) ([]kafka.Message, error) {
 // process writes a batch (retrying while Postgres fails) and then commits its offsets.
 func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 	var res Result
+	wait := retryBackoff(5 * time.Second)
 	for attempt := 1; ; attempt++ {
 		// The write is not cancelled by shutdown: a batch already fetched is finished.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.DrainTimeout)
@@ -195,7 +206,7 @@ func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 			return nil
 		}
 		slog.Warn("reconciler: writing a batch failed; retrying", "err", err, "attempt", attempt, "messages", len(batch))
-		sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second))
+		sleep(ctx, wait.NextBackOff())
 	}
 	c.applied.Add(int64(res.Applied))
 	c.dupes.Add(int64(res.Duplicates))
@@ -219,6 +230,14 @@ func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 		slog.Warn("reconciler: offset commit failed; the batch may be re-delivered", "err", err)
 	}
 	return nil
+}
+
+// retryBackoff is the consumer's wait between retries: exponential from 200 ms up to ceiling,
+// with ±50% jitter (cenkalti/backoff) so reconcilers that lost Kafka or Postgres together do
+// not come back in step.
+func retryBackoff(ceiling time.Duration) *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: 200 * time.Millisecond, RandomizationFactor: 0.5,
+		Multiplier: 2, MaxInterval: ceiling}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -36,6 +37,15 @@ func Open(dsn string) (*gorm.DB, error) {
 	sqlDB.SetMaxIdleConns(4)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 	return db, nil
+}
+
+// Ping opens one connection to dsn and closes it: whether Postgres takes connections now.
+func Ping(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("record: postgres: %w", err)
+	}
+	return conn.Close(ctx)
 }
 
 // Migrate applies the embedded migrations and returns the schema version.

@@ -1,0 +1,154 @@
+package httpapi_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/jwtkeys"
+)
+
+// idp is an identity provider's key pairs, and the PEM file of its public keys the api reads.
+type idp struct {
+	rsa, otherRSA *rsa.PrivateKey
+	ec            *ecdsa.PrivateKey
+	pem           []byte // public keys: kid rsa-1 (rsa), kid ec-1 (ec)
+}
+
+func newIdP(t *testing.T) idp {
+	t.Helper()
+	var p idp
+	var err error
+	if p.rsa, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
+		t.Fatal(err)
+	}
+	if p.otherRSA, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
+		t.Fatal(err)
+	}
+	if p.ec, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+		t.Fatal(err)
+	}
+	for kid, pub := range map[string]any{"rsa-1": &p.rsa.PublicKey, "ec-1": &p.ec.PublicKey} {
+		der, err := x509.MarshalPKIXPublicKey(pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.pem = append(p.pem, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Headers: map[string]string{"kid": kid}, Bytes: der})...)
+	}
+	return p
+}
+
+func (p idp) file(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "idp.pem")
+	if err := os.WriteFile(f, p.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func sign(t *testing.T, m jwt.SigningMethod, kid string, key any, claims jwt.MapClaims) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(m, claims)
+	if kid != "" {
+		tok.Header["kid"] = kid
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Shopper tokens from an identity provider (RS256/ES256 by kid, iss and aud required) are
+// accepted on shopper routes, and every forgery or misfit is 401 — including the classic
+// algorithm confusions: alg "none", and an HS256 token whose "secret" is the public key.
+func TestIdentityProviderTokens(t *testing.T) {
+	p := newIdP(t)
+	const iss, aud = "https://idp.example.test/", "flashsale"
+	a := newTestAPI(t, func(c *config.Config) {
+		keys, err := jwtkeys.Load(p.file(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.JWTKeys, c.JWTIssuer, c.JWTAudience = keys, iss, aud
+	})
+	exp := time.Now().Add(time.Hour).Unix()
+	good := func() jwt.MapClaims { return jwt.MapClaims{"sub": "alice", "exp": exp, "iss": iss, "aud": aud} }
+	with := func(k string, v any) jwt.MapClaims { c := good(); c[k] = v; return c }
+	without := func(k string) jwt.MapClaims { c := good(); delete(c, k); return c }
+	pubPEM := p.pem[:strings.Index(string(p.pem), "-----END PUBLIC KEY-----")+len("-----END PUBLIC KEY-----\n")]
+	none, err := jwt.NewWithClaims(jwt.SigningMethodNone, good()).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		token string
+		want  int
+	}{
+		{"rs256", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, good()), http.StatusOK},
+		{"es256", sign(t, jwt.SigningMethodES256, "ec-1", p.ec, good()), http.StatusOK},
+		{"aud list", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, with("aud", []string{"other", aud})), http.StatusOK},
+		{"own hs256 token", a.token("alice"), http.StatusOK},
+		{"unknown kid", sign(t, jwt.SigningMethodRS256, "rsa-2", p.rsa, good()), http.StatusUnauthorized},
+		{"no kid, several keys", sign(t, jwt.SigningMethodRS256, "", p.rsa, good()), http.StatusUnauthorized},
+		{"wrong key", sign(t, jwt.SigningMethodRS256, "rsa-1", p.otherRSA, good()), http.StatusUnauthorized},
+		{"kid of the other algorithm", sign(t, jwt.SigningMethodES256, "rsa-1", p.ec, good()), http.StatusUnauthorized},
+		{"expired", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, with("exp", time.Now().Add(-time.Minute).Unix())), http.StatusUnauthorized},
+		{"no exp", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, without("exp")), http.StatusUnauthorized},
+		{"wrong iss", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, with("iss", "https://evil.test/")), http.StatusUnauthorized},
+		{"no iss", sign(t, jwt.SigningMethodES256, "ec-1", p.ec, without("iss")), http.StatusUnauthorized},
+		{"wrong aud", sign(t, jwt.SigningMethodES256, "ec-1", p.ec, with("aud", "another-shop")), http.StatusUnauthorized},
+		{"no aud", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, without("aud")), http.StatusUnauthorized},
+		{"alg none", none, http.StatusUnauthorized},
+		{"hs256 with the public key", sign(t, jwt.SigningMethodHS256, "rsa-1", pubPEM, good()), http.StatusUnauthorized},
+		{"hs256 with the secret but wrong iss", sign(t, jwt.SigningMethodHS256, "", []byte(a.cfg.JWTSecret), with("iss", "x")), http.StatusUnauthorized},
+		{"rs384", sign(t, jwt.SigningMethodRS384, "rsa-1", p.rsa, good()), http.StatusUnauthorized},
+		{"bad subject", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, with("sub", "no spaces allowed")), http.StatusUnauthorized},
+	}
+	// Twice: the second round answers good tokens from the token cache, and the bad ones must
+	// still be refused (only verified tokens are ever cached).
+	for round := 1; round <= 2; round++ {
+		for _, c := range cases {
+			r := a.do("GET", "/api/orders", c.token, nil)
+			if r.Status != c.want {
+				t.Errorf("round %d, %s: %d %s, want %d", round, c.name, r.Status, r.Raw, c.want)
+			}
+			if c.want == http.StatusUnauthorized && r.code() != "unauthorized" {
+				t.Errorf("round %d, %s: code %q, want unauthorized", round, c.name, r.code())
+			}
+		}
+	}
+}
+
+// The token cache belongs to one policy: a token that one api (no iss/aud) accepted and
+// cached is still refused by an api that requires them, even with the same secret.
+func TestTokenCacheKeepsPolicy(t *testing.T) {
+	loose := newTestAPI(t, nil)
+	tok := loose.token("alice")
+	if r := loose.do("GET", "/api/orders", tok, nil); r.Status != http.StatusOK {
+		t.Fatalf("loose api: %d %s", r.Status, r.Raw)
+	}
+	strict := newTestAPI(t, func(c *config.Config) { c.JWTIssuer, c.JWTAudience = "https://idp.test/", "flashsale" })
+	for i := 0; i < 2; i++ {
+		if r := strict.do("GET", "/api/orders", tok, nil); r.Status != http.StatusUnauthorized {
+			t.Fatalf("strict api, attempt %d: %d, want 401 for a token without iss/aud", i+1, r.Status)
+		}
+	}
+	if r := strict.do("GET", "/api/orders", strict.token("alice"), nil); r.Status != http.StatusOK {
+		t.Fatalf("strict api's own minted token: %d %s (it must carry iss and aud)", r.Status, r.Raw)
+	}
+}
