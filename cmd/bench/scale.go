@@ -163,20 +163,29 @@ func (s *scaleRun) measure(ctx context.Context, orders, reads bool) error {
 		}
 	}
 	if reads {
-		progress(s.b.out, "scale: GET /api/items with %d items", s.items)
-		l := s.b.load(api.addr, [][]byte{request("GET", api.addr, "/api/items", nil, "")})
+		progress(s.b.out, "scale: GET /api/items?limit=50 with %d items", s.items)
+		l := s.b.load(api.addr, [][]byte{request("GET", api.addr, "/api/items?limit=50", nil, "")})
 		l.pid = api.cmd.Process.Pid
 		res, bases, err := s.b.measure(ctx, "items-large", l, s.b.helloLoads()...)
 		if err != nil {
 			return err
 		}
-		s.b.rows = append(s.b.rows, row{name: fmt.Sprintf("GET /api/items reads/s, large catalogue (%s items)", thousands(float64(s.items))),
+		s.b.rows = append(s.b.rows, row{name: fmt.Sprintf("GET /api/items reads/s, large catalogue (%s items, ?limit=50)", thousands(float64(s.items))),
 			res: &res, base: baseAt(bases, 0), baseName: "bare Gin hello", target: 0.8, want: 200})
 	}
 	for len(s.apis) < 3 {
-		if _, err := s.startAPI(ctx); err != nil {
+		c, err := s.startAPI(ctx)
+		if err != nil {
 			return err
 		}
+		// Its first catalogue read loads the whole snapshot once (one HGETALL per item): done
+		// before the window, which measures the steady idle state, not the start.
+		resp, err := http.Get("http://" + c.addr + "/api/items?limit=1")
+		if err != nil {
+			return fmt.Errorf("bench: first catalogue read: %w", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 	return s.idleRow(ctx, "")
 }
