@@ -190,6 +190,7 @@ func (k Item) QueuePasses() string { return k.base + "q:passes" }
 
 // QueueRecent is the zset of the last second's admissions (the strict per-second bound).
 func (k Item) QueueRecent() string { return k.base + "q:recent" }
+
 // StatsSecond is the sale monitor's hash of one wall-clock second (unix seconds): every api
 // instance adds its counts to it and sets the shared gauges (internal/stats). All seconds
 // share the hash tag {stats}, so reading the last minutes is one pipeline to one node.
