@@ -13,8 +13,9 @@
 -- ARGV[1] item id   ARGV[2..] order ids of this item (1..1000 of them)
 --
 -- Reply: {examined, expired, units_returned}
---   examined: due entries taken off the index (0 while the item hash is missing, as during a
---   restore: nothing is written then)
+--   examined: of the given entries, those no longer in the index: taken off by this call or,
+--   since the caller read them, by another (0 while the item hash is missing, as during a
+--   restore: nothing is written then). The others are still there, at the index's head.
 --   expired: orders moved reserved -> expired   units_returned: their summed quantity
 -- A malformed argument is an error reply and writes nothing.
 
@@ -45,7 +46,10 @@ local examined, expired, units = 0, 0, 0
 for i = 2, #ARGV do
   local oid = ARGV[i]
   local due = tonumber(redis.call('ZSCORE', KEYS[4], oid))
-  if due and due <= now then
+  if not due then
+    -- Another expirer (or a payment's cancel of the entry) took it off since the caller read it.
+    examined = examined + 1
+  elseif due <= now then
     local o = unpack_order(redis.call('HGET', KEYS[2], oid))
     if o and o.status == 'reserved' then
       units = units + release_order(KEYS[2], KEYS[3], KEYS[5], item_id, oid, o, 'expired', now)

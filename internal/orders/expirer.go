@@ -69,11 +69,12 @@ func (e *Expirer) Sweep(ctx context.Context) (int64, error) {
 	var total int64
 	var first error
 	for shard := range keyspace.Shards {
+		var left int64 // entries this sweep read and left in the shard's index, at its head
 		for {
 			if err := ctx.Err(); err != nil {
 				return total, err
 			}
-			r, err := e.store.ExpireShard(ctx, shard, e.batch)
+			r, err := e.store.ExpireShardFrom(ctx, shard, left, e.batch)
 			e.calls.Add(r.Calls)
 			total += r.Expired
 			e.drained.Add(r.Expired)
@@ -83,7 +84,8 @@ func (e *Expirer) Sweep(ctx context.Context) (int64, error) {
 				}
 				break
 			}
-			if r.Examined < int64(e.batch) {
+			left += r.Read - r.Examined
+			if r.Read < int64(e.batch) {
 				break
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
 )
 
@@ -367,4 +369,76 @@ func TestSweepSkipsItemsWithNothingDue(t *testing.T) {
 		t.Fatalf("sweep with one due: expired %d, %d calls, %v", n, x.Calls(), err)
 	}
 	e.check("q7")
+}
+
+// TestSweepPassesEntriesItCannotExpire: due entries the expire script must leave (their item
+// is being restored, so its hash is missing) sit at the head of their shard's index; a sweep
+// reads past them, so the shard's other items still expire, and they expire once the item is
+// back.
+func TestSweepPassesEntriesItCannotExpire(t *testing.T) {
+	e := newEnv(t, time.Hour)
+	ctx := context.Background()
+	stuck, other := sameShardPair(t)
+	e.item(stuck, 10, 10)
+	e.item(other, 10, 10)
+	var held []orders.Order
+	for i := range 5 {
+		held = append(held, e.buy(stuck, "u"+strconv.Itoa(i), 1))
+	}
+	for _, o := range held {
+		e.backdate(o)
+	}
+	// The stuck item's entries fall due first, so they head the index.
+	late := e.buy(other, "bob", 1)
+	e.backdate(late)
+	k := e.keys.Item(stuck)
+	var ids []string
+	for _, o := range held {
+		ids = append(ids, o.ID)
+	}
+	dues, err := e.rdb.ZMScore(ctx, k.Expiry(), ids...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.ZAddXX(ctx, k.Expiry(), redisZ(slices.Max(dues)+1, late.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := e.rdb.HGetAll(ctx, k.Hash()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Del(ctx, k.Hash()).Err(); err != nil { // what restore_begin leaves
+		t.Fatal(err)
+	}
+	x := orders.NewExpirer(e.ord, time.Hour, 2)
+	if n, err := x.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep behind %d stuck entries: expired %d, %v; want the other item's 1", len(held), n, err)
+	}
+	if got := e.ledger(other).Orders[late.ID].Status; got != orders.Expired {
+		t.Fatalf("%s is %s after the sweep, want expired", late.ID, got)
+	}
+	if err := e.rdb.HSet(ctx, k.Hash(), saved).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := x.Sweep(ctx); err != nil || n != int64(len(held)) {
+		t.Fatalf("sweep once the item is back: expired %d, %v; want %d", n, err, len(held))
+	}
+	e.check(stuck)
+	e.check(other)
+}
+
+// sameShardPair returns two item ids of one shard.
+func sameShardPair(t *testing.T) (string, string) {
+	t.Helper()
+	first := map[int]string{}
+	for i := range 1000 {
+		id := "pair" + strconv.Itoa(i)
+		s := keyspace.ShardOf(id)
+		if prev, ok := first[s]; ok {
+			return prev, id
+		}
+		first[s] = id
+	}
+	t.Fatal("no two ids of one shard among 1000")
+	return "", ""
 }

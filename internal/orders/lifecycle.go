@@ -103,7 +103,8 @@ func (s *Store) Cancel(ctx context.Context, user, id string) (Order, error) {
 
 // ExpireResult is what one expire pass did.
 type ExpireResult struct {
-	Examined int64 // due index entries taken off; == batch means more may be due
+	Read     int64 // due index entries read; == batch means more may be due
+	Examined int64 // due index entries taken off (Read less those left: see ExpireShardFrom)
 	Expired  int64 // orders moved reserved -> expired
 	Units    int64 // stock units returned
 	Calls    int64 // expire script calls made (none while nothing is due)
@@ -124,6 +125,14 @@ func (s *Store) ExpireDue(ctx context.Context, item string, batch int) (ExpireRe
 // order. Entries whose order a payment or cancel already settled are dropped. With nothing due
 // it costs one command, whatever the number of items.
 func (s *Store) ExpireShard(ctx context.Context, shard, batch int) (ExpireResult, error) {
+	return s.ExpireShardFrom(ctx, shard, 0, batch)
+}
+
+// ExpireShardFrom is ExpireShard reading the due entries from the offset-th on. Entries read
+// but left in the index (Read - Examined: an item being restored, an entry Redis TIME says is
+// not due yet, a failed call) stay at the head of the index; a sweep passes the number it has
+// seen left as the offset of its next pass, so they cannot hold back the shard's other items.
+func (s *Store) ExpireShardFrom(ctx context.Context, shard int, offset int64, batch int) (ExpireResult, error) {
 	if batch < 1 || batch > MaxExpireBatch {
 		return ExpireResult{}, fmt.Errorf("orders: expire shard %d: batch %d outside 1..%d", shard, batch, MaxExpireBatch)
 	}
@@ -132,14 +141,14 @@ func (s *Store) ExpireShard(ctx context.Context, shard, batch int) (ExpireResult
 	}
 	due, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
 		Key: s.keys.Shard(shard).Expiry(), Start: "-inf", Stop: strconv.FormatInt(time.Now().UnixMilli(), 10),
-		ByScore: true, Count: int64(batch),
+		ByScore: true, Offset: offset, Count: int64(batch),
 	}).Result()
 	if err != nil {
 		return ExpireResult{}, fmt.Errorf("orders: expire shard %d: %w", shard, err)
 	}
 	byItem := map[string][]any{}
 	var order []string
-	var total ExpireResult
+	total := ExpireResult{Read: int64(len(due))}
 	for _, id := range due {
 		item, ok := keyspace.ItemOfOrder(id)
 		if !ok {

@@ -171,7 +171,7 @@ func TestExpireOnlyDue(t *testing.T) {
 	e.rdb.ZAdd(ctx, e.keys.Item("it").Expiry(), redisZ(0, paid.ID))
 
 	r, err := e.ord.ExpireDue(ctx, "it", 3)
-	if err != nil || r != (orders.ExpireResult{Examined: 3, Expired: 2, Units: 2, Calls: 1}) {
+	if err != nil || r != (orders.ExpireResult{Read: 3, Examined: 3, Expired: 2, Units: 2, Calls: 1}) {
 		// The stale entry has score 0, so it comes first.
 		t.Fatalf("first batch: %+v %v", r, err)
 	}
