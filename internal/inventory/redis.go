@@ -44,7 +44,9 @@ type Store struct {
 	snapLoad singleflight.Group
 	// clocks holds, per shard, the highest change-log clock the snapshot has read (only the
 	// loader, under snapLoad, touches it); nil until the first full load.
-	clocks  []int64
+	clocks []int64
+	// sweep is the slow full pass behind the change logs (only the loader touches it).
+	sweep   sweepState
 	soldOut sync.Map // item id -> time.Time: answer sold_out from memory until then (soldout.go)
 }
 
@@ -298,6 +300,10 @@ func (s *Store) loadChanged(ctx context.Context, seen time.Time) error {
 			Key: s.keys.Shard(n).Changed(), Start: "(" + strconv.FormatInt(s.clocks[n], 10), Stop: "+inf", ByScore: true,
 		})
 	}
+	var scan *redis.ScanCmd
+	if len(s.sweep.pending) == 0 {
+		scan = pipe.SScan(ctx, s.keys.Catalog(), s.sweep.cursor, "", sweepStep)
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("inventory: change logs: %w", err)
 	}
@@ -310,9 +316,24 @@ func (s *Store) loadChanged(ctx context.Context, seen time.Time) error {
 			clocks[n] = max(clocks[n], int64(z.Score))
 		}
 	}
+	changed := len(ids)
+	if scan != nil {
+		s.sweep.scanned(scan.Val())
+	}
+	swept, ended := s.sweep.take()
+	ids = append(ids, swept...)
+	if ended {
+		ids = append(ids, s.sweep.unseen(s.currentIDs())...)
+	}
 	read, err := s.readItems(ctx, ids)
 	if err != nil {
 		return err
+	}
+	for _, id := range ids[changed:] {
+		// Re-read by the sweep: keep it only when it differs, so the generation stays put.
+		if cur, ok := s.current(id); ok == (read[id] != nil) && (!ok || cur.Version == read[id].Version) {
+			delete(read, id)
+		}
 	}
 	for _, it := range read {
 		if it != nil {
@@ -331,7 +352,71 @@ func (s *Store) loadChanged(ctx context.Context, seen time.Time) error {
 	})
 	s.install(nil, read)
 	s.clocks = clocks
+	if ended {
+		s.sweep.seen = nil
+	}
 	return nil
+}
+
+// sweepStep is how many catalogue items each refresh re-reads besides the changed ones, a
+// few HGETALLs a refresh whatever the catalogue's size (also SSCAN's COUNT hint).
+const sweepStep = 8
+
+// sweepState is the slow full pass behind the change logs. The change logs are written in the
+// same script as every change, so they miss nothing a script does; the sweep is the safety net
+// for what no script does: a FLUSHDB, a key deleted by hand, a failover to a replica that lost
+// the last writes. Each refresh re-reads the next sweepStep items of the catalogue set (SSCAN),
+// and when a pass ends, the snapshot's items the pass never met (gone from Redis) are re-read
+// too, and so dropped. At the defaults (500 ms, 8 items) a pass over 10,000 items takes about
+// ten minutes and adds about 18 commands a second.
+type sweepState struct {
+	cursor  uint64
+	pending []string            // scanned, not read yet
+	last    bool                // pending holds the pass's last SSCAN reply
+	seen    map[string]struct{} // items this pass has read
+}
+
+// scanned records an SSCAN reply (taken only when nothing is pending).
+func (w *sweepState) scanned(ids []string, cursor uint64) {
+	w.pending = append(w.pending, ids...)
+	w.cursor, w.last = cursor, cursor == 0
+}
+
+// take returns the next items to re-read, and whether they end the pass.
+func (w *sweepState) take() (ids []string, ended bool) {
+	n := min(sweepStep, len(w.pending))
+	ids, w.pending = w.pending[:n:n], w.pending[n:]
+	if w.seen == nil {
+		w.seen = map[string]struct{}{}
+	}
+	for _, id := range ids {
+		w.seen[id] = struct{}{}
+	}
+	return ids, w.last && len(w.pending) == 0
+}
+
+// unseen returns the ids of the snapshot that the pass ending now never met. SSCAN returns
+// every member present for the whole pass, so these were removed or added meanwhile; one read
+// tells which.
+func (w *sweepState) unseen(snapshot []string) []string {
+	var out []string
+	for _, id := range snapshot {
+		if _, ok := w.seen[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// currentIDs lists the snapshot's item ids.
+func (s *Store) currentIDs() []string {
+	s.snapMu.RLock()
+	defer s.snapMu.RUnlock()
+	ids := make([]string, 0, len(s.snap))
+	for id := range s.snap {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // readItems reads the given items' hashes in one pipeline; an id without an item hash (a
