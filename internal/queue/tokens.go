@@ -113,31 +113,34 @@ func (s *Signer) open(tok string, read func(payload []byte) bool) bool {
 	if !ok || b64.DecodedLen(len(macEnc)) != macLen {
 		return false
 	}
+	var k *signingKey
 	for i := range s.keys {
-		k := &s.keys[i]
-		if k.id != id {
-			continue
+		if s.keys[i].id == id {
+			k = &s.keys[i]
+			break
 		}
-		st := k.state.Get().(*macState)
-		defer k.state.Put(st)
-		// Decode from a copy in st.tok: the string's bytes as a []byte would be an allocation.
-		in := st.tok[:copy(st.tok[:], enc)]
-		n, err := b64.Decode(st.payload[:], in)
-		if err != nil {
-			return false
-		}
-		payload := st.payload[:n]
-		var want [macLen]byte
-		in = st.tok[:copy(st.tok[:], macEnc)]
-		if m, err := b64.Decode(want[:], in); err != nil || m != macLen {
-			return false
-		}
-		if got := st.mac(payload); subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			return false
-		}
-		return read(payload)
 	}
-	return false
+	if k == nil {
+		return false
+	}
+	st := k.state.Get().(*macState)
+	defer k.state.Put(st)
+	// Decode from a copy in st.tok: the string's bytes as a []byte would be an allocation.
+	in := st.tok[:copy(st.tok[:], enc)]
+	n, err := b64.Decode(st.payload[:], in)
+	if err != nil {
+		return false
+	}
+	payload := st.payload[:n]
+	var want [macLen]byte
+	in = st.tok[:copy(st.tok[:], macEnc)]
+	if m, err := b64.Decode(want[:], in); err != nil || m != macLen {
+		return false
+	}
+	if got := st.mac(payload); subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		return false
+	}
+	return read(payload)
 }
 
 // field cuts the next '|'-separated field off p.
