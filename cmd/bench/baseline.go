@@ -42,6 +42,8 @@ func serveBaseline(mode string) error {
 		// JWT, Content-Type, Content-Length and a body): a second baseline in which net/http's
 		// request parsing costs the same as in the api, so the ratio shows Gin-level work only.
 		r.POST("/api/items/:id/purchase", hello)
+		// And the waiting-room poll's bytes (a GET with a bearer JWT and a Queue-Ticket).
+		r.GET("/api/items/:id/queue", hello)
 	case "evalsha":
 		h, err := evalshaHandler()
 		if err != nil {

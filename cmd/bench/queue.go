@@ -25,20 +25,29 @@ func (b *bench) queueRows(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	tokens, err := b.joinAll(ctx, b.opt.users)
+	jwts, tickets, err := b.joinAll(ctx, b.opt.users)
 	if err != nil {
 		return err
 	}
-	polls := make([][]byte, len(tokens))
-	for i, qt := range tokens {
-		polls[i] = request("GET", b.api.addr, "/api/items/"+queueItem+"/queue",
-			map[string]string{"Authorization": "Bearer " + token(b.secret, "w"+itoa(i)), "Queue-Ticket": qt}, "")
+	// Each shopper polls with the bearer token it joined with and its ticket's token, as the
+	// shopper page does.
+	polls := func(addr string) [][]byte {
+		reqs := make([][]byte, len(tickets))
+		for i, qt := range tickets {
+			reqs[i] = request("GET", addr, "/api/items/"+queueItem+"/queue",
+				map[string]string{"Authorization": "Bearer " + jwts[i], "Queue-Ticket": qt}, "")
+		}
+		return reqs
+	}
+	var same [][]byte
+	if b.helloSrv != nil {
+		same = polls(b.helloSrv.addr) // the very same request bytes (only the Host port differs)
 	}
 	before, err := b.apiMetrics(ctx)
 	if err != nil {
 		return err
 	}
-	res, bases, err := b.measure(ctx, "queue-poll", b.load(b.api.addr, polls), b.helloLoads()...)
+	res, bases, err := b.measure(ctx, "queue-poll", b.load(b.api.addr, polls(b.api.addr)), b.helloLoads(same)...)
 	if err != nil {
 		return err
 	}
@@ -56,7 +65,11 @@ func (b *bench) queueRows(ctx context.Context) error {
 			d(`flashsale_redis_script_calls_total{result="ok",script="queue_admit"}`), answered, mark(calls/answered < 0.01))
 	}
 	b.rows = append(b.rows, row{name: "waiting-room poll answers/s (20,000 waiting)", res: &res, base: baseAt(bases, 0),
-		baseName: "bare Gin hello", target: 0.8, want: 200, note: note})
+		baseName: "bare Gin hello", target: 0.8, want: 200, note: note},
+		// Not the issue's target: the hello handler fed the polls' exact bytes (a bearer JWT and
+		// a ticket token), so net/http's parsing of the larger request is on both sides.
+		row{name: "waiting-room poll answers/s (hello fed the same GET bytes)", res: &res, base: baseAt(bases, 1),
+			baseName: "bare Gin hello, same request bytes", want: 200})
 
 	progress(b.out, "waiting room: joins beside purchases")
 	joins := make([][]byte, b.opt.users)
@@ -75,9 +88,13 @@ func (b *bench) queueRows(ctx context.Context) error {
 	return nil
 }
 
-// joinAll joins n shoppers (w0..) to the line and returns their ticket tokens.
-func (b *bench) joinAll(ctx context.Context, n int) ([]string, error) {
-	tokens := make([]string, n)
+// joinAll joins n shoppers (w0..) to the line and returns their bearer tokens and their
+// tickets' tokens.
+func (b *bench) joinAll(ctx context.Context, n int) (jwts, tickets []string, err error) {
+	jwts, tickets = make([]string, n), make([]string, n)
+	for i := range jwts {
+		jwts[i] = token(b.secret, "w"+itoa(i))
+	}
 	errs := make(chan error, 64)
 	var wg sync.WaitGroup
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -87,7 +104,7 @@ func (b *bench) joinAll(ctx context.Context, n int) ([]string, error) {
 			defer wg.Done()
 			for i := w; i < n; i += 64 {
 				req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+b.api.addr+"/api/items/"+queueItem+"/queue", nil)
-				req.Header.Set("Authorization", "Bearer "+token(b.secret, "w"+itoa(i)))
+				req.Header.Set("Authorization", "Bearer "+jwts[i])
 				resp, err := client.Do(req)
 				if err != nil {
 					errs <- err
@@ -104,16 +121,16 @@ func (b *bench) joinAll(ctx context.Context, n int) ([]string, error) {
 					errs <- fmt.Errorf("bench: join %d: %d %v", i, resp.StatusCode, err)
 					return
 				}
-				tokens[i] = body.Ticket.Token
+				tickets[i] = body.Ticket.Token
 			}
 		}()
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		return nil, err
+		return nil, nil, err
 	}
-	return tokens, nil
+	return jwts, tickets, nil
 }
 
 // apiMetrics reads the api's /metrics as name{labels} -> value.

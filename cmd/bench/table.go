@@ -36,6 +36,7 @@ var rowNames = []string{
 	"sold-out answers/s",
 	"sold-out answers/s (hello fed the same POST bytes)",
 	"waiting-room poll answers/s (20,000 waiting)",
+	"waiting-room poll answers/s (hello fed the same GET bytes)",
 	"waiting-room joins/s",
 	"reconciler rows/s",
 	"purchase → Postgres latency",

@@ -74,6 +74,8 @@ type Store struct {
 	lines sync.Map // item id -> *line: what this instance last learnt of each line (view.go)
 	spent sync.Map // pass id -> expiry (time.Time): passes this instance saw spent
 
+	checked ticketCache // ticket tokens whose signature held, so a repeated poll skips the HMAC
+
 	// Counters for metrics and the bench: polls answered from memory or from Redis.
 	PollsFromMemory, PollsFromRedis atomic.Int64
 }

@@ -453,3 +453,59 @@ func TestPollsFromMemoryAndSoldOut(t *testing.T) {
 		t.Fatalf("b after the sell-out: %+v", p)
 	}
 }
+
+// TestExpiryFreesPlaceAndNoPassWithoutStock: an unused pass that expires frees its place (the
+// ticket says expired, the next shopper is admitted); while stock_left is 0 with units still
+// reserved (the line is live, not sold out) no step admits anyone; a unit coming back admits
+// the next shopper.
+func TestExpiryFreesPlaceAndNoPassWithoutStock(t *testing.T) {
+	r := newRoom(t)
+	ctx := context.Background()
+	r.item("x", 1, inventory.QueueSettings{AdmitPerSecond: 1000, MaxActive: 1, PassTTLSeconds: 1}, 0)
+	for _, u := range []string{"a", "b", "c"} {
+		if _, err := r.q.Join(ctx, "x", u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.admitSome("x")
+	// a's pass lives a second; the step that clears it admits b into the freed place.
+	deadline := time.Now().Add(5 * time.Second)
+	var b queue.Ticket
+	for b.State != queue.StateAdmitted {
+		if time.Now().After(deadline) {
+			t.Fatalf("b was not admitted after a's pass expired: %+v", b)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting on b's state, with a deadline
+		if _, err := r.q.Admit(ctx, "x", time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		b, _ = r.q.Read(ctx, "x", "b")
+	}
+	if a, _ := r.q.Read(ctx, "x", "a"); a.State != queue.StateExpired {
+		t.Fatalf("a after the expiry: %+v", a)
+	}
+	id, err := r.q.CheckPass(b.Pass, "x", "b", false, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.inv.Purchase(ctx, inventory.PurchaseRequest{ItemID: "x", UserID: "b", Quantity: 1, QueuePass: id}); err != nil {
+		t.Fatalf("b buys with the pass: %v", err)
+	}
+	// No unit left, one reserved (it may come back): steps run, nobody is admitted.
+	for step := range 10 {
+		res, err := r.q.Admit(ctx, "x", time.Time{})
+		if err != nil || res.Status != "live" || res.AdmittedNow != 0 || res.StockLeft != 0 {
+			t.Fatalf("step %d with no stock left: %+v %v", step, res, err)
+		}
+		time.Sleep(20 * time.Millisecond) // let the rate's bucket refill: it must not matter
+	}
+	if _, err := r.inv.AdjustStock(ctx, "x", 1); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.admitSome("x"); res.AdmittedNow != 1 {
+		t.Fatalf("after a unit came back: %+v", res)
+	}
+	if c, _ := r.q.Read(ctx, "x", "c"); c.State != queue.StateAdmitted {
+		t.Fatalf("c: %+v", c)
+	}
+}

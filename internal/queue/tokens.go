@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -23,12 +24,24 @@ type Signer struct {
 }
 
 type signingKey struct {
-	id   string
-	macs sync.Pool // hash.Hash (HMAC-SHA256 with this key), reused: a poll signs or checks one
+	id    string
+	state sync.Pool // *macState with this key
 }
 
-// macLen is how much of the HMAC-SHA256 a token carries: 128 bits.
-const macLen = 16
+// macState is one HMAC with its scratch buffers, pooled per key: a poll that signs or checks a
+// token copies, decodes and hashes in these instead of allocating.
+type macState struct {
+	h       hash.Hash
+	payload [maxPayload]byte // the payload being signed, or decoded from a token
+	tok     [maxToken]byte   // a token being built, or its base64 parts being decoded
+	sum     [sha256.Size]byte
+}
+
+const (
+	macLen     = 16  // how much of the HMAC-SHA256 a token carries: 128 bits
+	maxToken   = 512 // longer tokens are refused unread
+	maxPayload = 384 // b64.DecodedLen(maxToken)
+)
 
 // NewSigner returns a signer over the given secrets (at least one; the first signs). A key id
 // is the first 8 hex digits of SHA-256 of the key derived from the secret: it names a key
@@ -45,7 +58,7 @@ func NewSigner(secrets ...[]byte) (*Signer, error) {
 		key := DeriveKey(secret)
 		sum := sha256.Sum256(key)
 		s.keys[i].id = hex.EncodeToString(sum[:4])
-		s.keys[i].macs.New = func() any { return hmac.New(sha256.New, key) }
+		s.keys[i].state.New = func() any { return &macState{h: hmac.New(sha256.New, key)} }
 	}
 	return s, nil
 }
@@ -62,66 +75,92 @@ func DeriveKey(secret []byte) []byte {
 // KeyID is the id of the key that signs new tokens.
 func (s *Signer) KeyID() string { return s.keys[0].id }
 
-func (k *signingKey) mac(payload string) []byte {
-	h := k.macs.Get().(hash.Hash)
-	h.Reset()
-	h.Write([]byte(payload))
-	var sum [sha256.Size]byte
-	out := h.Sum(sum[:0])
-	k.macs.Put(h)
-	return out[:macLen]
+// mac returns the truncated HMAC of payload (which may be st.payload itself).
+func (st *macState) mac(payload []byte) [macLen]byte {
+	st.h.Reset()
+	st.h.Write(payload)
+	var out [macLen]byte
+	copy(out[:], st.h.Sum(st.sum[:0]))
+	return out
 }
 
-var b64 = base64.RawURLEncoding
+// b64 is strict so that a token has one spelling: unused trailing bits must be zero.
+var b64 = base64.RawURLEncoding.Strict()
 
-// sign returns "<key id>.<payload>.<mac>" with the payload and mac in base64url.
-func (s *Signer) sign(payload string) string {
-	k := &s.keys[0]
-	mac := k.mac(payload)
-	var b strings.Builder
-	b.Grow(len(k.id) + 2 + b64.EncodedLen(len(payload)) + b64.EncodedLen(macLen))
-	b.WriteString(k.id)
-	b.WriteByte('.')
-	b.WriteString(b64.EncodeToString([]byte(payload)))
-	b.WriteByte('.')
-	b.WriteString(b64.EncodeToString(mac))
-	return b.String()
+// seal signs a payload built in st.payload and returns "<key id>.<payload>.<mac>" with the
+// payload and mac in base64url: one allocation, the token string.
+func (k *signingKey) seal(st *macState, payload []byte) string {
+	mac := st.mac(payload)
+	b := append(st.tok[:0], k.id...)
+	b = append(b, '.')
+	b = b64.AppendEncode(b, payload)
+	b = append(b, '.')
+	b = b64.AppendEncode(b, mac[:])
+	return string(b)
 }
 
-// verify returns the payload of a token signed by one of the keys.
-func (s *Signer) verify(tok string) (string, bool) {
-	if len(tok) > 512 {
-		return "", false
+// open checks tok's signature and hands its payload to read, which must not keep it (it is a
+// pooled buffer). It reports whether the signature held and read accepted the payload.
+func (s *Signer) open(tok string, read func(payload []byte) bool) bool {
+	if len(tok) > maxToken {
+		return false
 	}
 	id, rest, ok := strings.Cut(tok, ".")
 	if !ok {
-		return "", false
+		return false
 	}
 	enc, macEnc, ok := strings.Cut(rest, ".")
 	if !ok || b64.DecodedLen(len(macEnc)) != macLen {
-		return "", false
+		return false
 	}
+	var k *signingKey
 	for i := range s.keys {
-		k := &s.keys[i]
-		if k.id != id {
-			continue
+		if s.keys[i].id == id {
+			k = &s.keys[i]
+			break
 		}
-		var pbuf [384]byte
-		n, err := b64.Decode(pbuf[:], []byte(enc))
-		if err != nil {
-			return "", false
-		}
-		var mbuf [macLen]byte
-		if m, err := b64.Decode(mbuf[:], []byte(macEnc)); err != nil || m != macLen {
-			return "", false
-		}
-		payload := string(pbuf[:n])
-		if subtle.ConstantTimeCompare(k.mac(payload), mbuf[:]) != 1 {
-			return "", false
-		}
-		return payload, true
 	}
-	return "", false
+	if k == nil {
+		return false
+	}
+	st := k.state.Get().(*macState)
+	defer k.state.Put(st)
+	// Decode from a copy in st.tok: the string's bytes as a []byte would be an allocation.
+	in := st.tok[:copy(st.tok[:], enc)]
+	n, err := b64.Decode(st.payload[:], in)
+	if err != nil {
+		return false
+	}
+	payload := st.payload[:n]
+	var want [macLen]byte
+	in = st.tok[:copy(st.tok[:], macEnc)]
+	if m, err := b64.Decode(want[:], in); err != nil || m != macLen {
+		return false
+	}
+	if got := st.mac(payload); subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		return false
+	}
+	return read(payload)
+}
+
+// field cuts the next '|'-separated field off p.
+func field(p []byte) (f, rest []byte) {
+	f, rest, _ = bytes.Cut(p, []byte{'|'})
+	return f, rest
+}
+
+func parseInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // ticketClaims is what a ticket's token says: the ticket of user on item, in state (one of
@@ -134,25 +173,41 @@ type ticketClaims struct {
 }
 
 func (s *Signer) signTicket(c ticketClaims) string {
-	return s.sign("t|" + c.item + "|" + c.user + "|" + string(c.state) + "|" +
-		strconv.FormatInt(c.line, 10) + "|" + strconv.FormatInt(c.seen, 10))
+	k := &s.keys[0]
+	st := k.state.Get().(*macState)
+	p := append(st.payload[:0], "t|"...)
+	p = append(p, c.item...)
+	p = append(p, '|')
+	p = append(p, c.user...)
+	p = append(p, '|', c.state, '|')
+	p = strconv.AppendInt(p, c.line, 10)
+	p = append(p, '|')
+	p = strconv.AppendInt(p, c.seen, 10)
+	tok := k.seal(st, p)
+	k.state.Put(st)
+	return tok
 }
 
-func (s *Signer) verifyTicket(tok string) (ticketClaims, bool) {
-	p, ok := s.verify(tok)
-	if !ok {
-		return ticketClaims{}, false
-	}
-	f := strings.Split(p, "|")
-	if len(f) != 6 || f[0] != "t" || len(f[3]) != 1 {
-		return ticketClaims{}, false
-	}
-	line, err1 := strconv.ParseInt(f[4], 10, 64)
-	seen, err2 := strconv.ParseInt(f[5], 10, 64)
-	if err1 != nil || err2 != nil {
-		return ticketClaims{}, false
-	}
-	return ticketClaims{item: f[1], user: f[2], state: f[3][0], line: line, seen: seen}, true
+// verifyTicket checks a ticket's token and that it is user's ticket on item (the claims carry
+// the caller's item and user strings, so a check allocates nothing).
+func (s *Signer) verifyTicket(tok, item, user string) (ticketClaims, bool) {
+	c := ticketClaims{item: item, user: user}
+	ok := s.open(tok, func(p []byte) bool {
+		kind, p := field(p)
+		it, p := field(p)
+		us, p := field(p)
+		state, p := field(p)
+		line, seen := field(p)
+		var ok1, ok2 bool
+		c.line, ok1 = parseInt(line)
+		c.seen, ok2 = parseInt(seen)
+		if !ok1 || !ok2 || string(kind) != "t" || string(it) != item || string(us) != user || len(state) != 1 {
+			return false
+		}
+		c.state = state[0]
+		return true
+	})
+	return c, ok
 }
 
 // passClaims is what a pass says: pass id (the purchase script's), its owner, item and expiry.
@@ -162,21 +217,31 @@ type passClaims struct {
 }
 
 func (s *Signer) signPass(c passClaims) string {
-	return s.sign("p|" + c.item + "|" + c.user + "|" + c.id + "|" + strconv.FormatInt(c.expiresMS, 10))
+	k := &s.keys[0]
+	st := k.state.Get().(*macState)
+	p := append(st.payload[:0], "p|"...)
+	p = append(p, c.item...)
+	p = append(p, '|')
+	p = append(p, c.user...)
+	p = append(p, '|')
+	p = append(p, c.id...)
+	p = append(p, '|')
+	p = strconv.AppendInt(p, c.expiresMS, 10)
+	tok := k.seal(st, p)
+	k.state.Put(st)
+	return tok
 }
 
 func (s *Signer) verifyPass(tok string) (passClaims, bool) {
-	p, ok := s.verify(tok)
-	if !ok {
-		return passClaims{}, false
-	}
-	f := strings.Split(p, "|")
-	if len(f) != 5 || f[0] != "p" {
-		return passClaims{}, false
-	}
-	exp, err := strconv.ParseInt(f[4], 10, 64)
-	if err != nil {
-		return passClaims{}, false
-	}
-	return passClaims{item: f[1], user: f[2], id: f[3], expiresMS: exp}, true
+	var c passClaims
+	ok := s.open(tok, func(p []byte) bool {
+		f := strings.Split(string(p), "|")
+		if len(f) != 5 || f[0] != "p" {
+			return false
+		}
+		exp, ok := parseInt([]byte(f[4]))
+		c = passClaims{item: f[1], user: f[2], id: f[3], expiresMS: exp}
+		return ok
+	})
+	return c, ok
 }

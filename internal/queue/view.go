@@ -167,7 +167,7 @@ func (s *Store) render(item, user string, t packedTicket, v *lineView, now time.
 	default:
 		tk.State = StateSpent
 	}
-	tk.Token = s.signer.signTicket(claims)
+	tk.Token = s.ticketToken(claims)
 	return tk
 }
 
@@ -216,8 +216,16 @@ func (s *Store) fromMemory(item, user, token string, now time.Time) (Ticket, boo
 	if v == nil {
 		return Ticket{}, false
 	}
-	c, ok := s.signer.verifyTicket(token)
-	if !ok || c.item != item || c.user != user || c.state != 'w' {
+	e := s.checked.get(token)
+	if e == nil {
+		c, ok := s.signer.verifyTicket(token, item, user)
+		if !ok {
+			return Ticket{}, false
+		}
+		e = s.checked.put(token, c)
+	}
+	c := e.claims
+	if c.item != item || c.user != user || c.state != 'w' {
 		return Ticket{}, false
 	}
 	tk := Ticket{ItemID: item, UserID: user, State: StateWaiting, ETASeconds: -1, PollAfterMS: -1, Token: token}
@@ -237,10 +245,23 @@ func (s *Store) fromMemory(item, user, token string, now time.Time) (Ticket, boo
 		view.admitted = seen
 		s.waiting(&tk, c.line, &view, now)
 		if seen != c.seen {
-			c.seen = seen
-			tk.Token = s.signer.signTicket(c)
+			if r := e.next.Load(); r != nil && r.seen == seen {
+				tk.Token = r.tok
+			} else {
+				c.seen = seen
+				tk.Token = s.ticketToken(c)
+				e.next.Store(&resignedTicket{seen: seen, tok: tk.Token})
+			}
 		}
 		return tk, true
 	}
 	return Ticket{}, false
+}
+
+// ticketToken signs a ticket's token and remembers it as checked: the shopper's next poll
+// brings it back.
+func (s *Store) ticketToken(c ticketClaims) string {
+	tok := s.signer.signTicket(c)
+	s.checked.put(tok, c)
+	return tok
 }

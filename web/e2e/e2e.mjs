@@ -35,6 +35,7 @@ const SOON_ITEM = { id: `e2e-watch-${run}`, name: `Smart Watch ${run}`, category
 const LOST_ITEM = { id: `e2e-case-${run}`, name: `Phone Case ${run}`, category: 'cases' };
 const LIVE_ITEM = { id: `e2e-charger-${run}`, name: `Charger ${run}`, category: 'phones' };
 const MON_ITEM = { id: `e2e-tablet-${run}`, name: `Tablet ${run}`, category: 'phones' };
+const Q_ITEM = { id: `e2e-console-${run}`, name: `Game Console ${run}`, category: 'consoles' };
 const JWT_SECRET = process.env.E2E_JWT_SECRET || '';
 
 // shopperToken mints an HS256 token for user, as a shop's identity service sharing the secret would.
@@ -104,9 +105,11 @@ const card = (page, id) => page.locator(`article.card[data-item="${id}"]`);
 const orderRows = (page, id) => page.locator(`#orders li.order[data-item="${id}"]`);
 const tokenOf = (page) => page.evaluate(() => sessionStorage.getItem('flashsale.token'));
 
-async function saveShot(page, name, opts = {}) {
+// saveShot screenshots a page (whole) or a locator (that element).
+async function saveShot(target, name, opts = {}) {
   const file = path.join(ARTIFACTS, name);
-  await page.screenshot({ path: file, fullPage: true, ...opts });
+  const whole = typeof target.goto === 'function' ? { fullPage: true } : {};
+  await target.screenshot({ path: file, ...whole, ...opts });
   if (SHOTS) {
     const dest = path.join(SHOTS, name);
     if (UPDATE_SHOTS || !fs.existsSync(dest)) {
@@ -525,6 +528,95 @@ async function main() {
         await sale;
       }
       assert(outcomes[201] > 0, `no purchase reserved: ${JSON.stringify(outcomes)}`);
+    });
+
+    // The waiting room: two units, one pass at a time. A first shopper (outside the pages) holds
+    // the only pass; alice and bob join behind her and watch their places; when she buys, alice
+    // is admitted and buys with her pass; once both orders are paid nothing can come back, and
+    // bob's ticket turns sold_out.
+    const QLINE = (p) => card(p, Q_ITEM.id).locator('.line-status');
+    const QWAIT = 30_000; // polls are paced by poll_after_ms (1..10 s)
+    const dana = `dana-${run}`;
+    let danaPass = '';
+
+    await step('admin creates an item with a waiting room (1 a second, 1 pass at once) through the form', async () => {
+      await admin.click('#item-new');
+      await admin.fill('#f-id', Q_ITEM.id);
+      await admin.fill('#f-name', Q_ITEM.name);
+      await admin.fill('#f-category', Q_ITEM.category);
+      await admin.fill('#f-price', '499.00');
+      await admin.fill('#f-stock', '2');
+      await admin.fill('#f-limit', '1');
+      await admin.fill('#f-qrate', '1');
+      await admin.fill('#f-qmax', '1');
+      await admin.fill('#f-qttl', '120');
+      await admin.click('#item-save');
+      await expectText(admin.locator('#item-msg'), new RegExp(`Created ${Q_ITEM.name}`), 'create message');
+      const r = await apiJSON('GET', `/api/items/${Q_ITEM.id}`);
+      const q = r.data && r.data.item.queue;
+      assert(q && q.admit_per_second === 1 && q.max_active === 1 && q.pass_ttl_seconds === 120, `queue as stored: ${JSON.stringify(r.data)}`);
+      // A first shopper joins and is admitted: she holds the only pass.
+      const j = await apiJSON('POST', `/api/items/${Q_ITEM.id}/queue`, shopperToken(dana));
+      assert(j.status === 200, `dana joins: ${j.status} ${JSON.stringify(j.data)}`);
+      danaPass = await eventually(async () => {
+        const t = (await apiJSON('GET', `/api/items/${Q_ITEM.id}/queue`, shopperToken(dana))).data.ticket;
+        assert(t.state === 'admitted' && t.pass, `dana's ticket: ${JSON.stringify(t)}`);
+        return t.pass;
+      }, 'dana admitted', QWAIT);
+    });
+
+    await step('alice and bob join the line and see their places (1 and 2); buying needs the pass', async () => {
+      const ca = card(alice, Q_ITEM.id);
+      await expectText(ca.locator('button[type=submit]'), /^Join the line$/, 'join button');
+      await ca.locator('button[type=submit]').click();
+      await expectText(QLINE(alice), /^Your place in line: 1\./, "alice's place");
+      await expectText(ca.locator('button[type=submit]'), /^In line/, 'alice waits');
+      assert(await ca.locator('button[type=submit]').isDisabled(), 'buy is held while waiting');
+      const cb = card(bob, Q_ITEM.id);
+      await cb.locator('button[type=submit]').tap();
+      await expectText(QLINE(bob), /^Your place in line: 2\./, "bob's place");
+      // Without a pass the api refuses the purchase before any stock moves.
+      const r = await apiJSON('POST', `/api/items/${Q_ITEM.id}/purchase`, await tokenOf(bob), { quantity: 1 });
+      assert(r.status === 403 && r.data.error.code === 'queue_required', `purchase without a pass: ${r.status} ${JSON.stringify(r.data)}`);
+      await expectText(admin.locator(`#catalogue tr[data-item="${Q_ITEM.id}"]`), /2 in line, 1 passes live/, 'admin sees the line', QWAIT);
+      await saveShot(card(bob, Q_ITEM.id), 'waiting-room-waiting.png');
+    });
+
+    await step('the first shopper buys; alice is admitted and buys with her pass, bob moves to 1', async () => {
+      const r = await fetch(`${BASE}/api/items/${Q_ITEM.id}/purchase`, {
+        method: 'POST', body: '{"quantity":1}',
+        headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + shopperToken(dana), 'Queue-Pass': danaPass },
+      });
+      assert(r.status === 201, `dana buys with her pass: ${r.status}`);
+      await expectText(QLINE(alice), /^It's your turn! Buy within \d/, 'alice admitted', QWAIT);
+      await expectText(QLINE(bob), /^Your place in line: 1\./, 'bob moves up', QWAIT);
+      const ca = card(alice, Q_ITEM.id);
+      await expectText(ca.locator('button[type=submit]'), /^Buy now$/, 'buy button');
+      await saveShot(ca, 'waiting-room-admitted.png');
+      let pass = '';
+      const spy = (req) => { if (req.method() === 'POST' && req.url().endsWith(`/api/items/${Q_ITEM.id}/purchase`)) pass = req.headers()['queue-pass'] || ''; };
+      alice.on('request', spy);
+      await ca.locator('button[type=submit]').click();
+      await expectText(ca.locator('.msg'), /Reserved 1 ×/, 'purchase message');
+      alice.off('request', spy);
+      assert(pass.length > 0, 'the purchase carried no Queue-Pass');
+      await expectText(QLINE(alice), /^You bought with your turn\./, 'ticket spent');
+      await expectText(ca.locator('button[type=submit]'), /^Bought$/, 'bought button');
+      await expectText(QLINE(bob), /^Your place in line: 1\./, 'bob still waits while orders are unpaid');
+    });
+
+    await step('once every unit is paid nothing can come back: bob sees sold out', async () => {
+      const dTok = shopperToken(dana);
+      const dOrder = (await apiJSON('GET', '/api/orders', dTok)).data.orders.find((o) => o.item_id === Q_ITEM.id);
+      assert(dOrder && (await apiJSON('POST', `/api/orders/${dOrder.id}/pay`, dTok)).status === 200, "dana's order is paid");
+      await orderRows(alice, Q_ITEM.id).first().locator('button:has-text("Pay")').click();
+      await expectText(orderRows(alice, Q_ITEM.id).first().locator('.badge'), /Paid/, 'alice paid');
+      await expectText(QLINE(bob), /^Sold out: nothing left to wait for\./, 'bob told sold out', QWAIT);
+      const cb = card(bob, Q_ITEM.id);
+      await expectText(cb.locator('button[type=submit]'), /^Sold out$/, 'sold-out button');
+      assert(await cb.locator('button[type=submit]').isDisabled(), 'nothing to buy');
+      const t = (await apiJSON('GET', `/api/items/${Q_ITEM.id}/queue`, await tokenOf(bob))).data.ticket;
+      assert(t.state === 'sold_out' && t.position === null && t.poll_after_ms === null, `bob's ticket: ${JSON.stringify(t)}`);
     });
 
     await step('no script errors on any page', async () => {
