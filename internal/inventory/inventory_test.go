@@ -593,3 +593,75 @@ func TestCluster(t *testing.T) {
 }
 
 var _ = keyspace.ValidID
+
+// TestQueued: Queued returns exactly the items with a waiting room, sorted, and follows changes
+// made by this instance and by another one (through the snapshot), while goroutines ask it
+// concurrently with the changes.
+func TestQueued(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 20 * time.Millisecond})
+	other := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 20 * time.Millisecond})
+	room := &inventory.QueueSettings{AdmitPerSecond: 10, MaxActive: 10, PassTTLSeconds: 60}
+	put := func(st *inventory.Store, id string, q *inventory.QueueSettings) {
+		t.Helper()
+		if _, _, err := st.Upsert(ctx, inventory.Input{ID: id, Name: id, PriceCents: 1, Stock: ptr(int64(5)), PerUserLimit: 1, Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 30 {
+		put(s, fmt.Sprintf("p%02d", i), nil)
+	}
+	for _, id := range []string{"q2", "q1", "q3"} {
+		put(s, id, room)
+	}
+	queued := func(st *inventory.Store) string {
+		items, err := st.Queued(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, it := range items {
+			if it.Queue == nil {
+				t.Fatalf("%s has no waiting room", it.ID)
+			}
+			ids = append(ids, it.ID)
+		}
+		return fmt.Sprint(ids)
+	}
+	if got := queued(s); got != "[q1 q2 q3]" {
+		t.Fatalf("Queued = %s, want [q1 q2 q3]", got)
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := s.Queued(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	put(other, "q2", nil)   // another instance removes a waiting room
+	put(other, "p07", room) // and gives one to a plain item
+	put(s, "q4", room)      // this instance adds one
+	deadline := time.Now().Add(10 * time.Second)
+	for queued(s) != "[p07 q1 q3 q4]" {
+		if time.Now().After(deadline) {
+			t.Fatalf("Queued = %s after 10 s, want [p07 q1 q3 q4]", queued(s))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+}

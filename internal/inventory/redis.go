@@ -46,6 +46,37 @@ type Store struct {
 	// loader, under snapLoad, touches it); nil until the first full load.
 	clocks  []int64
 	soldOut sync.Map // item id -> time.Time: answer sold_out from memory until then (soldout.go)
+
+	orderMu sync.Mutex
+	order   *snapOrder // the ids of the latest generation asked for, in order
+}
+
+// snapOrder is what List and Queued derive from one snapshot generation: found once per
+// generation, not per call, so a tick over a 10,000-item catalogue sorts nothing.
+type snapOrder struct {
+	gen    uint64
+	ids    []string // every item's, sorted
+	queued []string // those with a waiting room, sorted
+}
+
+// orderOf returns the sorted ids of snap, which is the snapshot of generation gen.
+func (s *Store) orderOf(snap map[string]Item, gen uint64) *snapOrder {
+	s.orderMu.Lock()
+	defer s.orderMu.Unlock()
+	if o := s.order; o != nil && o.gen == gen {
+		return o
+	}
+	o := &snapOrder{gen: gen, ids: make([]string, 0, len(snap))}
+	for id, it := range snap {
+		o.ids = append(o.ids, id)
+		if it.Queue != nil {
+			o.queued = append(o.queued, id)
+		}
+	}
+	sort.Strings(o.ids)
+	sort.Strings(o.queued)
+	s.order = o
+	return o
 }
 
 // NewStore returns a Store over rdb with the given key space.
@@ -167,18 +198,34 @@ func (s *Store) IDs(ctx context.Context) ([]string, error) {
 // List returns every item, sorted by id, from the in-process snapshot (at most one
 // snapshot interval old; pushed fresher by this instance's own writes).
 func (s *Store) List(ctx context.Context) ([]Item, error) {
-	snap, err := s.snapshot(ctx)
+	snap, gen, err := s.Catalogue(ctx)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	out := make([]Item, 0, len(snap))
-	for _, it := range snap {
-		it.Status = it.StatusAt(now)
-		out = append(out, it)
+	return itemsAt(snap, s.orderOf(snap, gen).ids, time.Now()), nil
+}
+
+// itemsAt returns the items of snap named by ids, in that order, with their status at now.
+func itemsAt(snap map[string]Item, ids []string, now time.Time) []Item {
+	out := make([]Item, 0, len(ids))
+	for _, id := range ids {
+		if it, ok := snap[id]; ok {
+			it.Status = it.StatusAt(now)
+			out = append(out, it)
+		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
-	return out, nil
+	return out
+}
+
+// Queued returns the items that have a waiting room, sorted by id, from the snapshot. The
+// waiting room's admission step asks on every tick: its cost follows the waiting rooms, not
+// the catalogue (their ids are found once per snapshot generation, see snapOrder).
+func (s *Store) Queued(ctx context.Context) ([]Item, error) {
+	snap, gen, err := s.Catalogue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return itemsAt(snap, s.orderOf(snap, gen).queued, time.Now()), nil
 }
 
 // Lookup returns one item from the snapshot.
