@@ -27,12 +27,18 @@ import (
 //     no traffic: the delta of total_commands_processed over a window, divided by instances;
 //   - Redis commands for one GET /api/orders (a caller with 3 orders) at the smallest and the
 //     largest catalogue: calls back to back, their window's commands minus the idle rate;
-//   - GET /api/items reads/s at the largest catalogue beside the bare hello server.
+//   - GET /api/items?limit=50 reads/s at the largest catalogue, plain and with
+//     Accept-Encoding: gzip, beside the bare hello server (and the plain one beside a bare Gin
+//     answering as many bytes);
+//   - purchase → Kafka latency at the smallest and the largest catalogue (relay.go).
 //
 // `go run ./cmd/bench -only scale` runs them alone.
 
 // scaleIdleTarget is the issue's goal: idle commands/s per api instance, whatever the items.
 const scaleIdleTarget = 200
+
+// relaySelling is how many items the relay rows sell (all of them when the catalogue is smaller).
+const relaySelling = 100
 
 func (o options) scaleSizes() []int {
 	if o.short {
@@ -162,16 +168,15 @@ func (s *scaleRun) measure(ctx context.Context, orders, reads bool) error {
 			return err
 		}
 	}
-	if reads {
-		progress(s.b.out, "scale: GET /api/items?limit=50 with %d items", s.items)
-		l := s.b.load(api.addr, [][]byte{request("GET", api.addr, "/api/items?limit=50", nil, "")})
-		l.pid = api.cmd.Process.Pid
-		res, bases, err := s.b.measure(ctx, "items-large", l, s.b.helloLoads()...)
-		if err != nil {
+	if orders { // the smallest and the largest catalogue
+		if err := s.relayRow(ctx, api.addr, relaySelling); err != nil {
 			return err
 		}
-		s.b.rows = append(s.b.rows, row{name: fmt.Sprintf("GET /api/items reads/s, large catalogue (%s items, ?limit=50)", thousands(float64(s.items))),
-			res: &res, base: baseAt(bases, 0), baseName: "bare Gin hello", target: 0.8, want: 200})
+	}
+	if reads {
+		if err := s.pageRow(ctx, api); err != nil {
+			return err
+		}
 	}
 	for len(s.apis) < 3 {
 		c, err := s.startAPI(ctx)
@@ -188,6 +193,66 @@ func (s *scaleRun) measure(ctx context.Context, orders, reads bool) error {
 		resp.Body.Close()
 	}
 	return s.idleRow(ctx, "")
+}
+
+// pageRow measures GET /api/items?limit=50 (a page of the catalogue, as a shop's page asks
+// it) beside the hello handler: asked plain, and with Accept-Encoding: gzip as every browser
+// sends it, in turns with the hello and with a bare Gin answering a body of the page's size.
+func (s *scaleRun) pageRow(ctx context.Context, api *child) error {
+	const path = "/api/items?limit=50"
+	progress(s.b.out, "scale: GET %s with %d items", path, s.items)
+	size := func(headers map[string]string) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+api.addr+path, nil)
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+		if err != nil {
+			return 0, err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != headers["Accept-Encoding"] {
+			return 0, fmt.Errorf("bench: GET %s %v: %d %q %.100s", path, headers, resp.StatusCode, resp.Header.Get("Content-Encoding"), body)
+		}
+		return len(body), nil
+	}
+	plain, err := size(nil)
+	if err != nil {
+		return err
+	}
+	gz := map[string]string{"Accept-Encoding": "gzip"}
+	zipped, err := size(gz)
+	if err != nil {
+		return err
+	}
+	apiLoad := func(headers map[string]string) load {
+		l := s.b.load(api.addr, [][]byte{request("GET", api.addr, path, headers, "")})
+		l.pid = api.cmd.Process.Pid
+		l.adm = s.admins[0]
+		return l
+	}
+	bases := []load{apiLoad(gz)}
+	if s.b.helloSrv != nil {
+		bases = append(bases, s.b.helloLoads([][]byte{request("GET", s.b.helloSrv.addr, "/bytes/"+strconv.Itoa(plain), nil, "")})...)
+	}
+	res, others, err := s.b.measure(ctx, "items-large", apiLoad(nil), bases...)
+	if err != nil {
+		return err
+	}
+	name := func(how string) string {
+		return fmt.Sprintf("GET /api/items reads/s, large catalogue (%s items, ?limit=50, %s)", thousands(float64(s.items)), how)
+	}
+	hello, same := baseAt(others, 1), baseAt(others, 2)
+	s.b.rows = append(s.b.rows,
+		row{name: name("Accept-Encoding: gzip"), res: &others[0], base: hello, baseName: "bare Gin hello", target: 0.8, want: 200,
+			note: fmt.Sprintf("a page is %s bytes gzip-compressed, %s plain (the hello's body: 17)", thousands(float64(zipped)), thousands(float64(plain)))},
+		row{name: name("plain"), res: &res, base: hello, baseName: "bare Gin hello", target: 0.8, want: 200},
+		// Not a target: the plain reads beside a bare Gin answering a body of the page's
+		// size, so the bytes on the wire cost the same on both sides.
+		row{name: name("plain; beside as many bytes"), res: &res, base: same,
+			baseName: fmt.Sprintf("bare Gin, a %s-byte body", thousands(float64(plain))), want: 200})
+	return nil
 }
 
 // importItems loads s.items items (stock 100, limit 2) in one admin import.
