@@ -665,3 +665,86 @@ func TestQueued(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestSnapshotNeverGoesBack races this instance's own writes (each put into the snapshot at
+// once) against refreshes that bring in another instance's (every millisecond), both built
+// outside the snapshot's lock: a reader never sees an item go back to an older version, and
+// once the writes stop the snapshot holds exactly Redis's items.
+func TestSnapshotNeverGoesBack(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Millisecond})
+	other := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Hour})
+	const items = 20
+	for i := range items {
+		newItem(t, s, fmt.Sprintf("v%02d", i), 1, 1)
+	}
+	go s.RunSnapshot(ctx)
+	var writers, readers sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 6 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			st := s
+			if w%2 == 1 {
+				st = other // seen by s only through its refresh
+			}
+			for n := range 150 {
+				if _, err := st.AdjustStock(ctx, fmt.Sprintf("v%02d", (w*7+n)%items), 1); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for range 4 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			seen := map[string]int64{}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := range items {
+					id := fmt.Sprintf("v%02d", i)
+					it, err := s.Lookup(ctx, id)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if it.Version < seen[id] {
+						t.Errorf("%s went back from version %d to %d", id, seen[id], it.Version)
+						return
+					}
+					seen[id] = it.Version
+				}
+			}
+		}()
+	}
+	writers.Wait()
+	close(stop)
+	readers.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range items {
+		id := fmt.Sprintf("v%02d", i)
+		want, err := rdb.HGet(ctx, keys.Item(id).Hash(), "stock_total").Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			it, err := s.Lookup(ctx, id)
+			if err == nil && it.StockTotal == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the snapshot holds stock_total %d, Redis %d", id, it.StockTotal, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
