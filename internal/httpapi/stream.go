@@ -151,9 +151,10 @@ func (h *streamHub) counts() (subscribers int, dropped int64) {
 	return len(h.subs), h.dropped
 }
 
-// run watches the encoded catalogue (current) until ctx ends: a changed catalogue is sent at
-// most once per MinGap (the newest one when several came in between), a heartbeat comment
-// when nothing was sent for Heartbeat. It closes the hub when it returns.
+// run watches the encoded catalogue (current) while streams are open, until ctx ends: a
+// changed catalogue is sent at most once per MinGap (the newest one when several came in
+// between), a heartbeat comment when nothing was sent for Heartbeat. It closes the hub when it
+// returns.
 func (h *streamHub) run(ctx context.Context, current func(ctx context.Context) ([]byte, error)) {
 	defer h.Close()
 	t := time.NewTicker(h.opt.Check)
@@ -168,6 +169,12 @@ func (h *streamHub) run(ctx context.Context, current func(ctx context.Context) (
 		case <-t.C:
 		}
 		now := time.Now()
+		if n, _ := h.counts(); n == 0 {
+			// Nobody to send to: nothing to encode (a stream that joins starts with the
+			// current catalogue itself).
+			lastWrite = now
+			continue
+		}
 		if list, err := current(ctx); err == nil {
 			latest, _ := h.observe(list)
 			if latest != sent && now.Sub(lastSent) >= h.opt.MinGap {
