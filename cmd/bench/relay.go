@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,9 +19,12 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 )
 
-// The relay rows (issue 15): purchase → Kafka latency with a small and a large catalogue, in
-// the same run. Purchases are paced (an open loop, not a saturating one) over the items on
-// sale; each is timed from the moment the bench has read its 201 answer to the moment its
+// The relay rows (issue 15): purchase → Kafka latency with a small and a large catalogue,
+// measured in turns like every other comparison of the bench: while the largest catalogue is
+// loaded, a second api with the smallest one (its own key prefix, item ids of their own) runs
+// beside it, and the two take alternating turns of paced purchases (an open loop, not a
+// saturating one) over their items on sale, so the machine's changing load falls on both.
+// Each purchase is timed from the moment the bench has read its 201 answer to the moment its
 // order.reserved event is read back from the broker over TCP by a plain consumer of every
 // partition (kafka-go, no group, positioned at the log end before the first purchase). The
 // relay's path is all inside: XREADGROUP wake-up on the shard's stream, the Kafka produce
@@ -29,6 +34,7 @@ import (
 // relayRowName is the rows' common name; each adds the catalogue in brackets.
 const relayRowName = "purchase → Kafka latency"
 
+// relayRate is the purchases' pace and each catalogue's measured time in all.
 func (o options) relayRate() (perSecond int, dur time.Duration) {
 	if o.short {
 		return 50, time.Second
@@ -36,54 +42,136 @@ func (o options) relayRate() (perSecond int, dur time.Duration) {
 	return 150, 8 * time.Second
 }
 
-// relayRow measures the row with selling items of the catalogue on sale: the first ones at
-// 10 items, every items/selling-th otherwise (spread over the shards).
-func (s *scaleRun) relayRow(ctx context.Context, addr string, selling int) error {
-	selling = min(selling, s.items)
-	onSale := make([]string, selling)
-	for i := range onSale {
-		onSale[i] = fmt.Sprintf("s%05d", i*(s.items/selling))
+// relayCatalogue is one side of the relay rows: an api and the items it sells.
+type relayCatalogue struct {
+	run    *scaleRun
+	addr   string
+	onSale []string
+	lat    []time.Duration
+	early  int // events read before the bench had read the answer (counted 0)
+	sent   int
+}
+
+// relayRows measures the relay rows: s is the largest catalogue, already loaded and idle on
+// api; a second api with the smallest catalogue is started for them and stopped after.
+func (s *scaleRun) relayRows(ctx context.Context, api *child) error {
+	small := &scaleRun{b: s.b, rdb: s.rdb, redisAddr: s.redisAddr, redisPid: s.redisPid, kafka: s.kafka,
+		items: s.b.opt.scaleSizes()[0], prefix: "relay:", ids: "r"}
+	defer small.stop()
+	sapi, err := small.startAPI(ctx)
+	if err != nil {
+		return err
 	}
-	progress(s.b.out, "scale: purchase -> Kafka with %d items, %d selling", s.items, selling)
+	if err := small.importItems(ctx, sapi.addr); err != nil {
+		return err
+	}
+	if err := small.waitPublished(ctx, int64(small.items)); err != nil {
+		return err
+	}
 	rate, dur := s.b.opt.relayRate()
-	total := rate * int(dur.Seconds())
-	// Enough stock for every purchase (the import gave each item 100).
-	for _, id := range onSale {
-		if err := s.restock(ctx, addr, id, int64(total/selling+1)); err != nil {
-			return err
+	rounds := interleaveRounds
+	if s.b.opt.short {
+		rounds = 1
+	}
+	perTurn := rate * int(dur.Seconds()) / rounds
+	cats := []*relayCatalogue{{run: small, addr: sapi.addr}, {run: s, addr: api.addr}}
+	for _, c := range cats {
+		selling := min(relaySelling, c.run.items)
+		for i := range selling {
+			c.onSale = append(c.onSale, c.run.itemID(i*(c.run.items/selling)))
+		}
+		// Enough stock for every purchase (the import gave each item 100).
+		for _, id := range c.onSale {
+			if err := c.run.restock(ctx, c.addr, id, int64(perTurn*rounds/selling+1)); err != nil {
+				return err
+			}
 		}
 	}
+	progress(s.b.out, "scale: purchase -> Kafka, %d and %d items in turns", small.items, s.items)
 	tail, err := startTail(ctx, s.kafka, "flashsale.orders")
 	if err != nil {
 		return err
 	}
 	defer tail.close()
+	answered := map[*relayCatalogue]map[string]time.Time{}
+	for r := range rounds {
+		for j := range cats {
+			c := cats[(j+r)%len(cats)]
+			got, err := c.purchases(ctx, rate, perTurn, fmt.Sprintf("relay%d-%d-", c.run.items, r))
+			if err != nil {
+				return err
+			}
+			if answered[c] == nil {
+				answered[c] = map[string]time.Time{}
+			}
+			maps.Copy(answered[c], got)
+			c.sent += perTurn
+		}
+	}
+	// Every answered order's event, or 30 s.
+	deadline := time.Now().Add(30 * time.Second)
+	for missing := 1; missing > 0 && time.Now().Before(deadline); {
+		missing = 0
+		for _, c := range cats {
+			missing += tail.missing(answered[c])
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	var first *row
+	for _, c := range cats {
+		lat, early, missing := tail.latencies(answered[c])
+		r := row{name: fmt.Sprintf("%s (%s items, %d selling)", relayRowName, thousands(float64(c.run.items)), len(c.onSale)), noRate: true}
+		if len(lat) > 0 {
+			r.res = &result{n: int64(len(lat)), p50: lat[len(lat)/2], p99: lat[min(len(lat)-1, len(lat)*99/100)]}
+		}
+		r.note = fmt.Sprintf("%d purchases at %d/s over %d items, in %d turns alternating with the other catalogue's; %d events arrived before the bench had read the answer (counted 0)",
+			c.sent, rate, len(c.onSale), rounds, early)
+		if missing > 0 {
+			r.note += fmt.Sprintf("; %d events did not arrive within 30 s", missing)
+		}
+		if first != nil && first.res != nil && r.res != nil {
+			r.targetText = fmt.Sprintf("p99 ≤ %s (%s items) %s", ms(first.res.p99), thousands(float64(small.items)), mark(r.res.p99 <= first.res.p99))
+			r.ratioText = fmt.Sprintf("**%.2f×** p99", float64(r.res.p99)/float64(first.res.p99))
+		}
+		s.b.rows = append(s.b.rows, r)
+		if first == nil {
+			first = &r
+		}
+	}
+	return nil
+}
 
+// purchases sends n purchases at rate per second over the catalogue's items on sale, each by
+// a shopper of its own, and returns when each was answered (order id -> time).
+func (c *relayCatalogue) purchases(ctx context.Context, rate, n int, users string) (map[string]time.Time, error) {
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer hc.CloseIdleConnections()
 	var (
 		mu       sync.Mutex
-		answered = map[string]time.Time{} // order id -> when its 201 was read
+		answered = map[string]time.Time{}
 		failed   []string
 		wg       sync.WaitGroup
 	)
 	sem := make(chan struct{}, 64)
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
-	for i := range total {
+	for i := range n {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-tick.C:
 		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			user := fmt.Sprintf("relay%d-%d", s.items, i)
-			req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/api/items/"+onSale[i%selling]+"/purchase",
+			req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+c.addr+"/api/items/"+c.onSale[i%len(c.onSale)]+"/purchase",
 				strings.NewReader(`{"quantity":1}`))
-			req.Header.Set("Authorization", "Bearer "+token(s.b.secret, user))
+			req.Header.Set("Authorization", "Bearer "+token(c.run.b.secret, users+strconv.Itoa(i)))
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := hc.Do(req)
 			if err != nil {
@@ -106,34 +194,9 @@ func (s *scaleRun) relayRow(ctx context.Context, addr string, selling int) error
 	}
 	wg.Wait()
 	if len(failed) > 0 {
-		return fmt.Errorf("bench: %d of %d relay-row purchases failed, e.g. %s", len(failed), total, failed[0])
+		return nil, fmt.Errorf("bench: %d of %d relay-row purchases failed, e.g. %s", len(failed), n, failed[0])
 	}
-	// Every answered order's event, or 30 s.
-	deadline := time.Now().Add(30 * time.Second)
-	for tail.missing(answered) > 0 && time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	lat, early, missing := tail.latencies(answered)
-	r := row{name: fmt.Sprintf("%s (%s items, %d selling)", relayRowName, thousands(float64(s.items)), selling), noRate: true}
-	if len(lat) > 0 {
-		r.res = &result{n: int64(len(lat)), p50: lat[len(lat)/2], p99: lat[min(len(lat)-1, len(lat)*99/100)]}
-	}
-	r.note = fmt.Sprintf("%d purchases at %d/s over %d items; %d events arrived before the bench had read the answer (counted 0)",
-		total, rate, selling, early)
-	if missing > 0 {
-		r.note += fmt.Sprintf("; %d events did not arrive within 30 s", missing)
-	}
-	if first := s.b.firstRelayRow(); first != nil && r.res != nil {
-		catalogue, _, _ := strings.Cut(strings.TrimPrefix(first.name, relayRowName+" ("), ",")
-		r.targetText = fmt.Sprintf("p99 ≤ %s (%s) %s", ms(first.res.p99), catalogue, mark(r.res.p99 <= first.res.p99))
-		r.ratioText = fmt.Sprintf("**%.2f×** p99", float64(r.res.p99)/float64(first.res.p99))
-	}
-	s.b.rows = append(s.b.rows, r)
-	return nil
+	return answered, nil
 }
 
 // restock adds delta units of an item through the admin route.
@@ -150,16 +213,6 @@ func (s *scaleRun) restock(ctx context.Context, addr, id string, delta int64) er
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		return fmt.Errorf("bench: restock %s: %d %s", id, resp.StatusCode, body)
-	}
-	return nil
-}
-
-// firstRelayRow is the relay row measured first in this run (the smallest catalogue), if any.
-func (b *bench) firstRelayRow() *row {
-	for i, r := range b.rows {
-		if strings.HasPrefix(r.name, relayRowName+" (") && r.res != nil {
-			return &b.rows[i]
-		}
 	}
 	return nil
 }

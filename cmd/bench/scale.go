@@ -30,7 +30,7 @@ import (
 //   - GET /api/items?limit=50 reads/s at the largest catalogue, plain and with
 //     Accept-Encoding: gzip, beside the bare hello server (and the plain one beside a bare Gin
 //     answering as many bytes);
-//   - purchase → Kafka latency at the smallest and the largest catalogue (relay.go).
+//   - purchase → Kafka latency of the smallest and the largest catalogue, in turns (relay.go).
 //
 // `go run ./cmd/bench -only scale` runs them alone.
 
@@ -102,6 +102,7 @@ type scaleRun struct {
 	redisPid  int
 	kafka     string
 	prefix    string
+	ids       string // the items' ids are this and a number ("s" when empty)
 	items     int
 	apis      []*child
 	admins    []string // each api's /metrics listener
@@ -168,13 +169,11 @@ func (s *scaleRun) measure(ctx context.Context, orders, reads bool) error {
 			return err
 		}
 	}
-	if orders { // the smallest and the largest catalogue
-		if err := s.relayRow(ctx, api.addr, relaySelling); err != nil {
+	if reads { // the largest catalogue
+		if err := s.pageRow(ctx, api); err != nil {
 			return err
 		}
-	}
-	if reads {
-		if err := s.pageRow(ctx, api); err != nil {
+		if err := s.relayRows(ctx, api); err != nil {
 			return err
 		}
 	}
@@ -255,12 +254,21 @@ func (s *scaleRun) pageRow(ctx context.Context, api *child) error {
 	return nil
 }
 
+// itemID is the id of the catalogue's i-th item.
+func (s *scaleRun) itemID(i int) string {
+	p := s.ids
+	if p == "" {
+		p = "s"
+	}
+	return fmt.Sprintf("%s%05d", p, i)
+}
+
 // importItems loads s.items items (stock 100, limit 2) in one admin import.
 func (s *scaleRun) importItems(ctx context.Context, addr string) error {
 	var csv bytes.Buffer
 	csv.WriteString("id,name,category,price_cents,stock,per_user_limit,starts_at,ends_at\n")
 	for i := range s.items {
-		fmt.Fprintf(&csv, "s%05d,Item %d,%s,%d,100,2,,\n", i, i, []string{"phones", "laptops", "audio"}[i%3], 1000+i)
+		fmt.Fprintf(&csv, "%s,Item %d,%s,%d,100,2,,\n", s.itemID(i), i, []string{"phones", "laptops", "audio"}[i%3], 1000+i)
 	}
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/api/admin/items/import", &csv)
 	req.Header.Set("Authorization", "Bearer "+s.b.admin)
@@ -384,7 +392,7 @@ func (s *scaleRun) ordersRow(ctx context.Context, addr string) error {
 		return nil
 	}
 	for i := range 3 {
-		if err := send("POST", fmt.Sprintf("/api/items/s%05d/purchase", i*(s.items/3))); err != nil {
+		if err := send("POST", "/api/items/"+s.itemID(i*(s.items/3))+"/purchase"); err != nil {
 			return err
 		}
 	}
