@@ -748,3 +748,42 @@ func TestSnapshotNeverGoesBack(t *testing.T) {
 		}
 	}
 }
+
+// TestReadsDoNotWaitForTheLoopsRefresh: while RunSnapshot runs, a read answers from the
+// snapshot the loop left even when the loop's refresh is stuck (Redis in DEBUG SLEEP) and the
+// snapshot is several intervals old: it returns while Redis still answers nobody.
+func TestReadsDoNotWaitForTheLoopsRefresh(t *testing.T) {
+	rdb, keys, addr := testenv.PrivateRedis(t, "--enable-debug-command", "yes")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 20 * time.Millisecond})
+	newItem(t, s, "a", 1, 1)
+	if _, err := s.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go s.RunSnapshot(ctx)
+	sleeper := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 30 * time.Second})
+	defer sleeper.Close()
+	slept := make(chan error, 1)
+	go func() { slept <- sleeper.Do(ctx, "DEBUG", "SLEEP", "1.5").Err() }()
+	probe := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	defer probe.Close()
+	asleep := func() bool { return probe.Ping(ctx).Err() != nil }
+	deadline := time.Now().Add(10 * time.Second)
+	for !asleep() {
+		if time.Now().After(deadline) {
+			t.Fatal("Redis never went to sleep")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // a window: the snapshot is now five intervals old
+	if _, err := s.Lookup(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !asleep() {
+		t.Fatal("the read returned only after Redis woke up: it waited for the loop's refresh")
+	}
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+}

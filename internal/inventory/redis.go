@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,7 +50,13 @@ type Store struct {
 
 	orderMu sync.Mutex
 	order   *snapOrder // the ids of the latest generation asked for, in order
+
+	looping atomic.Int32 // RunSnapshot loops running
 }
+
+// maxStale is how old a snapshot reads serve: through a blip of Redis (the refresh failed),
+// and, while RunSnapshot runs, without refreshing it themselves (or two intervals if longer).
+const maxStale = 2 * time.Second
 
 // snapOrder is what List and Queued derive from one snapshot generation: found once per
 // generation, not per call, so a tick over a 10,000-item catalogue sorts nothing.
@@ -257,8 +264,12 @@ func (s *Store) Lookup(ctx context.Context, id string) (Item, error) {
 }
 
 // RunSnapshot refreshes the catalogue snapshot every interval until ctx ends, so reads
-// and the sold-out short cut never wait for Redis.
+// and the sold-out short cut never wait for Redis: while it runs, a read serves the snapshot
+// it has unless the loop is behind by maxStale (Redis unreachable), where a read
+// refreshes itself as it does without the loop.
 func (s *Store) RunSnapshot(ctx context.Context) {
+	s.looping.Add(1)
+	defer s.looping.Add(-1)
 	t := time.NewTicker(s.opt.SnapshotInterval)
 	defer t.Stop()
 	for {
@@ -283,11 +294,18 @@ func (s *Store) Catalogue(ctx context.Context) (map[string]Item, uint64, error) 
 	s.snapMu.RLock()
 	snap, at, gen := s.snap, s.snapAt, s.snapGen
 	s.snapMu.RUnlock()
-	if snap != nil && time.Since(at) < s.opt.SnapshotInterval {
+	fresh := s.opt.SnapshotInterval
+	if s.looping.Load() > 0 {
+		// The loop refreshes: a read that finds it a little late (a tick delayed on a busy
+		// machine, a refresh longer than the last) does not wait for one, which at 10,000
+		// items means waiting for a copy of the snapshot.
+		fresh = max(maxStale, 2*s.opt.SnapshotInterval)
+	}
+	if snap != nil && time.Since(at) < fresh {
 		return snap, gen, nil
 	}
 	if err := s.refresh(ctx); err != nil {
-		if snap != nil && time.Since(at) < 2*time.Second {
+		if snap != nil && time.Since(at) < maxStale {
 			return snap, gen, nil // serve slightly stale data through a blip
 		}
 		return nil, 0, err
