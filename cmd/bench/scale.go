@@ -348,8 +348,53 @@ func (s *scaleRun) idleRate(ctx context.Context) (rate, cpu float64, err error) 
 	return float64(c1-c0-1) / took.Seconds(), float64(procCPU(s.redisPid)-cpu0) / float64(took), nil
 }
 
+// settle waits until Redis's command rate stops falling (two consecutive short windows within
+// 15% of each other), at most 20 s: after an import the snapshot loops read the imported items
+// back once (one HGETALL each), and the idle row is the steady state after that, not the tail
+// of the load.
+func (s *scaleRun) settle(ctx context.Context) (bool, error) {
+	step, limit := time.Second, 20*time.Second
+	if s.b.opt.short {
+		step, limit = 200*time.Millisecond, 3*time.Second
+	}
+	sample := func() (float64, error) {
+		c0, err := s.commands(ctx)
+		if err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(step): // a measuring window
+		}
+		c1, err := s.commands(ctx)
+		return float64(c1-c0-1) / time.Since(t0).Seconds(), err
+	}
+	last, err := sample()
+	if err != nil {
+		return false, err
+	}
+	for began := time.Now(); time.Since(began) < limit; {
+		r, err := sample()
+		if err != nil {
+			return false, err
+		}
+		if r >= 0.85*last {
+			return true, nil
+		}
+		last = r
+	}
+	return false, nil
+}
+
 func (s *scaleRun) idleRow(ctx context.Context, note string) error {
 	progress(s.b.out, "scale: idle Redis commands with %d items, %d apis", s.items, len(s.apis))
+	if settled, err := s.settle(ctx); err != nil {
+		return err
+	} else if !settled {
+		note = strings.TrimPrefix(note+"; ", "; ") + "the rate was still falling when measured"
+	}
 	rate, cpu, err := s.idleRate(ctx)
 	if err != nil {
 		return err
