@@ -47,8 +47,6 @@ type relayCatalogue struct {
 	run    *scaleRun
 	addr   string
 	onSale []string
-	lat    []time.Duration
-	early  int // events read before the bench had read the answer (counted 0)
 	sent   int
 }
 

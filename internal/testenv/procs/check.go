@@ -94,7 +94,7 @@ func CheckRedis(t testing.TB, rdb redis.UniversalClient, space keyspace.Space, i
 func ParseOrder(id, item, packed string) (Order, error) {
 	p := strings.Split(packed, "|")
 	if len(p) < 4 {
-		return Order{}, fmt.Errorf("order %s of %s: %q is not user|qty|price|status|...", id, item, packed)
+		return Order{}, fmt.Errorf("order %s of %s: %q is not user|qty|price|status|created|expires", id, item, packed)
 	}
 	qty, err := strconv.Atoi(p[1])
 	if err != nil {
