@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gin-gonic/gin"
 
@@ -44,6 +45,21 @@ func serveBaseline(mode string) error {
 		r.POST("/api/items/:id/purchase", hello)
 		// And the waiting-room poll's bytes (a GET with a bearer JWT and a Queue-Ticket).
 		r.GET("/api/items/:id/queue", hello)
+		// A JSON body of n bytes, built once per n: beside a catalogue page of the same size,
+		// it shows what the bytes on the wire cost a bare Gin server.
+		var bodies sync.Map // n -> []byte
+		r.GET("/bytes/:n", func(c *gin.Context) {
+			n, err := strconv.Atoi(c.Param("n"))
+			if err != nil || n < 12 || n > 1<<20 {
+				c.Status(http.StatusBadRequest)
+				return
+			}
+			b, ok := bodies.Load(n)
+			if !ok {
+				b, _ = bodies.LoadOrStore(n, []byte(`{"pad":"`+strings.Repeat("a", n-10)+`"}`))
+			}
+			c.Data(http.StatusOK, "application/json; charset=utf-8", b.([]byte))
+		})
 	case "evalsha":
 		h, err := evalshaHandler()
 		if err != nil {

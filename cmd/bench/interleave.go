@@ -33,7 +33,11 @@ func (b *bench) measure(ctx context.Context, prof string, api load, bases ...loa
 	if b.opt.profileDir != "" {
 		total := time.Duration(rounds*len(loads))*(b.opt.dur/time.Duration(rounds)+turnWarm) +
 			time.Duration(len(loads))*(b.opt.warmup()-turnWarm)
-		done = b.profile(prof, total)
+		adm := b.apiAdm
+		if api.adm != "" {
+			adm = api.adm
+		}
+		done = b.profile(prof, adm, total)
 	}
 	for r := range rounds {
 		for j := range loads {
@@ -64,12 +68,12 @@ func (b *bench) measure(ctx context.Context, prof string, api load, bases ...loa
 
 // profile fetches a CPU profile of the api covering about d from now into the profile
 // directory as name.pprof; the channel closes when it is written.
-func (b *bench) profile(name string, d time.Duration) chan struct{} {
+func (b *bench) profile(name, adm string, d time.Duration) chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		secs := max(1, int(d.Seconds()))
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.apiAdm, secs))
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", adm, secs))
 		if err != nil {
 			progress(b.out, "profile %s: %v", name, err)
 			return

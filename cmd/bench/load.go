@@ -32,6 +32,8 @@ type load struct {
 	dur    time.Duration
 	// pid, when set, is the server's process: its CPU time over the measured window is taken.
 	pid int
+	// adm, when set, is the server's pprof listener for -profile (default: the main api's).
+	adm string
 	// onReply, when set, sees every reply (index of the request, status, body, send time).
 	onReply func(i int, status int, body []byte, sent time.Time)
 }

@@ -27,12 +27,18 @@ import (
 //     no traffic: the delta of total_commands_processed over a window, divided by instances;
 //   - Redis commands for one GET /api/orders (a caller with 3 orders) at the smallest and the
 //     largest catalogue: calls back to back, their window's commands minus the idle rate;
-//   - GET /api/items reads/s at the largest catalogue beside the bare hello server.
+//   - GET /api/items?limit=50 reads/s at the largest catalogue, plain and with
+//     Accept-Encoding: gzip, beside the bare hello server (and the plain one beside a bare Gin
+//     answering as many bytes);
+//   - purchase → Kafka latency of the smallest and the largest catalogue, in turns (relay.go).
 //
 // `go run ./cmd/bench -only scale` runs them alone.
 
 // scaleIdleTarget is the issue's goal: idle commands/s per api instance, whatever the items.
 const scaleIdleTarget = 200
+
+// relaySelling is how many items the relay rows sell (all of them when the catalogue is smaller).
+const relaySelling = 100
 
 func (o options) scaleSizes() []int {
 	if o.short {
@@ -96,6 +102,7 @@ type scaleRun struct {
 	redisPid  int
 	kafka     string
 	prefix    string
+	ids       string // the items' ids are this and a number ("s" when empty)
 	items     int
 	apis      []*child
 	admins    []string // each api's /metrics listener
@@ -162,16 +169,13 @@ func (s *scaleRun) measure(ctx context.Context, orders, reads bool) error {
 			return err
 		}
 	}
-	if reads {
-		progress(s.b.out, "scale: GET /api/items?limit=50 with %d items", s.items)
-		l := s.b.load(api.addr, [][]byte{request("GET", api.addr, "/api/items?limit=50", nil, "")})
-		l.pid = api.cmd.Process.Pid
-		res, bases, err := s.b.measure(ctx, "items-large", l, s.b.helloLoads()...)
-		if err != nil {
+	if reads { // the largest catalogue
+		if err := s.pageRow(ctx, api); err != nil {
 			return err
 		}
-		s.b.rows = append(s.b.rows, row{name: fmt.Sprintf("GET /api/items reads/s, large catalogue (%s items, ?limit=50)", thousands(float64(s.items))),
-			res: &res, base: baseAt(bases, 0), baseName: "bare Gin hello", target: 0.8, want: 200})
+		if err := s.relayRows(ctx, api); err != nil {
+			return err
+		}
 	}
 	for len(s.apis) < 3 {
 		c, err := s.startAPI(ctx)
@@ -190,12 +194,81 @@ func (s *scaleRun) measure(ctx context.Context, orders, reads bool) error {
 	return s.idleRow(ctx, "")
 }
 
+// pageRow measures GET /api/items?limit=50 (a page of the catalogue, as a shop's page asks
+// it) beside the hello handler: asked plain, and with Accept-Encoding: gzip as every browser
+// sends it, in turns with the hello and with a bare Gin answering a body of the page's size.
+func (s *scaleRun) pageRow(ctx context.Context, api *child) error {
+	const path = "/api/items?limit=50"
+	progress(s.b.out, "scale: GET %s with %d items", path, s.items)
+	size := func(headers map[string]string) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+api.addr+path, nil)
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+		if err != nil {
+			return 0, err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != headers["Accept-Encoding"] {
+			return 0, fmt.Errorf("bench: GET %s %v: %d %q %.100s", path, headers, resp.StatusCode, resp.Header.Get("Content-Encoding"), body)
+		}
+		return len(body), nil
+	}
+	plain, err := size(nil)
+	if err != nil {
+		return err
+	}
+	gz := map[string]string{"Accept-Encoding": "gzip"}
+	zipped, err := size(gz)
+	if err != nil {
+		return err
+	}
+	apiLoad := func(headers map[string]string) load {
+		l := s.b.load(api.addr, [][]byte{request("GET", api.addr, path, headers, "")})
+		l.pid = api.cmd.Process.Pid
+		l.adm = s.admins[0]
+		return l
+	}
+	bases := []load{apiLoad(gz)}
+	if s.b.helloSrv != nil {
+		bases = append(bases, s.b.helloLoads([][]byte{request("GET", s.b.helloSrv.addr, "/bytes/"+strconv.Itoa(plain), nil, "")})...)
+	}
+	res, others, err := s.b.measure(ctx, "items-large", apiLoad(nil), bases...)
+	if err != nil {
+		return err
+	}
+	name := func(how string) string {
+		return fmt.Sprintf("GET /api/items reads/s, large catalogue (%s items, ?limit=50, %s)", thousands(float64(s.items)), how)
+	}
+	hello, same := baseAt(others, 1), baseAt(others, 2)
+	s.b.rows = append(s.b.rows,
+		row{name: name("Accept-Encoding: gzip"), res: &others[0], base: hello, baseName: "bare Gin hello", target: 0.8, want: 200,
+			note: fmt.Sprintf("a page is %s bytes gzip-compressed, %s plain (the hello's body: 17)", thousands(float64(zipped)), thousands(float64(plain)))},
+		row{name: name("plain"), res: &res, base: hello, baseName: "bare Gin hello", target: 0.8, want: 200},
+		// Not a target: the plain reads beside a bare Gin answering a body of the page's
+		// size, so the bytes on the wire cost the same on both sides.
+		row{name: name("plain; beside as many bytes"), res: &res, base: same,
+			baseName: fmt.Sprintf("bare Gin, a %s-byte body", thousands(float64(plain))), want: 200})
+	return nil
+}
+
+// itemID is the id of the catalogue's i-th item.
+func (s *scaleRun) itemID(i int) string {
+	p := s.ids
+	if p == "" {
+		p = "s"
+	}
+	return fmt.Sprintf("%s%05d", p, i)
+}
+
 // importItems loads s.items items (stock 100, limit 2) in one admin import.
 func (s *scaleRun) importItems(ctx context.Context, addr string) error {
 	var csv bytes.Buffer
 	csv.WriteString("id,name,category,price_cents,stock,per_user_limit,starts_at,ends_at\n")
 	for i := range s.items {
-		fmt.Fprintf(&csv, "s%05d,Item %d,%s,%d,100,2,,\n", i, i, []string{"phones", "laptops", "audio"}[i%3], 1000+i)
+		fmt.Fprintf(&csv, "%s,Item %d,%s,%d,100,2,,\n", s.itemID(i), i, []string{"phones", "laptops", "audio"}[i%3], 1000+i)
 	}
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/api/admin/items/import", &csv)
 	req.Header.Set("Authorization", "Bearer "+s.b.admin)
@@ -275,8 +348,53 @@ func (s *scaleRun) idleRate(ctx context.Context) (rate, cpu float64, err error) 
 	return float64(c1-c0-1) / took.Seconds(), float64(procCPU(s.redisPid)-cpu0) / float64(took), nil
 }
 
+// settle waits until Redis's command rate stops falling (two consecutive short windows within
+// 15% of each other), at most 20 s: after an import the snapshot loops read the imported items
+// back once (one HGETALL each), and the idle row is the steady state after that, not the tail
+// of the load.
+func (s *scaleRun) settle(ctx context.Context) (bool, error) {
+	step, limit := time.Second, 20*time.Second
+	if s.b.opt.short {
+		step, limit = 200*time.Millisecond, 3*time.Second
+	}
+	sample := func() (float64, error) {
+		c0, err := s.commands(ctx)
+		if err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(step): // a measuring window
+		}
+		c1, err := s.commands(ctx)
+		return float64(c1-c0-1) / time.Since(t0).Seconds(), err
+	}
+	last, err := sample()
+	if err != nil {
+		return false, err
+	}
+	for began := time.Now(); time.Since(began) < limit; {
+		r, err := sample()
+		if err != nil {
+			return false, err
+		}
+		if r >= 0.85*last {
+			return true, nil
+		}
+		last = r
+	}
+	return false, nil
+}
+
 func (s *scaleRun) idleRow(ctx context.Context, note string) error {
 	progress(s.b.out, "scale: idle Redis commands with %d items, %d apis", s.items, len(s.apis))
+	if settled, err := s.settle(ctx); err != nil {
+		return err
+	} else if !settled {
+		note = strings.TrimPrefix(note+"; ", "; ") + "the rate was still falling when measured"
+	}
 	rate, cpu, err := s.idleRate(ctx)
 	if err != nil {
 		return err
@@ -319,7 +437,7 @@ func (s *scaleRun) ordersRow(ctx context.Context, addr string) error {
 		return nil
 	}
 	for i := range 3 {
-		if err := send("POST", fmt.Sprintf("/api/items/s%05d/purchase", i*(s.items/3))); err != nil {
+		if err := send("POST", "/api/items/"+s.itemID(i*(s.items/3))+"/purchase"); err != nil {
 			return err
 		}
 	}

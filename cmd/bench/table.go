@@ -43,6 +43,7 @@ var rowNames = []string{
 	"idle Redis commands/s per api instance",
 	"Redis commands per GET /api/orders",
 	"GET /api/items reads/s, large catalogue",
+	relayRowName,
 	streamRowName,
 	streamRSSName,
 	streamCPUName,

@@ -12,19 +12,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +32,7 @@ import (
 	"github.com/flashsale/flashsale/internal/kafkabroker"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testenv/procs"
 )
 
 const (
@@ -46,7 +42,7 @@ const (
 )
 
 // bins are the api and reconciler binaries, built once with -race by TestMain.
-var bins struct{ api, reconciler string }
+var bins procs.Binaries
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "flashsale-faults-")
@@ -54,14 +50,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bins.api, bins.reconciler = filepath.Join(dir, "api"), filepath.Join(dir, "reconciler")
-	for _, b := range []struct{ out, pkg string }{{bins.api, "./cmd/api"}, {bins.reconciler, "./cmd/reconciler"}} {
-		cmd := exec.Command("go", "build", "-race", "-o", b.out, b.pkg)
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "faults: go build %s: %v\n%s", b.pkg, err, out)
-			os.Exit(1)
-		}
+	if bins, err = procs.Build("../..", dir); err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -85,9 +76,9 @@ type sale struct {
 	broker    *kafkabroker.Broker
 
 	env        []string
-	apis       []*proc
-	reconciler *proc
-	shop       *shop
+	apis       []*procs.Proc
+	reconciler *procs.Proc
+	shop       *procs.Shop
 }
 
 type saleOptions struct {
@@ -98,7 +89,7 @@ type saleOptions struct {
 func newSale(t *testing.T, opt saleOptions) *sale {
 	t.Helper()
 	s := &sale{t: t, dir: t.TempDir(), prefix: "f" + testenv.Token(4) + ":"}
-	s.redisPort = freePort(t)
+	s.redisPort = procs.FreePort(t)
 	s.startRedis()
 	t.Cleanup(s.stopRedis)
 	s.rdb = redis.NewClient(&redis.Options{Addr: s.redisAddr(), MaxRetries: -1})
@@ -139,19 +130,9 @@ func newSale(t *testing.T, opt saleOptions) *sale {
 		"FLASHSALE_LIMIT_LOGIN_USER=off", "FLASHSALE_LIMIT_LOGIN_IP=off",
 		"PATH=" + os.Getenv("PATH"),
 	}, opt.extraEnv...)
-	s.shop = &shop{s: s, hc: &http.Client{Timeout: 30 * time.Second,
-		Transport: &http.Transport{MaxIdleConnsPerHost: 256}}, tokens: map[string]string{}}
+	// Every api is started before the sale, so the shop reads s.apis without a lock.
+	s.shop = procs.NewShop(t, adminToken, 30*time.Second, func() []*procs.Proc { return s.apis })
 	return s
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // keys is the processes' key space (FLASHSALE_REDIS_PREFIX), for the checks.
@@ -226,111 +207,33 @@ func (s *sale) removeToxic(p *toxiproxy.Proxy, name string) {
 	}
 }
 
-// proc is one real process of ours.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	url  string // the api's base URL
-	done chan struct{}
-	err  error
-}
-
 // startAPI starts an api process and waits until /readyz answers 200.
-func (s *sale) startAPI(extraEnv ...string) *proc {
+func (s *sale) startAPI(extraEnv ...string) *procs.Proc {
 	s.t.Helper()
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(s.t))
-	p := s.start(fmt.Sprintf("api%d", len(s.apis)), bins.api, nil,
-		append([]string{"FLASHSALE_HTTP_ADDR=" + addr}, extraEnv...))
-	p.url = "http://" + addr
-	s.waitFor(p.name+" ready", 60*time.Second, func() bool {
-		r, err := http.Get(p.url + "/readyz")
-		if err == nil {
-			r.Body.Close()
-		}
-		return err == nil && r.StatusCode == 200
-	})
+	p := procs.StartAPI(s.t, s.dir, fmt.Sprintf("api%d", len(s.apis)), bins.API, append(slices.Clone(s.env), extraEnv...))
+	p.WaitReady(s.t)
 	s.apis = append(s.apis, p)
 	return p
 }
 
 // startReconciler starts the consumer and waits until it consumes.
-func (s *sale) startReconciler(extraEnv ...string) *proc {
+func (s *sale) startReconciler(extraEnv ...string) *procs.Proc {
 	s.t.Helper()
-	p := s.start("reconciler", bins.reconciler, nil, extraEnv)
-	s.waitFor("reconciler consuming", 60*time.Second, func() bool { return p.logged("reconciler consuming") })
+	p := procs.Start(s.t, s.dir, "reconciler", bins.Reconciler, append(slices.Clone(s.env), extraEnv...))
+	s.waitFor("reconciler consuming", 60*time.Second, func() bool { return p.Logged("reconciler consuming") })
 	s.reconciler = p
 	return p
-}
-
-func (s *sale) start(name, bin string, args, extraEnv []string) *proc {
-	s.t.Helper()
-	logPath := filepath.Join(s.dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
-	f, err := os.Create(logPath)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(append([]string{}, s.env...), extraEnv...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); f.Close(); close(p.done) }()
-	s.t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if s.t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			s.t.Logf("--- %s log (last 3000 bytes):\n%s", name, tail(b, 3000))
-		}
-	})
-	return p
-}
-
-func tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
-}
-
-func (p *proc) logged(s string) bool {
-	b, _ := os.ReadFile(p.log)
-	return bytes.Contains(b, []byte(s))
-}
-
-// kill9 is kill -9: no shutdown hook runs.
-func (p *proc) kill9() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // waitFor polls cond until it holds or the deadline passes (a condition, never a fixed time).
 func (s *sale) waitFor(what string, within time.Duration, cond func() bool) {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			s.t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	procs.WaitFor(s.t, what, within, cond)
 }
 
 // runReconciler runs a one-shot reconciler command (batch, restore) to its end.
 func (s *sale) runReconciler(args ...string) (string, error) {
-	cmd := exec.Command(bins.reconciler, args...)
+	cmd := exec.Command(bins.Reconciler, args...)
 	cmd.Env = s.env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -338,186 +241,15 @@ func (s *sale) runReconciler(args ...string) (string, error) {
 	return out.String(), err
 }
 
-// shop drives the api over HTTP as shoppers and an admin would, recording every call.
-type shop struct {
-	s  *sale
-	hc *http.Client
-
-	mu     sync.Mutex
-	tokens map[string]string
-	calls  []*call
-	next   int // round-robin over the apis
-}
-
-// call is one client call and what it learnt.
-type call struct {
-	kind, user, item, key string
-	status                int // 0: a transport error (no answer)
-	code, message         string
-	orderID               string
-	started               time.Time
-	took                  time.Duration
-}
-
-// unknown reports whether the caller cannot know whether the call changed anything.
-func (c *call) unknown() bool {
-	return c.status == 0 || (c.status == 503 && strings.Contains(c.message, "outcome is unknown")) || c.status == 500
-}
-
-func (sh *shop) api() string {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	live := []*proc{}
-	for _, p := range sh.s.apis {
-		if !p.exited() {
-			live = append(live, p)
-		}
-	}
-	sh.next++
-	return live[sh.next%len(live)].url
-}
-
-func (sh *shop) do(method, path, token, key string, body any) (int, map[string]any, error) {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, sh.api()+path, rd)
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := sh.hc.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out, nil
-}
-
-func (sh *shop) admin(method, path string, body any) map[string]any {
-	sh.s.t.Helper()
-	status, out, err := sh.do(method, path, adminToken, "", body)
-	if err != nil || status >= 300 {
-		sh.s.t.Fatalf("admin %s %s: %d %v %v", method, path, status, out, err)
-	}
-	return out
-}
-
-func (sh *shop) item(id string, stock, limit int) {
-	sh.admin("PUT", "/api/admin/items/"+id, map[string]any{"name": "Item " + id, "category": "c",
-		"price_cents": 999, "stock": stock, "per_user_limit": limit})
-}
-
-// login mints tokens for n shoppers named prefix0..prefix(n-1), 32 at a time.
-func (sh *shop) login(prefix string, n int) []string {
-	sh.s.t.Helper()
+// login mints tokens for n shoppers named prefix0..prefix(n-1).
+func (s *sale) login(prefix string, n int) []string {
+	s.t.Helper()
 	users := make([]string, n)
 	for i := range users {
 		users[i] = prefix + strconv.Itoa(i)
 	}
-	parallel(32, users, func(u string) {
-		for {
-			status, out, err := sh.do("POST", "/api/login", "", "", map[string]string{"user": u})
-			if err == nil && status == 200 {
-				sh.mu.Lock()
-				sh.tokens[u] = out["token"].(string)
-				sh.mu.Unlock()
-				return
-			}
-			time.Sleep(50 * time.Millisecond) // a fault may be on: try again
-		}
-	})
+	s.shop.Login(users)
 	return users
-}
-
-func (sh *shop) record(c *call) {
-	sh.mu.Lock()
-	sh.calls = append(sh.calls, c)
-	sh.mu.Unlock()
-}
-
-func (sh *shop) token(u string) string {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return sh.tokens[u]
-}
-
-// buy is one purchase call (quantity 1), recorded; with a key, a call whose outcome is
-// unknown is sent again with the same key, as the shopper page does, up to 5 times.
-func (sh *shop) buy(user, item, key string) *call {
-	for attempt := 0; ; attempt++ {
-		c := &call{kind: "purchase", user: user, item: item, key: key, started: time.Now()}
-		start := c.started
-		status, out, err := sh.do("POST", "/api/items/"+item+"/purchase", sh.token(user), key, map[string]int{"quantity": 1})
-		c.took = time.Since(start)
-		sh.fill(c, status, out, err)
-		sh.record(c)
-		if key == "" || !c.unknown() || attempt == 4 {
-			return c
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// order calls pay or cancel on an order, recorded.
-func (sh *shop) order(kind, user, id string) *call {
-	c := &call{kind: kind, user: user}
-	start := time.Now()
-	status, out, err := sh.do("POST", "/api/orders/"+id+"/"+kind, sh.token(user), "", nil)
-	c.took = time.Since(start)
-	sh.fill(c, status, out, err)
-	sh.record(c)
-	return c
-}
-
-func (sh *shop) restock(item string, delta int) *call {
-	c := &call{kind: "restock", item: item}
-	status, out, err := sh.do("POST", "/api/admin/items/"+item+"/stock", adminToken, "", map[string]int{"delta": delta})
-	sh.fill(c, status, out, err)
-	sh.record(c)
-	return c
-}
-
-func (sh *shop) fill(c *call, status int, out map[string]any, err error) {
-	c.status = status
-	if err != nil {
-		c.message = err.Error()
-		return
-	}
-	if e, ok := out["error"].(map[string]any); ok {
-		c.code, _ = e["code"].(string)
-		c.message, _ = e["message"].(string)
-	}
-	if o, ok := out["order"].(map[string]any); ok {
-		c.orderID, _ = o["id"].(string)
-	}
-}
-
-// parallel runs f over xs with n goroutines.
-func parallel[T any](n int, xs []T, f func(T)) {
-	ch := make(chan T)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for x := range ch {
-				f(x)
-			}
-		}()
-	}
-	for _, x := range xs {
-		ch <- x
-	}
-	close(ch)
-	wg.Wait()
 }
 
 // figures are one scenario's row of docs/reliability.md.
@@ -528,145 +260,21 @@ type figures struct {
 	slowest                                             time.Duration // the longest a purchase waited
 }
 
-// verify settles the sale and checks every invariant of the matrix; it returns the row.
+// verify settles the sale and checks every invariant of the matrix (procs: stock adds up,
+// nobody over a limit, every answered order exists and nothing unanswered beyond the calls of
+// unknown outcome, Postgres holds exactly Redis's orders, batch reconciliation is clean); it
+// returns the row.
 func (s *sale) verify(items map[string]int) figures {
 	s.t.Helper()
-	ctx := context.Background()
-	sh := s.shop
-	var f figures
-
-	// Redis: the live state.
-	redisOrders := map[string]order{} // id -> order
-	for item, limit := range items {
-		k := s.keys().Item(item)
-		h := s.rdb.HGetAll(ctx, k.Hash()).Val()
-		total, _ := strconv.Atoi(h["stock_total"])
-		left, _ := strconv.Atoi(h["stock_left"])
-		reserved, _ := strconv.Atoi(h["reserved"])
-		paid, _ := strconv.Atoi(h["paid"])
-		if left < 0 || left+reserved+paid != total {
-			f.oversold++
-			s.t.Errorf("%s: stock_left %d + reserved %d + paid %d != stock_total %d", item, left, reserved, paid, total)
-		}
-		var sumReserved, sumPaid int
-		perUser := map[string]int{}
-		for id, packed := range s.rdb.HGetAll(ctx, k.Orders()).Val() {
-			o := parseOrder(id, item, packed)
-			redisOrders[id] = o
-			switch o.status {
-			case "reserved":
-				sumReserved += o.qty
-				perUser[o.user] += o.qty
-			case "paid":
-				sumPaid += o.qty
-				perUser[o.user] += o.qty
-			}
-		}
-		if sumReserved != reserved || sumPaid != paid {
-			f.oversold++
-			s.t.Errorf("%s: orders hold %d reserved and %d paid, the item says %d and %d", item, sumReserved, sumPaid, reserved, paid)
-		}
-		for u, q := range perUser {
-			if q > limit {
-				s.t.Errorf("%s: user %s holds %d, over the limit %d", item, u, q, limit)
-			}
-		}
-	}
-
-	// The calls: every answered order exists; every order was answered or has an unknown call.
-	answered := map[string]bool{}
-	unknown := map[[2]string]int{}
-	keyOrders := map[string]map[string]bool{}
-	for _, c := range sh.calls {
-		f.calls++
-		if c.status == 503 && !c.unknown() {
-			f.unchanged++
-		}
-		if c.unknown() {
-			f.unknown++
-			if c.kind == "purchase" {
-				unknown[[2]string{c.user, c.item}]++
-			}
-		}
-		if c.kind == "purchase" && c.took > f.slowest {
-			f.slowest = c.took
-		}
-		if c.kind != "purchase" || c.orderID == "" {
-			continue
-		}
-		if c.status == 201 {
-			f.created++
-		}
-		answered[c.orderID] = true
-		if _, ok := redisOrders[c.orderID]; !ok {
-			f.lost++
-			s.t.Errorf("order %s answered %d to %s is not in Redis", c.orderID, c.status, c.user)
-		}
-		if c.key != "" {
-			kk := c.user + "/" + c.key
-			if keyOrders[kk] == nil {
-				keyOrders[kk] = map[string]bool{}
-			}
-			keyOrders[kk][c.orderID] = true
-		}
-	}
-	for kk, ids := range keyOrders {
-		if len(ids) > 1 {
-			f.duplicates += len(ids) - 1
-			s.t.Errorf("one Idempotency-Key (%s) answered %d different orders", kk, len(ids))
-		}
-	}
-	unanswered := map[[2]string]int{}
-	for id, o := range redisOrders {
-		if !answered[id] {
-			unanswered[[2]string{o.user, o.item}]++
-		}
-	}
-	for ui, n := range unanswered {
-		if n > unknown[ui] {
-			f.duplicates += n - unknown[ui]
-			s.t.Errorf("%s holds %d orders of %s nobody was answered, with only %d calls of unknown outcome", ui[0], n, ui[1], unknown[ui])
-		}
-	}
-
-	// Postgres: settles to exactly Redis's orders.
+	ledger := procs.CheckRedis(s.t, s.rdb, s.keys(), items)
+	a := procs.CheckAnswers(s.t, s.shop.Calls(), ledger.Orders)
+	f := figures{calls: a.Calls, created: a.Created, unknown: a.Unknown, duplicates: a.Duplicates, lost: a.Lost,
+		oversold: ledger.Broken, unchanged: a.Unchanged, slowest: a.Slowest}
 	settleStart := time.Now()
-	defer func() { s.t.Logf("Postgres settled %.1f s after the checks began", time.Since(settleStart).Seconds()) }()
-	s.waitFor("Postgres to hold exactly Redis's orders", 120*time.Second, func() bool {
-		rows, err := s.db.Query(ctx, `SELECT id, status FROM orders`)
-		if err != nil {
-			return false
-		}
-		defer rows.Close()
-		seen := 0
-		for rows.Next() {
-			var id, status string
-			if rows.Scan(&id, &status) != nil {
-				return false
-			}
-			if o, ok := redisOrders[id]; !ok || o.status != status {
-				return false
-			}
-			seen++
-		}
-		return seen == len(redisOrders)
-	})
-	// Batch reconciliation agrees.
-	if out, err := s.runReconciler("batch", "--json"); err != nil {
-		s.t.Errorf("reconciler batch: %v\n%s", err, tail([]byte(out), 3000))
-	}
+	procs.WaitPostgres(s.t, s.db, ledger.Orders, 120*time.Second)
+	s.t.Logf("Postgres settled %.1f s after the checks began", time.Since(settleStart).Seconds())
+	procs.ReconcileBatch(s.t, bins.Reconciler, s.env)
 	return f
-}
-
-type order struct {
-	id, item, user, status string
-	qty                    int
-}
-
-func parseOrder(id, item, packed string) order {
-	p := strings.Split(packed, "|")
-	qty, _ := strconv.Atoi(p[1])
-	return order{id: id, item: item, user: p[0], status: p[3], qty: qty}
 }
 
 // report prints the scenario's row for docs/reliability.md.
@@ -688,18 +296,9 @@ func report(t *testing.T, name string, f figures) {
 // metric reads one counter or gauge (no labels) from an api's /metrics.
 func metric(t *testing.T, base, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	v, err := procs.Metric(base, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
-		}
-	}
-	return 0
+	return v
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/flashsale/flashsale/internal/testenv/procs"
 )
 
 // workload is what shoppers do during a fault: each shopper buys one unit of an item (with an
@@ -38,14 +40,14 @@ func (s *sale) run(w workload) {
 	if w.workers == 0 {
 		w.workers = 64
 	}
-	parallel(w.workers, idx, func(i int) {
+	procs.Parallel(w.workers, idx, func(i int) {
 		u := w.users[i]
 		item := w.items[i%len(w.items)]
 		key := ""
 		if w.keyed != nil && w.keyed(i) {
 			key = "k-" + u
 		}
-		c := s.shop.buy(u, item, key)
+		c := s.shop.Buy(procs.Any, u, item, key)
 		n := int(answered.Add(1))
 		if n == w.at && w.when != nil {
 			once.Do(w.when)
@@ -53,12 +55,12 @@ func (s *sale) run(w workload) {
 		if f := w.more[n]; f != nil {
 			f() // each count is reached once
 		}
-		if c.status == 201 {
+		if c.Status == 201 {
 			switch i % 5 {
 			case 0, 1:
-				s.shop.order("pay", u, c.orderID)
+				s.shop.Order(procs.Any, "pay", u, c.OrderID)
 			case 2:
-				s.shop.order("cancel", u, c.orderID)
+				s.shop.Order(procs.Any, "cancel", u, c.OrderID)
 			}
 		}
 	})
@@ -68,13 +70,11 @@ func (s *sale) run(w workload) {
 // real answer (created, or a refusal such as sold out).
 func (s *sale) recovery(end time.Time) time.Duration {
 	best := time.Duration(0) // no purchase began after the fault: nothing waited
-	s.shop.mu.Lock()
-	defer s.shop.mu.Unlock()
-	for _, c := range s.shop.calls {
-		if c.kind != "purchase" || c.started.Before(end) || c.unknown() || c.status == 503 {
+	for _, c := range s.shop.Calls() {
+		if c.Kind != "purchase" || c.Started.Before(end) || c.Unknown() || c.Status == 503 {
 			continue
 		}
-		if d := c.started.Add(c.took).Sub(end); best == 0 || d < best {
+		if d := c.Started.Add(c.Took).Sub(end); best == 0 || d < best {
 			best = d
 		}
 	}
@@ -94,7 +94,7 @@ func (s *sale) setupItems(n, stock int) map[string]int {
 	items := map[string]int{}
 	for i := range n {
 		id := "it" + strconv.Itoa(i)
-		s.shop.item(id, stock, 1)
+		s.shop.PutItem(id, stock, 1)
 		items[id] = 1
 	}
 	return items
@@ -108,7 +108,7 @@ func TestRedisStall(t *testing.T) {
 	s.startAPI()
 	s.startReconciler()
 	items := s.setupItems(4, 400)
-	users := s.shop.login("s", 2000)
+	users := s.login("s", 2000)
 	var end time.Time
 	stalled := make(chan struct{})
 	s.run(workload{users: users, items: itemIDs(items), keyed: func(i int) bool { return i%2 == 0 }, at: 300,
@@ -135,7 +135,7 @@ func TestRedisConnectionsReset(t *testing.T) {
 	s.startAPI()
 	s.startReconciler()
 	items := s.setupItems(4, 300)
-	users := s.shop.login("r", 1000)
+	users := s.login("r", 1000)
 	var end time.Time
 	// Each reset: the proxy drops every connection, so calls in flight lose theirs mid-batch,
 	// and takes new ones at once.
@@ -161,14 +161,14 @@ func TestRedisLatencyJitter(t *testing.T) {
 	s.startAPI()
 	s.startReconciler()
 	items := s.setupItems(3, 150)
-	users := s.shop.login("j", 600)
+	users := s.login("j", 600)
 	s.addToxic(s.redisPx, `{"name":"jitter","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":400,"jitter":400}}`)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for i := range 10 {
-			s.shop.restock(itemIDs(items)[i%len(items)], 5)
+			s.shop.Restock(procs.Any, itemIDs(items)[i%len(items)], 5)
 		}
 	}()
 	s.run(workload{users: users, items: itemIDs(items), keyed: func(i int) bool { return i%2 == 0 }})
@@ -189,7 +189,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	s.startAPI()
 	s.startReconciler()
 	items := s.setupItems(4, 300)
-	users := s.shop.login("k", 1000)
+	users := s.login("k", 1000)
 	var end time.Time
 	s.run(workload{users: users, items: itemIDs(items), keyed: func(i int) bool { return i%2 == 0 }, at: 300,
 		when: func() { s.killRedis(); s.restartRedis(); end = time.Now() }}) // the others buy on
@@ -207,10 +207,10 @@ func TestAPIKilled(t *testing.T) {
 	s.startAPI()
 	s.startReconciler()
 	items := s.setupItems(4, 300)
-	users := s.shop.login("a", 1000)
+	users := s.login("a", 1000)
 	var end time.Time
 	s.run(workload{users: users, items: itemIDs(items), keyed: func(i int) bool { return i%2 == 0 }, at: 300,
-		when: func() { a.kill9(); end = time.Now() }})
+		when: func() { a.Kill9(); end = time.Now() }})
 	s.waitNoReservations(items, 90*time.Second)
 	f := s.verify(items)
 	f.recover = s.recovery(end)
@@ -227,11 +227,11 @@ func TestPipelineCrashPoints(t *testing.T) {
 	s.startAPI()
 	rec := s.startReconciler("FLASHSALE_CRASH_POINT=consumer-after-commit:300")
 	items := s.setupItems(4, 200)
-	users := s.shop.login("p", 600)
+	users := s.login("p", 600)
 	s.run(workload{users: users, items: itemIDs(items), keyed: func(int) bool { return true }})
-	s.waitFor("the relay's crash", 60*time.Second, doomed.exited)
-	s.waitFor("the reconciler's crash", 60*time.Second, rec.exited)
-	if !doomed.logged("crashpoint: killing") || !rec.logged("crashpoint: killing") {
+	s.waitFor("the relay's crash", 60*time.Second, doomed.Exited)
+	s.waitFor("the reconciler's crash", 60*time.Second, rec.Exited)
+	if !doomed.Logged("crashpoint: killing") || !rec.Logged("crashpoint: killing") {
 		t.Fatal("a process ended without reaching its crash point")
 	}
 	start := time.Now()
@@ -249,7 +249,7 @@ func TestKafkaAndPostgresDown(t *testing.T) {
 	s.startAPI()
 	s.startReconciler()
 	items := s.setupItems(4, 300)
-	users := s.shop.login("d", 1000)
+	users := s.login("d", 1000)
 	var end time.Time
 	var wg sync.WaitGroup
 	s.run(workload{users: users, items: itemIDs(items), keyed: func(i int) bool { return i%2 == 0 }, at: 200, workers: 16,
@@ -284,7 +284,7 @@ func TestPoisonEvents(t *testing.T) {
 	s.startAPI()
 	s.startReconciler()
 	items := s.setupItems(3, 200)
-	users := s.shop.login("x", 500)
+	users := s.login("x", 500)
 	w := &kafka.Writer{Addr: kafka.TCP(s.broker.Addr()), Topic: topic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond}
 	defer w.Close()
 	s.run(workload{users: users, items: itemIDs(items), at: 100, when: func() {
@@ -310,7 +310,7 @@ func TestFlushThenRestore(t *testing.T) {
 	s.startAPI()
 	s.startReconciler()
 	items := s.setupItems(3, 200)
-	users := s.shop.login("f", 400)
+	users := s.login("f", 400)
 	s.run(workload{users: users[:300], items: itemIDs(items), keyed: func(i int) bool { return i%2 == 0 }})
 	s.verify(items) // settled: Postgres holds the sale
 	if err := s.rdb.FlushDB(context.Background()).Err(); err != nil {
@@ -332,18 +332,16 @@ func (s *sale) felt(fault string) {
 	s.t.Helper()
 	var resends float64
 	for _, p := range s.apis {
-		if !p.exited() {
-			resends += metric(s.t, p.url, "flashsale_redis_script_resends_total")
+		if !p.Exited() {
+			resends += metric(s.t, p.URL, "flashsale_redis_script_resends_total")
 		}
 	}
 	hit := 0
-	s.shop.mu.Lock()
-	for _, c := range s.shop.calls {
-		if c.status == 503 || c.status == 0 {
+	for _, c := range s.shop.Calls() {
+		if c.Status == 503 || c.Status == 0 {
 			hit++
 		}
 	}
-	s.shop.mu.Unlock()
 	if resends == 0 && hit == 0 {
 		s.t.Fatalf("%s touched no call (no re-send, no 503): the scenario proved nothing", fault)
 	}

@@ -5,9 +5,7 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testenv/procs"
 )
 
 const (
@@ -42,9 +41,9 @@ type fleet struct {
 	db     *pgxpool.Pool
 	kc     *kafka.Client
 	env    []string
-	apis   []*proc
-	recs   []*proc
-	shop   *shop
+	apis   []*procs.Proc
+	recs   []*procs.Proc
+	shop   *procs.Shop
 	broker string
 }
 
@@ -85,31 +84,20 @@ func newFleet(t *testing.T) *fleet {
 		"PATH=" + os.Getenv("PATH"),
 	}
 	for i := range 2 {
-		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-		p := start(t, dir, fmt.Sprintf("api%d", i), bins.api, append(slices.Clone(f.env), "FLASHSALE_HTTP_ADDR="+addr))
-		p.url = "http://" + addr
-		f.apis = append(f.apis, p)
+		f.apis = append(f.apis, procs.StartAPI(t, dir, fmt.Sprintf("api%d", i), bins.API, f.env))
 	}
 	for _, p := range f.apis {
-		waitFor(t, p.name+" ready", 90*time.Second, func() bool {
-			r, err := http.Get(p.url + "/readyz")
-			if err != nil {
-				return false
-			}
-			drain(r.Body)
-			return r.StatusCode == 200
-		})
+		p.WaitReady(t)
 	}
 	// One after the other: each applies the migrations when it starts.
 	for i := range 2 {
-		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-		p := start(t, dir, fmt.Sprintf("reconciler%d", i), bins.reconciler, append(slices.Clone(f.env), "FLASHSALE_ADMIN_ADDR="+addr))
-		p.admin = "http://" + addr
-		waitFor(t, p.name+" consuming", 90*time.Second, func() bool { return p.logged("reconciler consuming") })
+		addr := "127.0.0.1:" + strconv.Itoa(procs.FreePort(t))
+		p := procs.Start(t, dir, fmt.Sprintf("reconciler%d", i), bins.Reconciler, append(slices.Clone(f.env), "FLASHSALE_ADMIN_ADDR="+addr))
+		p.Admin = "http://" + addr
+		procs.WaitFor(t, p.Name+" consuming", 90*time.Second, func() bool { return p.Logged("reconciler consuming") })
 		f.recs = append(f.recs, p)
 	}
-	f.shop = &shop{t: t, apis: f.apis, tokens: map[string]string{},
-		hc: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	f.shop = procs.NewShop(t, adminToken, 60*time.Second, func() []*procs.Proc { return f.apis })
 	return f
 }
 
@@ -126,7 +114,7 @@ func TestFleetSale(t *testing.T) {
 
 	// Both reconcilers hold a share of the 4 partitions before anything is published.
 	var before groupState
-	waitFor(t, "two reconcilers sharing the partitions", 90*time.Second, func() bool {
+	procs.WaitFor(t, "two reconcilers sharing the partitions", 90*time.Second, func() bool {
 		g, err := describeGroup(ctx, f.kc)
 		if err != nil || len(g.members) != 2 {
 			return false
@@ -148,7 +136,7 @@ func TestFleetSale(t *testing.T) {
 	for i := range users {
 		users[i] = "u" + strconv.Itoa(i)
 	}
-	f.shop.login(users)
+	f.shop.Login(users)
 	setup := time.Since(began)
 
 	// The sale. The worker whose purchase is answered killAt-th kills reconciler1 once both
@@ -164,46 +152,46 @@ func TestFleetSale(t *testing.T) {
 		idx[i] = i
 	}
 	saleStart := time.Now()
-	parallel(64, idx, func(i int) {
+	procs.Parallel(64, idx, func(i int) {
 		u, api, item := users[i], i%2, items[i%selling]
 		key := ""
 		if i%2 == 0 {
 			key = "k-" + u
 		}
-		c := f.shop.buy(api, u, item, key)
+		c := f.shop.Buy(api, u, item, key)
 		n := answered.Add(1)
 		if n == killAt {
 			once.Do(func() {
-				if !eventually(60*time.Second, func() bool { return victim.applied() > 0 && survivor.applied() > 0 }) {
-					t.Errorf("after 60 s %s wrote %v events and %s %v: not both", victim.name, victim.applied(), survivor.name, survivor.applied())
+				if !procs.Eventually(60*time.Second, func() bool { return applied(victim) > 0 && applied(survivor) > 0 }) {
+					t.Errorf("after 60 s %s wrote %v events and %s %v: not both", victim.Name, applied(victim), survivor.Name, applied(survivor))
 				}
-				t.Logf("killing %s (it wrote %v events; %s wrote %v)", victim.name, victim.applied(), survivor.name, survivor.applied())
-				survivorAtKill = survivor.applied()
-				victim.kill9()
+				t.Logf("killing %s (it wrote %v events; %s wrote %v)", victim.Name, applied(victim), survivor.Name, applied(survivor))
+				survivorAtKill = applied(survivor)
+				victim.Kill9()
 				killedAt = answered.Load()
 			})
 		}
 		if n%50 == 0 { // an admin restocks as the sale goes: 40 restocks of 2
-			f.shop.restock(int(n/50)%2, items[int(n/50)%selling], 2)
+			f.shop.Restock(int(n/50)%2, items[int(n/50)%selling], 2)
 		}
-		if c.status != 201 {
+		if c.Status != 201 {
 			return
 		}
 		other := 1 - api // the order is paid or cancelled through the other api
 		switch i % 5 {
 		case 0, 1:
-			f.shop.order(other, "pay", u, c.orderID)
+			f.shop.Order(other, "pay", u, c.OrderID)
 		case 2:
-			if f.shop.order(other, "cancel", u, c.orderID).status == 200 {
-				f.shop.buy(api, u, item, "") // the allowance came back
+			if f.shop.Order(other, "cancel", u, c.OrderID).Status == 200 {
+				f.shop.Buy(api, u, item, "") // the allowance came back
 			}
 		case 3:
 			// Over the limit of 1 unless the first already expired; both are paid, so a second
 			// order the limit should have refused would show as two paid at the end.
-			again := f.shop.buy(other, u, item, "")
-			f.shop.order(api, "pay", u, c.orderID)
-			if again.status == 201 {
-				f.shop.order(other, "pay", u, again.orderID)
+			again := f.shop.Buy(other, u, item, "")
+			f.shop.Order(api, "pay", u, c.OrderID)
+			if again.Status == 201 {
+				f.shop.Order(other, "pay", u, again.OrderID)
 			}
 		}
 		// case 4: left to expire
@@ -214,7 +202,7 @@ func TestFleetSale(t *testing.T) {
 	}
 
 	// Every reservation left unpaid expires before Redis is compared with Postgres.
-	waitFor(t, "every reservation to be paid, cancelled or expired", 90*time.Second, func() bool {
+	procs.WaitFor(t, "every reservation to be paid, cancelled or expired", 90*time.Second, func() bool {
 		for _, id := range items {
 			if n, _ := f.rdb.HGet(ctx, f.space.Item(id).Hash(), "reserved").Int(); n != 0 {
 				return false
@@ -227,25 +215,21 @@ func TestFleetSale(t *testing.T) {
 
 	// The survivor took every partition and committed the whole topic.
 	var after groupState
-	waitFor(t, "the survivor holding every partition, committed to the end", 60*time.Second, func() bool {
+	procs.WaitFor(t, "the survivor holding every partition, committed to the end", 60*time.Second, func() bool {
 		g, err := describeGroup(ctx, f.kc)
 		after = g
 		return err == nil && len(g.members) == 1 && len(g.members[0]) == partitions && g.caughtUp()
 	})
-	if survivor.exited() {
-		t.Fatalf("%s exited", survivor.name)
+	if survivor.Exited() {
+		t.Fatalf("%s exited", survivor.Name)
 	}
-	if got := survivor.applied(); got <= survivorAtKill {
-		t.Errorf("%s wrote no event after the kill (%v before, %v after)", survivor.name, survivorAtKill, got)
+	if got := applied(survivor); got <= survivorAtKill {
+		t.Errorf("%s wrote no event after the kill (%v before, %v after)", survivor.Name, survivorAtKill, got)
 	}
-	t.Logf("after the sale %s holds partitions %v, committed %v of %v", survivor.name, after.members[0], after.committed, after.end)
+	t.Logf("after the sale %s holds partitions %v, committed %v of %v", survivor.Name, after.members[0], after.committed, after.end)
 
 	// Batch reconciliation of Redis against Postgres is clean (exit 0: no drift).
-	cmd := exec.Command(bins.reconciler, "batch", "--json")
-	cmd.Env = f.env
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("reconciler batch: %v\n%s", err, out)
-	}
+	procs.ReconcileBatch(t, bins.Reconciler, f.env)
 
 	f.summary(orders, killedAt, setup, saleTook, time.Since(began))
 }
@@ -283,8 +267,8 @@ func (f *fleet) importCatalogue() []string {
 	}
 	var mu sync.Mutex
 	created := 0
-	parallel(len(f.apis), idx, func(i int) {
-		status, out, err := f.shop.do(i%len(f.apis), "POST", "/api/admin/items/import", adminToken, "", "text/csv", []byte(files[i]))
+	procs.Parallel(len(f.apis), idx, func(i int) {
+		status, out, err := f.shop.Do(i%len(f.apis), "POST", "/api/admin/items/import", adminToken, "", "text/csv", []byte(files[i]))
 		if err != nil || status != 200 || out["failed"] != float64(0) {
 			f.t.Errorf("import of file %d: %d %v %v", i, status, out, err)
 			return
@@ -299,155 +283,60 @@ func (f *fleet) importCatalogue() []string {
 	return onSale
 }
 
-type order struct {
-	id, item, user, status string
-	qty                    int
-}
-
-// verifyRedis checks the live state of every item on sale: stock adds up and never went
-// below zero, the orders add up to the item's counters, nobody holds more than the limit (1),
-// and every order a shopper was answered exists. It returns Redis's orders by id.
-func (f *fleet) verifyRedis(items []string) map[string]order {
+// verifyRedis checks the live state of every item on sale (procs.CheckRedis: stock adds up
+// and never went below zero, the orders add up to the item's counters, nobody holds more than
+// the limit of 1), that no restock went missing and no order is still reserved, and the calls
+// against the orders (procs.CheckAnswers). It returns Redis's orders by id.
+func (f *fleet) verifyRedis(items []string) map[string]procs.Order {
 	f.t.Helper()
-	ctx := context.Background()
-	orders := map[string]order{}
-	for _, item := range items {
-		k := f.space.Item(item)
-		h := f.rdb.HGetAll(ctx, k.Hash()).Val()
-		total, _ := strconv.Atoi(h["stock_total"])
-		left, _ := strconv.Atoi(h["stock_left"])
-		reserved, _ := strconv.Atoi(h["reserved"])
-		paid, _ := strconv.Atoi(h["paid"])
-		if total < stock || left < 0 || left+reserved+paid != total {
-			f.t.Errorf("%s oversold: stock_left %d + reserved %d + paid %d != stock_total %d", item, left, reserved, paid, total)
-		}
-		var sumPaid int
-		perUser := map[string]int{}
-		for id, packed := range f.rdb.HGetAll(ctx, k.Orders()).Val() {
-			p := strings.Split(packed, "|")
-			if len(p) < 4 {
-				f.t.Fatalf("order %s of %s: %q is not user|qty|...|status", id, item, packed)
-			}
-			qty, _ := strconv.Atoi(p[1])
-			o := order{id: id, item: item, user: p[0], status: p[3], qty: qty}
-			orders[id] = o
-			switch o.status {
-			case "reserved":
-				f.t.Errorf("order %s is still reserved after every reservation ended", id)
-			case "paid":
-				sumPaid += o.qty
-				perUser[o.user] += o.qty
-			}
-		}
-		if sumPaid != paid {
-			f.t.Errorf("%s: its orders hold %d paid, the item says %d", item, sumPaid, paid)
-		}
-		for u, q := range perUser {
-			if q > 1 {
-				f.t.Errorf("%s: user %s holds %d, over the limit 1", item, u, q)
-			}
+	limits := map[string]int{}
+	for _, id := range items {
+		limits[id] = 1
+	}
+	ledger := procs.CheckRedis(f.t, f.rdb, f.space, limits)
+	for id, st := range ledger.Items {
+		if st.Total < stock {
+			f.t.Errorf("%s: stock_total %d, below its first stock %d", id, st.Total, stock)
 		}
 	}
-	// Every order a shopper was answered exists, and every order in Redis was answered or
-	// has a call of unknown outcome for its user and item.
-	answered := map[string]bool{}
-	unknown := map[[2]string]int{}
-	for _, c := range f.shop.calls {
-		if c.kind == "purchase" && c.unknown() {
-			unknown[[2]string{c.user, c.item}]++
-		}
-		if c.kind != "purchase" || c.orderID == "" {
-			continue
-		}
-		answered[c.orderID] = true
-		if _, ok := orders[c.orderID]; !ok {
-			f.t.Errorf("order %s answered %d to %s is not in Redis", c.orderID, c.status, c.user)
+	for id, o := range ledger.Orders {
+		if o.Status == "reserved" {
+			f.t.Errorf("order %s is still reserved after every reservation ended", id)
 		}
 	}
-	unanswered := map[[2]string]int{}
-	for id, o := range orders {
-		if !answered[id] {
-			unanswered[[2]string{o.user, o.item}]++
-		}
-	}
-	for ui, n := range unanswered {
-		if n > unknown[ui] {
-			f.t.Errorf("%s holds %d orders of %s nobody was answered, with %d calls of unknown outcome", ui[0], n, ui[1], unknown[ui])
-		}
-	}
-	return orders
+	procs.CheckAnswers(f.t, f.shop.Calls(), ledger.Orders)
+	return ledger.Orders
 }
 
 // verifyPostgres waits until Postgres holds exactly Redis's orders (each once, same user,
 // item, quantity and status) and the whole catalogue.
-func (f *fleet) verifyPostgres(orders map[string]order) {
+func (f *fleet) verifyPostgres(orders map[string]procs.Order) {
 	f.t.Helper()
-	ctx := context.Background()
-	var last string
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		last = f.diffPostgres(ctx, orders)
-		if last == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("Postgres does not hold exactly Redis's orders after 90 s: %s", last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	procs.WaitPostgres(f.t, f.db, orders, 90*time.Second)
 	var n int
-	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM items`).Scan(&n); err != nil || n != catalogue {
+	if err := f.db.QueryRow(context.Background(), `SELECT count(*) FROM items`).Scan(&n); err != nil || n != catalogue {
 		f.t.Errorf("Postgres holds %d items (%v), want %d", n, err, catalogue)
 	}
 }
 
-// diffPostgres describes the first difference between Postgres's orders and Redis's, or "".
-func (f *fleet) diffPostgres(ctx context.Context, orders map[string]order) string {
-	rows, err := f.db.Query(ctx, `SELECT id, item_id, user_id, quantity, status FROM orders`)
-	if err != nil {
-		return err.Error()
-	}
-	defer rows.Close()
-	seen := map[string]bool{}
-	for rows.Next() {
-		var o order
-		if err := rows.Scan(&o.id, &o.item, &o.user, &o.qty, &o.status); err != nil {
-			return err.Error()
-		}
-		if seen[o.id] {
-			return "order " + o.id + " twice"
-		}
-		seen[o.id] = true
-		if r, ok := orders[o.id]; !ok || r != o {
-			return fmt.Sprintf("Postgres has %+v, Redis %+v", o, r)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return err.Error()
-	}
-	if len(seen) != len(orders) {
-		return fmt.Sprintf("Postgres holds %d orders, Redis %d", len(seen), len(orders))
-	}
-	return ""
-}
-
 // summary checks that the sale exercised every path (a sale that sold nothing, expired nothing
 // or refused nobody proves little) and logs its figures.
-func (f *fleet) summary(orders map[string]order, killedAt int64, setup, sale, total time.Duration) {
+func (f *fleet) summary(orders map[string]procs.Order, killedAt int64, setup, sale, total time.Duration) {
 	f.t.Helper()
 	status := map[string]int{}
 	for _, o := range orders {
-		status[o.status]++
+		status[o.Status]++
 	}
 	refused := map[string]int{}
 	perAPI := [2]int{}
 	restocked := 0
-	for _, c := range f.shop.calls {
-		perAPI[c.api]++
-		if c.status == 409 {
-			refused[c.code]++
+	calls := f.shop.Calls()
+	for _, c := range calls {
+		perAPI[c.API]++
+		if c.Status == 409 {
+			refused[c.Code]++
 		}
-		if c.kind == "restock" && c.status == 200 {
+		if c.Kind == "restock" && c.Status == 200 {
 			restocked++
 		}
 	}
@@ -468,6 +357,6 @@ func (f *fleet) summary(orders map[string]order, killedAt int64, setup, sale, to
 		f.t.Errorf("calls per api %v: both must serve", perAPI)
 	}
 	f.t.Logf("fleet: %d calls (api0 %d, api1 %d), orders %v, refusals %v, %d restocks; reconciler killed after %d purchases",
-		len(f.shop.calls), perAPI[0], perAPI[1], status, refused, restocked, killedAt)
+		len(calls), perAPI[0], perAPI[1], status, refused, restocked, killedAt)
 	f.t.Logf("fleet: setup %.1f s, sale %.1f s, whole test %.1f s", setup.Seconds(), sale.Seconds(), total.Seconds())
 }

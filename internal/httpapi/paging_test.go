@@ -1,9 +1,12 @@
 package httpapi_test
 
 import (
+	"compress/gzip"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -65,6 +68,62 @@ func TestCataloguePages(t *testing.T) {
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "cursor=a.b", "sort=id", "category=" + url.QueryEscape("\xff")} {
 		if r := a.do("GET", "/api/items?"+q, "", nil); r.Status != http.StatusBadRequest || r.code() != "invalid_request" {
 			t.Errorf("?%s: %d %s, want 400 invalid_request", q, r.Status, r.Raw)
+		}
+	}
+}
+
+// TestCatalogueGzip: a list of 1,400 bytes or more goes gzip-compressed to a client whose
+// Accept-Encoding allows gzip, and decompresses to exactly the plain reply; its ETag is the
+// weak form of the plain one, and either form answers 304. A short list, a client that does
+// not accept gzip (absent, q=0, another coding only) gets it plain. Vary names Accept-Encoding.
+func TestCatalogueGzip(t *testing.T) {
+	a := newTestAPI(t, nil)
+	for i := range 30 {
+		a.item(fmt.Sprintf("g%02d", i), 5, 1)
+	}
+	for _, path := range []string{"/api/items", "/api/items?limit=20", "/api/items?limit=1"} {
+		plain := a.do("GET", path, "", nil)
+		if plain.Status != http.StatusOK || plain.Header.Get("Content-Encoding") != "" || plain.Header.Get("Vary") != "Accept-Encoding" {
+			t.Fatalf("GET %s: %d, Content-Encoding %q, Vary %q", path, plain.Status, plain.Header.Get("Content-Encoding"), plain.Header.Get("Vary"))
+		}
+		tag := plain.Header.Get("ETag")
+		small := len(plain.Raw) < 1400
+		for ae, accepts := range map[string]bool{"gzip": true, "gzip, deflate, br, zstd": true, "br;q=1.0, gzip;q=0.8": true,
+			"*": true, "x-gzip": true, "gzip;q=0": false, "br": false, "*;q=0": false, "gzip;q=0, *": false, "identity": false} {
+			r := a.do("GET", path, "", nil, "Accept-Encoding", ae)
+			want := accepts && !small
+			if r.Status != http.StatusOK || r.Header.Get("Vary") != "Accept-Encoding" {
+				t.Fatalf("GET %s (Accept-Encoding %s): %d, Vary %q", path, ae, r.Status, r.Header.Get("Vary"))
+			}
+			if !want {
+				if r.Header.Get("Content-Encoding") != "" || r.Raw != plain.Raw || r.Header.Get("ETag") != tag {
+					t.Fatalf("GET %s (Accept-Encoding %s): Content-Encoding %q ETag %q, want it plain", path, ae, r.Header.Get("Content-Encoding"), r.Header.Get("ETag"))
+				}
+				continue
+			}
+			if r.Header.Get("Content-Encoding") != "gzip" || r.Header.Get("ETag") != "W/"+tag {
+				t.Fatalf("GET %s (Accept-Encoding %s): Content-Encoding %q ETag %q, want gzip and W/%s", path, ae, r.Header.Get("Content-Encoding"), r.Header.Get("ETag"), tag)
+			}
+			zr, err := gzip.NewReader(strings.NewReader(r.Raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(zr)
+			if err != nil || string(body) != plain.Raw {
+				t.Fatalf("GET %s gzip: %v; decompressed %d bytes differ from the plain %d", path, err, len(body), len(plain.Raw))
+			}
+			if len(r.Raw) >= len(plain.Raw)/3 {
+				t.Errorf("GET %s: gzip %d bytes of %d plain", path, len(r.Raw), len(plain.Raw))
+			}
+			for _, inm := range []string{tag, "W/" + tag} {
+				nm := a.do("GET", path, "", nil, "Accept-Encoding", ae, "If-None-Match", inm)
+				if nm.Status != http.StatusNotModified || nm.Raw != "" || nm.Header.Get("ETag") != "W/"+tag {
+					t.Fatalf("GET %s gzip, If-None-Match %s: %d %q ETag %q", path, inm, nm.Status, nm.Raw, nm.Header.Get("ETag"))
+				}
+			}
+		}
+		if small != (path == "/api/items?limit=1") {
+			t.Fatalf("GET %s: %d bytes: the sizes no longer test both sides of the 1,400-byte bound", path, len(plain.Raw))
 		}
 	}
 }

@@ -65,3 +65,34 @@ func TestStreamHubFanOutAndDropsSlowSubscribers(t *testing.T) {
 		t.Fatal("subscribe after Close")
 	}
 }
+
+// With no stream open the hub asks for no catalogue (at 10,000 items every change would be
+// encoded for nobody); once one subscribes, it watches again and sends the next change.
+func TestStreamHubIdleWithoutSubscribers(t *testing.T) {
+	h := newStreamHub(StreamOptions{MinGap: time.Millisecond, Check: time.Millisecond, Heartbeat: time.Hour, Queue: 4})
+	var asked, version atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.run(ctx, func(context.Context) ([]byte, error) {
+		asked.Add(1)
+		return []byte(`{"items":[{"v":` + string(rune('0'+version.Load()%10)) + `}]}`), nil
+	})
+	// A window, not a wait for an outcome: a hub that watches anyway asks ~200 times in it.
+	time.Sleep(200 * time.Millisecond)
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("the hub asked for the catalogue %d times with no stream open", n)
+	}
+	sub, _ := h.subscribe()
+	version.Store(1)
+	select {
+	case f := <-sub.queue:
+		if string(f.b) != "event: items\ndata: {\"items\":[{\"v\":1}]}\n\n" {
+			t.Fatalf("first event %q", f.b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event after a subscriber joined")
+	}
+	if asked.Load() == 0 {
+		t.Fatal("the hub did not ask for the catalogue with a stream open")
+	}
+}

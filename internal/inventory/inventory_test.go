@@ -593,3 +593,197 @@ func TestCluster(t *testing.T) {
 }
 
 var _ = keyspace.ValidID
+
+// TestQueued: Queued returns exactly the items with a waiting room, sorted, and follows changes
+// made by this instance and by another one (through the snapshot), while goroutines ask it
+// concurrently with the changes.
+func TestQueued(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 20 * time.Millisecond})
+	other := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 20 * time.Millisecond})
+	room := &inventory.QueueSettings{AdmitPerSecond: 10, MaxActive: 10, PassTTLSeconds: 60}
+	put := func(st *inventory.Store, id string, q *inventory.QueueSettings) {
+		t.Helper()
+		if _, _, err := st.Upsert(ctx, inventory.Input{ID: id, Name: id, PriceCents: 1, Stock: ptr(int64(5)), PerUserLimit: 1, Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 30 {
+		put(s, fmt.Sprintf("p%02d", i), nil)
+	}
+	for _, id := range []string{"q2", "q1", "q3"} {
+		put(s, id, room)
+	}
+	queued := func(st *inventory.Store) string {
+		items, err := st.Queued(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, it := range items {
+			if it.Queue == nil {
+				t.Fatalf("%s has no waiting room", it.ID)
+			}
+			ids = append(ids, it.ID)
+		}
+		return fmt.Sprint(ids)
+	}
+	if got := queued(s); got != "[q1 q2 q3]" {
+		t.Fatalf("Queued = %s, want [q1 q2 q3]", got)
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := s.Queued(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	put(other, "q2", nil)   // another instance removes a waiting room
+	put(other, "p07", room) // and gives one to a plain item
+	put(s, "q4", room)      // this instance adds one
+	deadline := time.Now().Add(10 * time.Second)
+	for queued(s) != "[p07 q1 q3 q4]" {
+		if time.Now().After(deadline) {
+			t.Fatalf("Queued = %s after 10 s, want [p07 q1 q3 q4]", queued(s))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// TestSnapshotNeverGoesBack races this instance's own writes (each put into the snapshot at
+// once) against refreshes that bring in another instance's (every millisecond), both built
+// outside the snapshot's lock: a reader never sees an item go back to an older version, and
+// once the writes stop the snapshot holds exactly Redis's items.
+func TestSnapshotNeverGoesBack(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Millisecond})
+	other := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Hour})
+	const items = 20
+	for i := range items {
+		newItem(t, s, fmt.Sprintf("v%02d", i), 1, 1)
+	}
+	go s.RunSnapshot(ctx)
+	var writers, readers sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 6 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			st := s
+			if w%2 == 1 {
+				st = other // seen by s only through its refresh
+			}
+			for n := range 150 {
+				if _, err := st.AdjustStock(ctx, fmt.Sprintf("v%02d", (w*7+n)%items), 1); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for range 4 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			seen := map[string]int64{}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := range items {
+					id := fmt.Sprintf("v%02d", i)
+					it, err := s.Lookup(ctx, id)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if it.Version < seen[id] {
+						t.Errorf("%s went back from version %d to %d", id, seen[id], it.Version)
+						return
+					}
+					seen[id] = it.Version
+				}
+			}
+		}()
+	}
+	writers.Wait()
+	close(stop)
+	readers.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range items {
+		id := fmt.Sprintf("v%02d", i)
+		want, err := rdb.HGet(ctx, keys.Item(id).Hash(), "stock_total").Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			it, err := s.Lookup(ctx, id)
+			if err == nil && it.StockTotal == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the snapshot holds stock_total %d, Redis %d", id, it.StockTotal, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// TestReadsDoNotWaitForTheLoopsRefresh: while RunSnapshot runs, a read answers from the
+// snapshot the loop left even when the loop's refresh is stuck (Redis in DEBUG SLEEP) and the
+// snapshot is several intervals old: it returns while Redis still answers nobody.
+func TestReadsDoNotWaitForTheLoopsRefresh(t *testing.T) {
+	rdb, keys, addr := testenv.PrivateRedis(t, "--enable-debug-command", "yes")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 20 * time.Millisecond})
+	newItem(t, s, "a", 1, 1)
+	if _, err := s.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go s.RunSnapshot(ctx)
+	sleeper := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 30 * time.Second})
+	defer sleeper.Close()
+	slept := make(chan error, 1)
+	go func() { slept <- sleeper.Do(ctx, "DEBUG", "SLEEP", "1.5").Err() }()
+	probe := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	defer probe.Close()
+	asleep := func() bool { return probe.Ping(ctx).Err() != nil }
+	deadline := time.Now().Add(10 * time.Second)
+	for !asleep() {
+		if time.Now().After(deadline) {
+			t.Fatal("Redis never went to sleep")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // a window: the snapshot is now five intervals old
+	if _, err := s.Lookup(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !asleep() {
+		t.Fatal("the read returned only after Redis woke up: it waited for the loop's refresh")
+	}
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -56,9 +56,9 @@ type Options struct {
 }
 
 // Catalogue is what the waiting room needs of the inventory: the items (their queue
-// settings, sale window and stock) from its snapshot.
+// settings, sale window and stock) from its snapshot; Queued only those with a waiting room.
 type Catalogue interface {
-	List(ctx context.Context) ([]inventory.Item, error)
+	Queued(ctx context.Context) ([]inventory.Item, error)
 	Lookup(ctx context.Context, id string) (inventory.Item, error)
 }
 

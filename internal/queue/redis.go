@@ -302,13 +302,13 @@ func (s *Store) Run(ctx context.Context) {
 
 // Tick runs one admission step of every item with a waiting room.
 func (s *Store) Tick(ctx context.Context) {
-	items, err := s.cat.List(ctx)
+	items, err := s.cat.Queued(ctx)
 	if err != nil {
 		return
 	}
 	now := time.Now()
 	for _, it := range items {
-		if it.Queue == nil || (it.EndsAt != nil && now.Sub(*it.EndsAt) > time.Minute) {
+		if it.EndsAt != nil && now.Sub(*it.EndsAt) > time.Minute {
 			continue
 		}
 		for range 100 {

@@ -1,0 +1,164 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+)
+
+// The encoded catalogue is exactly encoding/json's bytes for {"items": [...]} and each
+// {"item": ...}, generation after generation: items changed, added and removed, statuses moved
+// by time alone. Items that encode as before keep their bytes (the same slice: not marshalled
+// again).
+func TestEncodeCatalogueIsEncodingJSON(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { v := t0.Add(d); return &v }
+	snap := map[string]inventory.Item{}
+	for i := range 40 {
+		it := inventory.Item{ID: fmt.Sprintf("i%02d", i), Name: fmt.Sprintf("Item <%d> & \"more\" é", i), Category: []string{"a", "b"}[i%2],
+			PriceCents: int64(100 + i), StockTotal: 10, StockLeft: int64(i % 4), PerUserLimit: 2, Version: 1}
+		switch i % 5 {
+		case 1:
+			it.StartsAt = at(time.Minute) // upcoming until t0+1m
+		case 2:
+			it.EndsAt = at(-time.Minute) // ended
+		case 3:
+			it.StartsAt, it.EndsAt = at(-time.Hour), at(2*time.Minute)
+			it.Queue = &inventory.QueueSettings{AdmitPerSecond: 5, MaxActive: 10, PassTTLSeconds: 60}
+		}
+		snap[it.ID] = it
+	}
+	check := func(e *encodedCatalogue, snap map[string]inventory.Item, now time.Time) {
+		t.Helper()
+		var items []inventory.Item
+		for _, it := range snap {
+			it.Status = it.StatusAt(now)
+			items = append(items, it)
+			one, _ := json.Marshal(gin.H{"item": it})
+			if string(e.one[it.ID]) != string(one) {
+				t.Fatalf("%s: %s, encoding/json: %s", it.ID, e.one[it.ID], one)
+			}
+		}
+		slices.SortFunc(items, func(a, b inventory.Item) int { return strings.Compare(a.ID, b.ID) })
+		if items == nil {
+			items = []inventory.Item{}
+		}
+		list, _ := json.Marshal(gin.H{"items": items})
+		if string(e.list) != string(list) {
+			t.Fatalf("list differs from encoding/json:\n%s\n%s", e.list, list)
+		}
+		if len(e.ids) != len(snap) || !slices.IsSorted(e.ids) {
+			t.Fatalf("ids %v", e.ids)
+		}
+	}
+	reused := func(prev, e *encodedCatalogue, id string) bool {
+		a, b := prev.one[id], e.one[id]
+		return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
+	}
+
+	e, err := encodeCatalogue(snap, 1, t0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(e, snap, t0)
+
+	// Generation 2: two items changed (stock, name), one added, one removed.
+	next := maps(snap)
+	it := next["i04"]
+	it.StockLeft, it.Version = 3, 2 // was 0: sold out, now live
+	next["i04"] = it
+	it = next["i08"]
+	it.Name, it.Version = "renamed", 2
+	next["i08"] = it
+	next["i99"] = inventory.Item{ID: "i99", Name: "new", Category: "a", PriceCents: 1, StockTotal: 1, StockLeft: 1, PerUserLimit: 1}
+	delete(next, "i10")
+	e2, err := encodeCatalogue(next, 2, t0, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(e2, next, t0)
+	if reused(e, e2, "i04") || reused(e, e2, "i08") || !reused(e, e2, "i00") || !reused(e, e2, "i11") {
+		t.Fatal("changed items must be encoded again, unchanged ones reused")
+	}
+
+	// Generation 3: nothing changed but the time: upcoming items went live, live ones ended.
+	later := t0.Add(3 * time.Minute)
+	e3, err := encodeCatalogue(next, 3, later, e2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(e3, next, later)
+	if reused(e2, e3, "i01") || reused(e2, e3, "i03") || !reused(e2, e3, "i00") {
+		t.Fatal("items whose status moved with time must be encoded again, the others reused")
+	}
+	if &e3.ids[0] != &e2.ids[0] {
+		t.Fatal("the same items: the sorted ids should be reused")
+	}
+
+	// An empty catalogue.
+	e4, err := encodeCatalogue(map[string]inventory.Item{}, 4, later, e3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(e4, map[string]inventory.Item{}, later)
+}
+
+func maps(m map[string]inventory.Item) map[string]inventory.Item {
+	out := make(map[string]inventory.Item, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// sameEncoding must tell apart two items that differ in any field the JSON shows, and only
+// those: a field added to inventory.Item without it would let a stale encoding be reused.
+func TestSameEncodingCoversEveryField(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	base := inventory.Item{ID: "a", Name: "n", Category: "c", PriceCents: 1, StockTotal: 2, StockLeft: 1, PerUserLimit: 1,
+		StartsAt: &t0, EndsAt: &t0, Status: "live", Queue: &inventory.QueueSettings{AdmitPerSecond: 1, MaxActive: 1, PassTTLSeconds: 1},
+		Reserved: 1, Paid: 1, Version: 1}
+	if !sameEncoding(base, base) {
+		t.Fatal("an item differs from itself")
+	}
+	typ := reflect.TypeOf(base)
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		changed := base
+		v := reflect.ValueOf(&changed).Elem().Field(i)
+		switch f.Type {
+		case reflect.TypeOf(""):
+			v.SetString(v.String() + "x")
+		case reflect.TypeOf(int64(0)):
+			v.SetInt(v.Int() + 1)
+		case reflect.TypeOf(&t0):
+			later := t0.Add(time.Second)
+			v.Set(reflect.ValueOf(&later))
+		case reflect.TypeOf(base.Queue):
+			q := *base.Queue
+			q.MaxActive++
+			v.Set(reflect.ValueOf(&q))
+		default:
+			t.Fatalf("field %s of type %s: teach this test (and sameEncoding) about it", f.Name, f.Type)
+		}
+		shown := f.Tag.Get("json") != "-"
+		if got := !sameEncoding(base, changed); got != shown {
+			t.Errorf("field %s changed: sameEncoding says differ=%v, want %v", f.Name, got, shown)
+		}
+	}
+	// Equal values behind different pointers encode the same.
+	copyTime, copyQueue := t0, *base.Queue
+	other := base
+	other.StartsAt, other.Queue = &copyTime, &copyQueue
+	if !sameEncoding(base, other) {
+		t.Error("equal times and waiting rooms behind other pointers must count as the same")
+	}
+}
