@@ -279,9 +279,56 @@ func (b *bench) latency(ctx context.Context) error {
 		if missing > 0 {
 			r.note += fmt.Sprintf("; %d did not arrive within 60 s", missing)
 		}
+		if legs, err := latencyLegs(ctx, conn, sent, arrived); err == nil {
+			r.note += "; " + legs
+		} else {
+			r.note += fmt.Sprintf("; legs not measured: %v", err)
+		}
 	}
 	b.rows = append(b.rows, r)
 	return nil
+}
+
+// latencyLegs splits the probes' latency at the times Postgres keeps: the order's created_at
+// (the purchase script's clock, ms) and its event's processed_at (when the reconciler began
+// writing its batch). So: request to script, script to the reconciler's write (outbox, relay,
+// Kafka, the consumer's batch), and that write to its commit.
+func latencyLegs(ctx context.Context, conn *pgx.Conn, sent, arrived map[string]time.Time) (string, error) {
+	if _, err := conn.Exec(ctx, "ANALYZE orders, stock_movements, processed_events"); err != nil {
+		return "", err
+	}
+	qctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	rows, err := conn.Query(qctx, `SELECT o.id, o.created_at, pe.processed_at FROM orders o
+		JOIN stock_movements m ON m.order_id = o.id AND m.kind = 'reserved'
+		JOIN processed_events pe ON pe.event_id = m.event_id
+		WHERE o.user_id LIKE 'lat%'`)
+	if err != nil {
+		return "", err
+	}
+	var api, pipe, write []time.Duration
+	var id string
+	var created, processed time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &created, &processed}, func() error {
+		s, ok1 := sent[id]
+		a, ok2 := arrived[id]
+		if ok1 && ok2 {
+			api, pipe, write = append(api, created.Sub(s)), append(pipe, processed.Sub(created)), append(write, a.Sub(processed))
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(api) == 0 {
+		return "", fmt.Errorf("no probe found")
+	}
+	leg := func(d []time.Duration) string {
+		slices.Sort(d)
+		return fmt.Sprintf("%s / %s", ms(d[len(d)/2]), ms(d[min(len(d)-1, len(d)*99/100)]))
+	}
+	return fmt.Sprintf("p50 / p99 of its legs: request to purchase script %s, script to the reconciler's write %s, "+
+		"that write to its commit %s", leg(api), leg(pipe), leg(write)), nil
 }
 
 // peakPurchaseRate is the purchase row's rate, when it ran.

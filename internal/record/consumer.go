@@ -24,7 +24,9 @@ type ConsumerOptions struct {
 	GroupID string
 	// BatchSize is the most messages written in one transaction (default 2000).
 	BatchSize int
-	// BatchWait is how long, after the first message, a batch waits to fill (default 20ms).
+	// BatchWait is how long a batch gathers messages (default 20ms), counted from when the
+	// previous batch was cut: messages that queued up while the previous batch was written
+	// have waited already, so a write longer than BatchWait is followed by the next at once.
 	BatchWait time.Duration
 	// DrainTimeout bounds the last batch's write and offset commit at shutdown (default 10s).
 	DrainTimeout time.Duration
@@ -47,6 +49,8 @@ type Consumer struct {
 	r      *kafka.Reader
 	client *kafka.Client
 	opt    ConsumerOptions
+
+	cut time.Time // when collect last closed a batch (Run's goroutine only)
 
 	lag                     atomic.Int64
 	applied, dupes, invalid atomic.Int64
@@ -165,23 +169,41 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// collect waits for one message, then gathers more for up to BatchWait.
+// collect waits for one message, then gathers more until BatchWait after the previous batch
+// was cut, and at least until no more is queued (none within a millisecond).
 func (c *Consumer) collect(ctx context.Context) ([]kafka.Message, error) {
 	first, err := c.r.FetchMessage(ctx)
 	if err != nil {
 		return nil, err
 	}
 	batch := []kafka.Message{first}
-	fctx, cancel := context.WithTimeout(ctx, c.opt.BatchWait)
+	defer func() { c.cut = time.Now() }()
+	fctx, cancel := context.WithDeadline(ctx, c.cut.Add(c.opt.BatchWait))
 	defer cancel()
 	for len(batch) < c.opt.BatchSize {
 		m, err := c.r.FetchMessage(fctx)
 		if err != nil {
-			break // the wait is over (or shutdown): write what we have
+			break // the window is over (or shutdown)
+		}
+		batch = append(batch, m)
+	}
+	// Whatever queued up meanwhile (a window that closed while the previous batch was
+	// written, or a burst at its end) joins the batch without a further wait.
+	for len(batch) < c.opt.BatchSize && ctx.Err() == nil {
+		m, err := c.fetchQueued(ctx)
+		if err != nil {
+			break
 		}
 		batch = append(batch, m)
 	}
 	return batch, nil
+}
+
+// fetchQueued is FetchMessage for a message already queued (or arriving within a millisecond).
+func (c *Consumer) fetchQueued(ctx context.Context) (kafka.Message, error) {
+	qctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	return c.r.FetchMessage(qctx)
 }
 
 // process writes a batch (retrying while Postgres fails) and then commits its offsets.
