@@ -42,15 +42,17 @@ type ConsumerOptions struct {
 }
 
 // Consumer reads the event topic in a consumer group and writes it to the record in batched
-// transactions. Offsets are committed only after the batch's transaction committed, so a
-// crash re-delivers at most the batches in flight, and the Writer absorbs them.
+// transactions. Offsets are committed only after the batch's transaction committed (beside
+// the write loop, which goes on with the next batch meanwhile), so a crash re-delivers at
+// most the batches in flight, and the Writer absorbs them.
 type Consumer struct {
 	w      *Writer
 	r      *kafka.Reader
 	client *kafka.Client
 	opt    ConsumerOptions
 
-	cut time.Time // when collect last closed a batch (Run's goroutine only)
+	cut     time.Time            // when collect last closed a batch (Run's goroutine only)
+	commits chan []kafka.Message // batches written, for commitOffsets (Run's)
 
 	lag                     atomic.Int64
 	applied, dupes, invalid atomic.Int64
@@ -136,6 +138,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 			slog.Warn("reconciler: closing the Kafka reader", "err", err)
 		}
 	}()
+	// Offsets are committed beside the loop; before the reader closes (defers run last
+	// first), the offsets of every batch written are committed.
+	c.commits = make(chan []kafka.Message, 64)
+	committed := make(chan struct{})
+	go func() {
+		defer close(committed)
+		c.commitOffsets(ctx)
+	}()
+	defer func() {
+		close(c.commits)
+		<-committed
+	}()
 	lagCtx, stopLag := context.WithCancel(ctx)
 	defer stopLag()
 	go c.watchLag(lagCtx)
@@ -206,7 +220,8 @@ func (c *Consumer) fetchQueued(ctx context.Context) (kafka.Message, error) {
 	return c.r.FetchMessage(qctx)
 }
 
-// process writes a batch (retrying while Postgres fails) and then commits its offsets.
+// process writes a batch (retrying while Postgres fails) and then hands its offsets to
+// commitOffsets.
 func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 	var res Result
 	wait := retryBackoff(5 * time.Second)
@@ -244,14 +259,51 @@ func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 			return fmt.Errorf("record: AfterCommit: %w", err)
 		}
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.DrainTimeout)
-	defer cancel()
-	if err := c.r.CommitMessages(cctx, batch...); err != nil {
-		// The rows are committed; a re-delivery of this batch is absorbed as duplicates.
-		c.commitFailures.Add(1)
-		slog.Warn("reconciler: offset commit failed; the batch may be re-delivered", "err", err)
-	}
+	c.commits <- batch
 	return nil
+}
+
+// commitOffsets commits the offsets of the batches written, in order, until c.commits is
+// closed. The write loop does not wait for a batch's offset commit (a Kafka round trip) to
+// write the next batch; batches that queued up meanwhile are committed together, by the
+// newest offset of each partition. Offsets still only follow their batch's transaction, so a
+// crash re-delivers at most the batches whose commit had not gone through, and the Writer
+// absorbs them.
+func (c *Consumer) commitOffsets(ctx context.Context) {
+	for batch := range c.commits {
+		newest := map[int]kafka.Message{}
+		add := func(b []kafka.Message) {
+			for _, m := range b {
+				if n, ok := newest[m.Partition]; !ok || m.Offset > n.Offset {
+					newest[m.Partition] = m
+				}
+			}
+		}
+		add(batch)
+	more:
+		for {
+			select {
+			case b, ok := <-c.commits:
+				if !ok {
+					break more
+				}
+				add(b)
+			default:
+				break more
+			}
+		}
+		msgs := make([]kafka.Message, 0, len(newest))
+		for _, m := range newest {
+			msgs = append(msgs, m)
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.DrainTimeout)
+		if err := c.r.CommitMessages(cctx, msgs...); err != nil {
+			// The rows are committed; a re-delivery of these batches is absorbed as duplicates.
+			c.commitFailures.Add(1)
+			slog.Warn("reconciler: offset commit failed; the batch may be re-delivered", "err", err)
+		}
+		cancel()
+	}
 }
 
 // retryBackoff is the consumer's wait between retries: exponential from 200 ms up to ceiling,
