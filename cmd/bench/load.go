@@ -34,6 +34,33 @@ type load struct {
 	pid int
 	// onReply, when set, sees every reply (index of the request, status, body, send time).
 	onReply func(i int, status int, body []byte, sent time.Time)
+	// pace, when set, caps the requests per second over all connections (the latency row's
+	// 75% of peak); 0: closed loop.
+	pace float64
+}
+
+// pacer hands out send times pace apart across connections, with no catch-up burst after a
+// stall (a slot in the past moves to now).
+type pacer struct {
+	next  atomic.Int64 // unix ns of the next free slot
+	every int64        // ns between sends
+}
+
+func (p *pacer) wait() {
+	if p == nil {
+		return
+	}
+	for {
+		now := time.Now().UnixNano()
+		n := p.next.Load()
+		at := max(n, now)
+		if p.next.CompareAndSwap(n, at+p.every) {
+			if d := time.Duration(at - now); d > 0 {
+				time.Sleep(d)
+			}
+			return
+		}
+	}
 }
 
 // result is what one run measured.
@@ -64,12 +91,16 @@ func (l load) run(ctx context.Context) (result, error) {
 		statuses = map[int]int64{}
 		firstErr error
 		wg       sync.WaitGroup
+		pace     *pacer
 	)
+	if l.pace > 0 {
+		pace = &pacer{every: int64(float64(time.Second) / l.pace)}
+	}
 	for w := 0; w < l.conns; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			mine, st, err := l.worker(ctx, &next, &measure, &stop)
+			mine, st, err := l.worker(ctx, &next, &measure, &stop, pace)
 			mu.Lock()
 			defer mu.Unlock()
 			lat = append(lat, mine...)
@@ -148,7 +179,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (l load) worker(ctx context.Context, next *atomic.Int64, measure, stop *atomic.Bool) ([]time.Duration, map[int]int64, error) {
+func (l load) worker(ctx context.Context, next *atomic.Int64, measure, stop *atomic.Bool, pace *pacer) ([]time.Duration, map[int]int64, error) {
 	conn, err := net.Dial("tcp", l.addr)
 	if err != nil {
 		return nil, nil, err
@@ -159,6 +190,7 @@ func (l load) worker(ctx context.Context, next *atomic.Int64, measure, stop *ato
 	statuses := map[int]int64{}
 	var body []byte
 	for !stop.Load() && ctx.Err() == nil {
+		pace.wait()
 		i := int(next.Add(1) % int64(len(l.reqs)))
 		sent := time.Now()
 		if _, err := conn.Write(l.reqs[i]); err != nil {

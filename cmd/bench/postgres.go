@@ -149,9 +149,9 @@ func perRow(d time.Duration, n int) string {
 	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond)/float64(n))
 }
 
-// latency runs cmd/reconciler against the api's embedded broker and measures, at the api's
-// peak purchase rate (the same closed-loop load as the purchase row), the time from sending a
-// purchase to its order row committed in Postgres. A trigger notifies the bench of new rows of
+// latency runs cmd/reconciler against the api's embedded broker and measures, at 75% of the
+// purchase row's rate (the same load, paced), the time from sending a purchase to its order
+// row committed in Postgres. A trigger notifies the bench of new rows of
 // probe users (every tenth request), so the times are commit times, not polling times.
 func (b *bench) latency(ctx context.Context) error {
 	name := "purchase → Postgres latency (p50 / p99)"
@@ -223,6 +223,10 @@ func (b *bench) latency(ctx context.Context) error {
 		reqs = append(reqs, shoppers[i])
 	}
 	l := b.load(b.api.addr, reqs)
+	// At 75% of the purchase row's peak (when it ran): the goal is the latency of a
+	// busy sale, not of a saturated api.
+	peak := b.peakPurchaseRate()
+	l.pace = 0.75 * peak
 	l.onReply = func(i, status int, body []byte, at time.Time) {
 		if status != 201 || !isProbe[i] {
 			return
@@ -271,10 +275,12 @@ func (b *bench) latency(ctx context.Context) error {
 		slices.Sort(lat)
 		r.res = &result{n: int64(len(lat)), p50: lat[len(lat)/2], p99: lat[min(len(lat)-1, len(lat)*99/100)]}
 		r.note = fmt.Sprintf("%d probe orders at %s purchases/s with the reconciler running", len(lat), thousands(res.rate()))
-		if peak := b.peakPurchaseRate(); peak > 0 {
-			// The same closed loop as the purchase row, but the reconciler (and Postgres)
-			// now share the two cores, so the rate is what the api reaches beside them.
-			r.note += fmt.Sprintf(" (%.0f%% of the purchase row's %s/s without them)", 100*res.rate()/peak, thousands(peak))
+		if peak > 0 {
+			// Paced at 75% of the purchase row's rate; the reconciler and Postgres now share
+			// the two cores, so on a busy machine the api may not reach it.
+			r.note += fmt.Sprintf(" (paced at 75%%, reached %.0f%% of the purchase row's %s/s)", 100*res.rate()/peak, thousands(peak))
+		} else {
+			r.note += " (closed loop: the purchase row did not run)"
 		}
 		if missing > 0 {
 			r.note += fmt.Sprintf("; %d did not arrive within 60 s", missing)
