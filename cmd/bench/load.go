@@ -39,12 +39,15 @@ type load struct {
 	pace float64
 }
 
-// pacer hands out send times pace apart across connections, with no catch-up burst after a
-// stall (a slot in the past moves to now).
+// pacer hands out send times pace apart across connections. A connection busy with its last
+// reply when its slot came may still take the slot late (so the rate holds), but not a slot
+// more than paceSlack in the past: no long catch-up burst after a stall.
 type pacer struct {
 	next  atomic.Int64 // unix ns of the next free slot
 	every int64        // ns between sends
 }
+
+const paceSlack = 50 * time.Millisecond
 
 func (p *pacer) wait() {
 	if p == nil {
@@ -53,7 +56,7 @@ func (p *pacer) wait() {
 	for {
 		now := time.Now().UnixNano()
 		n := p.next.Load()
-		at := max(n, now)
+		at := max(n, now-int64(paceSlack))
 		if p.next.CompareAndSwap(n, at+p.every) {
 			if d := time.Duration(at - now); d > 0 {
 				time.Sleep(d)

@@ -333,7 +333,7 @@ func latencyLegs(ctx context.Context, conn *pgx.Conn, sent, arrived map[string]t
 		slices.Sort(d)
 		return fmt.Sprintf("%s / %s", ms(d[len(d)/2]), ms(d[min(len(d)-1, len(d)*99/100)]))
 	}
-	return fmt.Sprintf("p50 / p99 of its legs: request to purchase script %s, script to the reconciler's write %s, "+
+	return fmt.Sprintf("p50 / p99 of its legs: request to purchase script %s (the script's clock is in ms), script to the reconciler's write %s, "+
 		"that write to its commit %s", leg(api), leg(pipe), leg(write)), nil
 }
 
