@@ -19,7 +19,7 @@ import (
 // INSERT ... SELECT FROM unnest(...) as taking it by COPY (~12.5-14 µs per event for its three
 // rows either way). What differs is round trips and the writer's own CPU. COPY is two round
 // trips per table (the COPY statement, then the data), and a savepoint or a transaction driven
-// through database/sql adds one per statement: the old COPY path took eight per batch, each a
+// through database/sql adds one per statement: the old COPY path took ten per batch, each a
 // wake-up of Postgres and of the writer on a busy machine. Statements with array parameters
 // can be pipelined, COPY cannot. So each batch is one pipeline, one round trip: BEGIN, every
 // statement, COMMIT (txBatch in wire.go).
