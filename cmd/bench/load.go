@@ -36,6 +36,36 @@ type load struct {
 	adm string
 	// onReply, when set, sees every reply (index of the request, status, body, send time).
 	onReply func(i int, status int, body []byte, sent time.Time)
+	// pace, when set, caps the requests per second over all connections (the latency row's
+	// 75% of peak); 0: closed loop.
+	pace float64
+}
+
+// pacer hands out send times pace apart across connections. A connection busy with its last
+// reply when its slot came may still take the slot late (so the rate holds), but not a slot
+// more than paceSlack in the past: no long catch-up burst after a stall.
+type pacer struct {
+	next  atomic.Int64 // unix ns of the next free slot
+	every int64        // ns between sends
+}
+
+const paceSlack = 50 * time.Millisecond
+
+func (p *pacer) wait() {
+	if p == nil {
+		return
+	}
+	for {
+		now := time.Now().UnixNano()
+		n := p.next.Load()
+		at := max(n, now-int64(paceSlack))
+		if p.next.CompareAndSwap(n, at+p.every) {
+			if d := time.Duration(at - now); d > 0 {
+				time.Sleep(d)
+			}
+			return
+		}
+	}
 }
 
 // result is what one run measured.
@@ -66,12 +96,16 @@ func (l load) run(ctx context.Context) (result, error) {
 		statuses = map[int]int64{}
 		firstErr error
 		wg       sync.WaitGroup
+		pace     *pacer
 	)
+	if l.pace > 0 {
+		pace = &pacer{every: int64(float64(time.Second) / l.pace)}
+	}
 	for w := 0; w < l.conns; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			mine, st, err := l.worker(ctx, &next, &measure, &stop)
+			mine, st, err := l.worker(ctx, &next, &measure, &stop, pace)
 			mu.Lock()
 			defer mu.Unlock()
 			lat = append(lat, mine...)
@@ -150,7 +184,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (l load) worker(ctx context.Context, next *atomic.Int64, measure, stop *atomic.Bool) ([]time.Duration, map[int]int64, error) {
+func (l load) worker(ctx context.Context, next *atomic.Int64, measure, stop *atomic.Bool, pace *pacer) ([]time.Duration, map[int]int64, error) {
 	conn, err := net.Dial("tcp", l.addr)
 	if err != nil {
 		return nil, nil, err
@@ -161,6 +195,7 @@ func (l load) worker(ctx context.Context, next *atomic.Int64, measure, stop *ato
 	statuses := map[int]int64{}
 	var body []byte
 	for !stop.Load() && ctx.Err() == nil {
+		pace.wait()
 		i := int(next.Add(1) % int64(len(l.reqs)))
 		sent := time.Now()
 		if _, err := conn.Write(l.reqs[i]); err != nil {

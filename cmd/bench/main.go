@@ -8,8 +8,8 @@
 //     (and, for sold-out answers, beside the same handler fed the very same POST bytes);
 //   - the reconciler's write path (internal/record) in rows/s beside pgx CopyFrom of the same
 //     rows;
-//   - purchase -> Postgres latency (response sent to row committed) at the api's peak rate with
-//     cmd/reconciler running;
+//   - purchase -> Postgres latency (request sent to row committed) at 75% of the purchase
+//     row's rate with cmd/reconciler running;
 //   - the scale rows (scale.go): idle Redis commands/s per api instance with 10 / 1,000 /
 //     10,000 items and 1 or 3 apis, Redis commands per GET /api/orders, and GET /api/items
 //     with 10,000 items, against a private redis-server (`-only scale` runs them alone).

@@ -123,8 +123,17 @@ func FromEntry(eventID string, values map[string]any) (Event, error) {
 	return e, e.Validate()
 }
 
-// Parse decodes and validates one Kafka message value.
+// Parse decodes and validates one Kafka message value: the relay's own form by decodeFast,
+// anything else by encoding/json, to the same Event.
 func Parse(data []byte) (Event, error) {
+	if e, ok := decodeFast(data); ok {
+		return e, e.Validate()
+	}
+	return parseJSON(data)
+}
+
+// parseJSON is Parse by encoding/json (apart, so that Parse's fast result stays on the stack).
+func parseJSON(data []byte) (Event, error) {
 	var e Event
 	if err := json.Unmarshal(data, &e); err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrInvalid, err)

@@ -24,7 +24,9 @@ type ConsumerOptions struct {
 	GroupID string
 	// BatchSize is the most messages written in one transaction (default 2000).
 	BatchSize int
-	// BatchWait is how long, after the first message, a batch waits to fill (default 20ms).
+	// BatchWait is how long a batch gathers messages (default 20ms), counted from when the
+	// previous batch was cut: messages that queued up while the previous batch was written
+	// have waited already, so a write longer than BatchWait is followed by the next at once.
 	BatchWait time.Duration
 	// DrainTimeout bounds the last batch's write and offset commit at shutdown (default 10s).
 	DrainTimeout time.Duration
@@ -40,13 +42,17 @@ type ConsumerOptions struct {
 }
 
 // Consumer reads the event topic in a consumer group and writes it to the record in batched
-// transactions. Offsets are committed only after the batch's transaction committed, so a
-// crash re-delivers at most the batches in flight, and the Writer absorbs them.
+// transactions. Offsets are committed only after the batch's transaction committed (beside
+// the write loop, which goes on with the next batch meanwhile), so a crash re-delivers at
+// most the batches in flight, and the Writer absorbs them.
 type Consumer struct {
 	w      *Writer
 	r      *kafka.Reader
 	client *kafka.Client
 	opt    ConsumerOptions
+
+	cut     time.Time            // when collect last closed a batch (Run's goroutine only)
+	commits chan []kafka.Message // batches written, for commitOffsets (Run's)
 
 	lag                     atomic.Int64
 	applied, dupes, invalid atomic.Int64
@@ -132,6 +138,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 			slog.Warn("reconciler: closing the Kafka reader", "err", err)
 		}
 	}()
+	// Offsets are committed beside the loop; before the reader closes (defers run last
+	// first), the offsets of every batch written are committed.
+	c.commits = make(chan []kafka.Message, 64)
+	committed := make(chan struct{})
+	go func() {
+		defer close(committed)
+		c.commitOffsets(ctx)
+	}()
+	defer func() {
+		close(c.commits)
+		<-committed
+	}()
 	lagCtx, stopLag := context.WithCancel(ctx)
 	defer stopLag()
 	go c.watchLag(lagCtx)
@@ -165,26 +183,45 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// collect waits for one message, then gathers more for up to BatchWait.
+// collect waits for one message, then gathers more until BatchWait after the previous batch
+// was cut, and at least until no more is queued (none within a millisecond).
 func (c *Consumer) collect(ctx context.Context) ([]kafka.Message, error) {
 	first, err := c.r.FetchMessage(ctx)
 	if err != nil {
 		return nil, err
 	}
 	batch := []kafka.Message{first}
-	fctx, cancel := context.WithTimeout(ctx, c.opt.BatchWait)
+	defer func() { c.cut = time.Now() }()
+	fctx, cancel := context.WithDeadline(ctx, c.cut.Add(c.opt.BatchWait))
 	defer cancel()
 	for len(batch) < c.opt.BatchSize {
 		m, err := c.r.FetchMessage(fctx)
 		if err != nil {
-			break // the wait is over (or shutdown): write what we have
+			break // the window is over (or shutdown)
+		}
+		batch = append(batch, m)
+	}
+	// Whatever queued up meanwhile (a window that closed while the previous batch was
+	// written, or a burst at its end) joins the batch without a further wait.
+	for len(batch) < c.opt.BatchSize && ctx.Err() == nil {
+		m, err := c.fetchQueued(ctx)
+		if err != nil {
+			break
 		}
 		batch = append(batch, m)
 	}
 	return batch, nil
 }
 
-// process writes a batch (retrying while Postgres fails) and then commits its offsets.
+// fetchQueued is FetchMessage for a message already queued (or arriving within a millisecond).
+func (c *Consumer) fetchQueued(ctx context.Context) (kafka.Message, error) {
+	qctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	return c.r.FetchMessage(qctx)
+}
+
+// process writes a batch (retrying while Postgres fails) and then hands its offsets to
+// commitOffsets.
 func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 	var res Result
 	wait := retryBackoff(5 * time.Second)
@@ -222,14 +259,51 @@ func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 			return fmt.Errorf("record: AfterCommit: %w", err)
 		}
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.DrainTimeout)
-	defer cancel()
-	if err := c.r.CommitMessages(cctx, batch...); err != nil {
-		// The rows are committed; a re-delivery of this batch is absorbed as duplicates.
-		c.commitFailures.Add(1)
-		slog.Warn("reconciler: offset commit failed; the batch may be re-delivered", "err", err)
-	}
+	c.commits <- batch
 	return nil
+}
+
+// commitOffsets commits the offsets of the batches written, in order, until c.commits is
+// closed. The write loop does not wait for a batch's offset commit (a Kafka round trip) to
+// write the next batch; batches that queued up meanwhile are committed together, by the
+// newest offset of each partition. Offsets still only follow their batch's transaction, so a
+// crash re-delivers at most the batches whose commit had not gone through, and the Writer
+// absorbs them.
+func (c *Consumer) commitOffsets(ctx context.Context) {
+	for batch := range c.commits {
+		newest := map[int]kafka.Message{}
+		add := func(b []kafka.Message) {
+			for _, m := range b {
+				if n, ok := newest[m.Partition]; !ok || m.Offset > n.Offset {
+					newest[m.Partition] = m
+				}
+			}
+		}
+		add(batch)
+	more:
+		for {
+			select {
+			case b, ok := <-c.commits:
+				if !ok {
+					break more
+				}
+				add(b)
+			default:
+				break more
+			}
+		}
+		msgs := make([]kafka.Message, 0, len(newest))
+		for _, m := range newest {
+			msgs = append(msgs, m)
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.DrainTimeout)
+		if err := c.r.CommitMessages(cctx, msgs...); err != nil {
+			// The rows are committed; a re-delivery of these batches is absorbed as duplicates.
+			c.commitFailures.Add(1)
+			slog.Warn("reconciler: offset commit failed; the batch may be re-delivered", "err", err)
+		}
+		cancel()
+	}
 }
 
 // retryBackoff is the consumer's wait between retries: exponential from 200 ms up to ceiling,

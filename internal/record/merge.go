@@ -14,58 +14,57 @@ import (
 	"gorm.io/gorm"
 )
 
-// How a batch reaches Postgres. Profiled on cmd/bench's batches (1000 order.reserved events),
-// the old form, one INSERT per table with the rows as one jsonb parameter, spent about half its
-// time in Postgres parsing that jsonb (text to jsonb to typed columns), and INSERT ... ON
-// CONFLICT costs about twice a plain insert per row for processed_events (speculative
-// insertion). Temporary staging tables were tried and dropped: a commit after touching them
-// truncates each (ON COMMIT DELETE ROWS) for ~20 ms a batch, more than they saved. So:
+// How a batch reaches Postgres. Profiled on cmd/bench's batches (1000 order.reserved events):
+// Postgres spends about the same CPU per row taking a batch as binary array parameters of
+// INSERT ... SELECT FROM unnest(...) as taking it by COPY (~12.5-14 µs per event for its three
+// rows either way). What differs is round trips and the writer's own CPU. COPY is two round
+// trips per table (the COPY statement, then the data), and a savepoint or a transaction driven
+// through database/sql adds one per statement: the old COPY path took ten per batch, each a
+// wake-up of Postgres and of the writer on a busy machine. Statements with array parameters
+// can be pipelined, COPY cannot. So each batch is one pipeline, one round trip: BEGIN, every
+// statement, COMMIT (txBatch in wire.go).
 //
-//   - writeNew, the common case (events arrive once, in stream order): inside a savepoint, COPY
-//     the event ids straight into processed_events, the orders the batch creates straight into
-//     orders and the stock movements straight into stock_movements. Any of them already there
-//     (a re-delivery, an order whose later event was applied first) fails the COPY with a
-//     unique violation and the savepoint is rolled back: nothing of it stays.
-//   - writeMerged, the fallback: claim the event ids with INSERT ... ON CONFLICT DO NOTHING
-//     RETURNING, and merge only the new events' rows.
+//   - writeNew, the common case (events arrive once, in stream order): plain INSERTs of the
+//     event ids into processed_events, of the orders the batch creates into orders and of the
+//     stock movements into stock_movements. Any of them already there (a re-delivery, an
+//     order whose later event was applied first, another reconciler that took the same
+//     events during a rebalance) fails its INSERT with a unique violation: Postgres skips the
+//     rest of the pipeline, COMMIT included, and the transaction is rolled back: nothing of it
+//     stays. (INSERT ... ON CONFLICT DO NOTHING would spare the retry but costs about twice a
+//     plain insert per row: speculative insertion.)
+//   - writeMerged, the fallback, in a new transaction: claim the event ids with INSERT ... ON
+//     CONFLICT DO NOTHING RETURNING, and merge only the new events' rows (two round trips).
 //
 // Rows that may update existing ones (items, ratings, orders the batch only pays, cancels or
 // expires) always go through a merge: one INSERT ... SELECT FROM unnest(arrays) ... ON
-// CONFLICT DO UPDATE per table, the arrays sent in binary, with the forward-only and
-// newest-wins rules in SQL.
+// CONFLICT DO UPDATE per table, with the forward-only and newest-wins rules in SQL. Dead
+// letters of the batch ride in the same transaction. The statements are prepared once per
+// connection.
 
-// write writes the valid events of a batch and returns those applied now (not before).
-func write(ctx context.Context, pc *pgx.Conn, valid []parsed) ([]parsed, error) {
-	if _, err := pc.Exec(ctx, "SAVEPOINT record_new"); err != nil {
-		return nil, err
-	}
-	err := writeNew(ctx, pc, valid)
+// write writes a batch in one transaction: its dead letters and its valid events. It returns
+// the events applied now (not before).
+func write(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) ([]parsed, error) {
+	err := writeNew(ctx, pc, dead, valid)
 	if err == nil {
-		_, err = pc.Exec(ctx, "RELEASE SAVEPOINT record_new")
-		return valid, err
+		return valid, nil
 	}
 	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23505" {
 		return nil, err
 	}
-	if _, err := pc.Exec(ctx, "ROLLBACK TO SAVEPOINT record_new"); err != nil {
-		return nil, err
-	}
-	return writeMerged(ctx, pc, valid)
+	return writeMerged(ctx, pc, dead, valid)
 }
 
 // writeNew writes events none of which was applied before, and fails with a unique violation
-// if one was.
-func writeNew(ctx context.Context, pc *pgx.Conn, valid []parsed) error {
-	// processed_at is the wall clock of the write, so processed_at minus the event's time is
-	// its delay through the pipeline.
-	now := time.Now()
-	err := copyInto(ctx, pc, "processed_events", []string{"event_id", "type", "kafka_partition", "kafka_offset", "processed_at"},
-		len(valid), func(i int) []any {
-			p := valid[i]
-			return []any{p.ev.EventID, p.ev.Type, p.msg.Partition, p.msg.Offset, now}
-		})
-	if err != nil {
-		return err
+// (the transaction rolled back) if one was.
+func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) error {
+	b := newTxBatch(ctx, pc)
+	b.plain("BEGIN")
+	queueDead(b, dead)
+	if n := len(valid); n > 0 {
+		ids, types, parts, offsets := claimArrays(valid)
+		// processed_at is the wall clock of the write, so processed_at minus the event's time
+		// is its delay through the pipeline.
+		b.exec(insertEvents, ids, types, parts, offsets, time.Now())
 	}
 	rows := fold(valid)
 	var created, changed []*orderRow
@@ -76,41 +75,31 @@ func writeNew(ctx context.Context, pc *pgx.Conn, valid []parsed) error {
 			changed = append(changed, o)
 		}
 	}
-	err = copyInto(ctx, pc, "orders", []string{"id", "item_id", "user_id", "quantity", "price_cents", "status", "created_at", "updated_at", "expires_at"},
-		len(created), func(i int) []any {
-			r := created[i]
-			return []any{r.ID, r.ItemID, r.UserID, r.Quantity, r.PriceCents, r.Status, r.CreatedAt, r.UpdatedAt, r.ExpiresAt}
-		})
-	if err != nil {
-		return err
-	}
-	err = copyInto(ctx, pc, "stock_movements", []string{"event_id", "item_id", "kind", "delta", "order_id", "stock_total", "at"},
-		len(rows.moves), func(i int) []any {
-			r := &rows.moves[i]
-			return []any{r.EventID, r.ItemID, r.Kind, r.Delta, r.OrderID, r.StockTotal, r.At}
-		})
-	if err != nil {
-		return err
-	}
+	queueOrders(b, insertOrders, created)
+	queueMovements(b, insertMovements, rows.moves)
 	rows.orders, rows.moves = changed, nil
-	return merge(ctx, pc, rows)
+	queueMerge(b, rows)
+	b.plain("COMMIT")
+	return b.send()
 }
 
 // writeMerged claims the events in processed_events, then merges the rows of those not
 // applied before, which it returns.
-func writeMerged(ctx context.Context, pc *pgx.Conn, valid []parsed) ([]parsed, error) {
-	n := len(valid)
-	ids, types, parts, offsets := make([]string, n), make([]string, n), make([]int32, n), make([]int64, n)
-	for i, p := range valid {
-		ids[i], types[i], parts[i], offsets[i] = p.ev.EventID, p.ev.Type, int32(p.msg.Partition), p.msg.Offset
+func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) ([]parsed, error) {
+	isNew := make(map[string]bool, len(valid))
+	b := newTxBatch(ctx, pc)
+	b.plain("BEGIN")
+	queueDead(b, dead)
+	if len(valid) > 0 {
+		ids, types, parts, offsets := claimArrays(valid)
+		b.query(claimEvents, func(rr *pgconn.ResultReader) error {
+			for rr.NextRow() {
+				isNew[string(rr.Values()[0])] = true
+			}
+			return nil
+		}, ids, types, parts, offsets)
 	}
-	rows, err := pc.Query(ctx, claimEvents, ids, types, parts, offsets)
-	if err != nil {
-		return nil, fmt.Errorf("processed events: %w", err)
-	}
-	isNew := make(map[string]bool, n)
-	var id string
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { isNew[id] = true; return nil }); err != nil {
+	if err := b.send(); err != nil {
 		return nil, fmt.Errorf("processed events: %w", err)
 	}
 	fresh := valid[:0:0]
@@ -119,11 +108,83 @@ func writeMerged(ctx context.Context, pc *pgx.Conn, valid []parsed) ([]parsed, e
 			fresh = append(fresh, p)
 		}
 	}
-	return fresh, merge(ctx, pc, fold(fresh))
+	b = newTxBatch(ctx, pc)
+	queueMerge(b, fold(fresh))
+	b.plain("COMMIT")
+	return fresh, b.send()
 }
 
-// merge writes rows with one set-based statement per table (none for a table without rows).
-func merge(ctx context.Context, pc *pgx.Conn, rows batchRows) error {
+// claimArrays are the processed_events columns of the events, as arrays.
+func claimArrays(valid []parsed) ([]string, []string, []int32, []int64) {
+	n := len(valid)
+	ids, types, parts, offsets := make([]string, n), make([]string, n), make([]int32, n), make([]int64, n)
+	for i, p := range valid {
+		ids[i], types[i], parts[i], offsets[i] = p.ev.EventID, p.ev.Type, int32(p.msg.Partition), p.msg.Offset
+	}
+	return ids, types, parts, offsets
+}
+
+// queueDead queues the batch's dead letters (parked once per topic, partition and offset).
+func queueDead(b *txBatch, dead []DeadLetter) {
+	n := len(dead)
+	if n == 0 {
+		return
+	}
+	var (
+		topics, errs = make([]string, n), make([]string, n)
+		parts        = make([]int32, n)
+		offsets      = make([]int64, n)
+		keys, values = make([][]byte, n), make([][]byte, n)
+		at           = make([]time.Time, n)
+	)
+	for i, d := range dead {
+		topics[i], parts[i], offsets[i], keys[i], values[i], errs[i], at[i] = d.Topic, int32(d.KafkaPartition), d.KafkaOffset, d.Key, d.Value, d.Error, d.ReceivedAt
+	}
+	b.exec(insertDead, topics, parts, offsets, keys, values, errs, at)
+}
+
+// queueOrders queues one statement (insertOrders or mergeOrders) for the order rows.
+func queueOrders(b *txBatch, s stmt, rows []*orderRow) {
+	n := len(rows)
+	if n == 0 {
+		return
+	}
+	var (
+		ids, items, users, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		qtys, prices                = make([]int64, n), make([]int64, n)
+		created, updated            = make([]time.Time, n), make([]time.Time, n)
+		expires                     = make([]*time.Time, n)
+	)
+	for i, r := range rows {
+		ids[i], items[i], users[i], statuses[i] = r.ID, r.ItemID, r.UserID, r.Status
+		qtys[i], prices[i], created[i], updated[i] = r.Quantity, r.PriceCents, r.CreatedAt, r.UpdatedAt
+		expires[i] = r.ExpiresAt
+	}
+	b.exec(s, ids, items, users, qtys, prices, statuses, created, updated, expires)
+}
+
+// queueMovements queues one statement (insertMovements or mergeMovements) for the movements.
+func queueMovements(b *txBatch, s stmt, rows []movementRow) {
+	n := len(rows)
+	if n == 0 {
+		return
+	}
+	var (
+		ids, items, kinds = make([]string, n), make([]string, n), make([]string, n)
+		deltas            = make([]int64, n)
+		orders            = make([]*string, n)
+		totals            = make([]*int64, n)
+		at                = make([]time.Time, n)
+	)
+	for i := range rows {
+		r := &rows[i]
+		ids[i], items[i], kinds[i], deltas[i], orders[i], totals[i], at[i] = r.EventID, r.ItemID, r.Kind, r.Delta, r.OrderID, r.StockTotal, r.At
+	}
+	b.exec(s, ids, items, kinds, deltas, orders, totals, at)
+}
+
+// queueMerge queues one set-based statement per table (none for a table without rows).
+func queueMerge(b *txBatch, rows batchRows) {
 	if n := len(rows.items); n > 0 {
 		var (
 			ids, names, cats                   = make([]string, n), make([]string, n), make([]string, n)
@@ -136,70 +197,22 @@ func merge(ctx context.Context, pc *pgx.Conn, rows batchRows) error {
 			starts[i], ends[i] = r.StartsAt, r.EndsAt
 			attrMs[i], attrSeq[i], stockMs[i], stockSeq[i] = r.AttrPosMs, r.AttrPosSeq, r.StockPosMs, r.StockPosSeq
 		}
-		if _, err := pc.Exec(ctx, mergeItems, ids, names, cats, prices, stocks, limits, starts, ends,
-			attrMs, attrSeq, stockMs, stockSeq); err != nil {
-			return fmt.Errorf("items: %w", err)
-		}
+		b.exec(mergeItems, ids, names, cats, prices, stocks, limits, starts, ends, attrMs, attrSeq, stockMs, stockSeq)
 	}
-	if n := len(rows.orders); n > 0 {
-		var (
-			ids, items, users, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-			qtys, prices                = make([]int64, n), make([]int64, n)
-			created, updated            = make([]time.Time, n), make([]time.Time, n)
-			expires                     = make([]*time.Time, n)
-		)
-		for i, r := range rows.orders {
-			ids[i], items[i], users[i], statuses[i] = r.ID, r.ItemID, r.UserID, r.Status
-			qtys[i], prices[i], created[i], updated[i] = r.Quantity, r.PriceCents, r.CreatedAt, r.UpdatedAt
-			expires[i] = r.ExpiresAt
-		}
-		if _, err := pc.Exec(ctx, mergeOrders, ids, items, users, qtys, prices, statuses, created, updated, expires); err != nil {
-			return fmt.Errorf("orders: %w", err)
-		}
-	}
+	queueOrders(b, mergeOrders, rows.orders)
 	if n := len(rows.ratings); n > 0 {
 		var (
-			items, users   = make([]string, n), make([]string, n)
-			stars, ms, seq = make([]int64, n), make([]int64, n), make([]int64, n)
-			updated        = make([]time.Time, n)
+			items, users = make([]string, n), make([]string, n)
+			stars        = make(smallints, n)
+			ms, seq      = make([]int64, n), make([]int64, n)
+			updated      = make([]time.Time, n)
 		)
 		for i, r := range rows.ratings {
-			items[i], users[i], stars[i], ms[i], seq[i], updated[i] = r.ItemID, r.UserID, r.Stars, r.PosMs, r.PosSeq, r.UpdatedAt
+			items[i], users[i], stars[i], ms[i], seq[i], updated[i] = r.ItemID, r.UserID, int16(r.Stars), r.PosMs, r.PosSeq, r.UpdatedAt
 		}
-		if _, err := pc.Exec(ctx, mergeRatings, items, users, stars, ms, seq, updated); err != nil {
-			return fmt.Errorf("ratings: %w", err)
-		}
+		b.exec(mergeRatings, items, users, stars, ms, seq, updated)
 	}
-	if n := len(rows.moves); n > 0 {
-		var (
-			ids, items, kinds = make([]string, n), make([]string, n), make([]string, n)
-			deltas            = make([]int64, n)
-			orders            = make([]*string, n)
-			totals            = make([]*int64, n)
-			at                = make([]time.Time, n)
-		)
-		for i, r := range rows.moves {
-			ids[i], items[i], kinds[i], deltas[i], orders[i], totals[i], at[i] = r.EventID, r.ItemID, r.Kind, r.Delta, r.OrderID, r.StockTotal, r.At
-		}
-		if _, err := pc.Exec(ctx, mergeMovements, ids, items, kinds, deltas, orders, totals, at); err != nil {
-			return fmt.Errorf("stock movements: %w", err)
-		}
-	}
-	return nil
-}
-
-// copyInto COPYs n rows into table (nothing for none).
-func copyInto(ctx context.Context, pc *pgx.Conn, table string, cols []string, n int, row func(i int) []any) error {
-	if n == 0 {
-		return nil
-	}
-	_, err := pc.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromSlice(n, func(i int) ([]any, error) {
-		return row(i), nil
-	}))
-	if err != nil {
-		return fmt.Errorf("copy into %s: %w", table, err)
-	}
-	return nil
+	queueMovements(b, mergeMovements, rows.moves)
 }
 
 // withPgx runs fn with the pgx connection under conn, a gorm session pinned to one pooled
@@ -234,15 +247,35 @@ func newer(table string, pos [2]string, cols ...string) string {
 }
 
 var (
+	// insertEvents records events none of which was recorded before (writeNew).
+	insertEvents = stmt{"record_insert_events", `INSERT INTO processed_events (event_id, type, kafka_partition, kafka_offset, processed_at)
+	SELECT event_id, type, kafka_partition, kafka_offset, $5::timestamptz
+	FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[]) AS x(event_id, type, kafka_partition, kafka_offset)`}
+
+	// insertOrders creates orders none of which exists (writeNew); same parameters as mergeOrders.
+	insertOrders = stmt{"record_insert_orders", `INSERT INTO orders (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
+		$7::timestamptz[], $8::timestamptz[], $9::timestamptz[])`}
+
+	// insertMovements records movements none of which exists (writeNew); same parameters as
+	// mergeMovements.
+	insertMovements = stmt{"record_insert_movements", `INSERT INTO stock_movements (event_id, item_id, kind, delta, order_id, stock_total, at)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[])`}
+
+	// insertDead parks messages, once per topic, partition and offset.
+	insertDead = stmt{"record_insert_dead", `INSERT INTO dead_letters (topic, kafka_partition, kafka_offset, key, value, error, received_at)
+	SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::bytea[], $5::bytea[], $6::text[], $7::timestamptz[])
+	ON CONFLICT DO NOTHING`}
+
 	// claimEvents records events as processed and returns those not recorded before;
 	// processed_at as in writeNew.
-	claimEvents = `INSERT INTO processed_events (event_id, type, kafka_partition, kafka_offset, processed_at)
+	claimEvents = stmt{"record_claim_events", `INSERT INTO processed_events (event_id, type, kafka_partition, kafka_offset, processed_at)
 	SELECT event_id, type, kafka_partition, kafka_offset, clock_timestamp()
 	FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[]) AS x(event_id, type, kafka_partition, kafka_offset)
 	ON CONFLICT (event_id) DO NOTHING
-	RETURNING event_id`
+	RETURNING event_id`}
 
-	mergeItems = `INSERT INTO items AS i (id, name, category, price_cents, stock_total, per_user_limit,
+	mergeItems = stmt{"record_merge_items", `INSERT INTO items AS i (id, name, category, price_cents, stock_total, per_user_limit,
 		starts_at, ends_at, attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq, updated_at)
 	SELECT id, name, category, price_cents, stock_total, per_user_limit, starts_at, ends_at,
 		attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq, now()
@@ -253,9 +286,9 @@ var (
 	ON CONFLICT (id) DO UPDATE SET
 	` + newer("i", [2]string{"attr_pos_ms", "attr_pos_seq"}, "name", "category", "price_cents", "per_user_limit", "starts_at", "ends_at") + `,
 	` + newer("i", [2]string{"stock_pos_ms", "stock_pos_seq"}, "stock_total") + `,
-	updated_at = now()`
+	updated_at = now()`}
 
-	mergeOrders = `INSERT INTO orders AS o (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at)
+	mergeOrders = stmt{"record_merge_orders", `INSERT INTO orders AS o (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at)
 	SELECT id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
 		$7::timestamptz[], $8::timestamptz[], $9::timestamptz[])
@@ -264,18 +297,18 @@ var (
 	expires_at = COALESCE(o.expires_at, excluded.expires_at),
 	status = CASE WHEN order_status_rank(excluded.status) > order_status_rank(o.status) THEN excluded.status ELSE o.status END,
 	created_at = LEAST(o.created_at, excluded.created_at),
-	updated_at = GREATEST(o.updated_at, excluded.updated_at)`
+	updated_at = GREATEST(o.updated_at, excluded.updated_at)`}
 
-	mergeRatings = `INSERT INTO ratings AS r (item_id, user_id, stars, pos_ms, pos_seq, updated_at)
+	mergeRatings = stmt{"record_merge_ratings", `INSERT INTO ratings AS r (item_id, user_id, stars, pos_ms, pos_seq, updated_at)
 	SELECT item_id, user_id, stars, pos_ms, pos_seq, updated_at
 	FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], $5::bigint[], $6::timestamptz[])
 		AS x(item_id, user_id, stars, pos_ms, pos_seq, updated_at)
 	ON CONFLICT (item_id, user_id) DO UPDATE SET
-	` + newer("r", [2]string{"pos_ms", "pos_seq"}, "stars", "updated_at")
+	` + newer("r", [2]string{"pos_ms", "pos_seq"}, "stars", "updated_at")}
 
-	mergeMovements = `INSERT INTO stock_movements (event_id, item_id, kind, delta, order_id, stock_total, at)
+	mergeMovements = stmt{"record_merge_movements", `INSERT INTO stock_movements (event_id, item_id, kind, delta, order_id, stock_total, at)
 	SELECT event_id, item_id, kind, delta, order_id, stock_total, at
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[])
 		AS x(event_id, item_id, kind, delta, order_id, stock_total, at)
-	ON CONFLICT (event_id) DO NOTHING`
+	ON CONFLICT (event_id) DO NOTHING`}
 )

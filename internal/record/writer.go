@@ -25,9 +25,10 @@ import (
 // does not matter either: order status only moves forward, and item attributes, stock totals
 // and ratings are taken from the newest event by stream position.
 //
-// Rows reach Postgres in binary through the pgx connection under gorm's pool: by COPY straight
-// into the tables when the batch is all new, else as array parameters of set-based
-// INSERT ... SELECT ... ON CONFLICT statements that apply those rules (merge.go).
+// Rows reach Postgres in binary through the pgx connection under gorm's pool, as array
+// parameters of set-based INSERT ... SELECT FROM unnest(...) statements, the whole transaction
+// in one pipelined round trip: plain inserts when the batch is all new, else INSERT ... ON
+// CONFLICT statements that apply those rules (merge.go).
 type Writer struct {
 	db *gorm.DB
 }
@@ -79,24 +80,14 @@ func (w *Writer) Apply(ctx context.Context, msgs []kafka.Message) (Result, error
 	}
 	res.Invalid = len(dead)
 
-	// One pooled connection for the whole batch: gorm writes the models through
-	// database/sql, COPY goes through the pgx connection under it, in the same transaction.
+	// One pooled connection for the whole batch, driven through the pgx connection under
+	// gorm's database/sql pool: the transaction is one pipeline (merge.go).
 	err := w.db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
-		return conn.Transaction(func(tx *gorm.DB) error {
-			if len(dead) > 0 {
-				if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&dead).Error; err != nil {
-					return fmt.Errorf("dead letters: %w", err)
-				}
-			}
-			if len(valid) == 0 {
-				return nil
-			}
-			return withPgx(conn, func(pc *pgx.Conn) error {
-				fresh, err := write(ctx, pc, valid)
-				res.Duplicates += len(valid) - len(fresh)
-				res.Applied = len(fresh)
-				return err
-			})
+		return withPgx(conn, func(pc *pgx.Conn) error {
+			fresh, err := write(ctx, pc, dead, valid)
+			res.Duplicates += len(valid) - len(fresh)
+			res.Applied = len(fresh)
+			return err
 		})
 	})
 	if err != nil {
