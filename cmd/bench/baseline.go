@@ -48,6 +48,12 @@ func serveBaseline(mode string) error {
 			return err
 		}
 		r.POST("/purchase/:user", h)
+	case "minimal":
+		h, err := minimalHandler()
+		if err != nil {
+			return err
+		}
+		r.POST("/purchase/:user", h)
 	default:
 		return fmt.Errorf("bench: unknown %s=%q", serveEnv, mode)
 	}
