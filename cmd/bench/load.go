@@ -32,8 +32,8 @@ type load struct {
 	dur    time.Duration
 	// pid, when set, is the server's process: its CPU time over the measured window is taken.
 	pid int
-	// redisCPU, when set, reads the Redis server's CPU time, taken over the measured window.
-	redisCPU func() time.Duration
+	// redis, when set, samples the Redis server (CPU time, commandstats) over the measured window.
+	redis func() redisSample
 	// onReply, when set, sees every reply (index of the request, status, body, send time).
 	onReply func(i int, status int, body []byte, sent time.Time)
 }
@@ -45,7 +45,7 @@ type result struct {
 	p50, p99 time.Duration
 	lat      []time.Duration // every measured latency, sorted (merge pools turns)
 	cpu      time.Duration   // the server process's CPU time (user+system) while measured
-	redisCPU time.Duration   // the Redis server's CPU time while measured (0: not taken)
+	redis    redisSample     // the Redis server's CPU time and commands while measured (zero: not taken)
 	statuses map[int]int64
 }
 
@@ -85,13 +85,13 @@ func (l load) run(ctx context.Context) (result, error) {
 		}()
 	}
 	sleepCtx(ctx, l.warmup)
-	cpu0, rcpu0 := procCPU(l.pid), l.readRedisCPU()
+	cpu0, redis0 := procCPU(l.pid), l.sampleRedis()
 	measure.Store(true)
 	start := time.Now()
 	sleepCtx(ctx, l.dur)
 	measure.Store(false)
 	elapsed := time.Since(start)
-	cpu, rcpu := procCPU(l.pid)-cpu0, l.readRedisCPU()-rcpu0
+	cpu, redisUsed := procCPU(l.pid)-cpu0, l.sampleRedis().minus(redis0)
 	stop.Store(true)
 	wg.Wait()
 	if firstErr != nil {
@@ -102,7 +102,7 @@ func (l load) run(ctx context.Context) (result, error) {
 	}
 	slices.Sort(lat)
 	return result{
-		n: int64(len(lat)), elapsed: elapsed, statuses: statuses, lat: lat, cpu: cpu, redisCPU: max(rcpu, 0),
+		n: int64(len(lat)), elapsed: elapsed, statuses: statuses, lat: lat, cpu: cpu, redis: redisUsed,
 		p50: lat[len(lat)*50/100], p99: lat[min(len(lat)-1, len(lat)*99/100)],
 	}, nil
 }
@@ -120,14 +120,14 @@ func (r result) redisPerOp() time.Duration {
 	if r.n == 0 {
 		return 0
 	}
-	return r.redisCPU / time.Duration(r.n)
+	return r.redis.cpu / time.Duration(r.n)
 }
 
-func (l load) readRedisCPU() time.Duration {
-	if l.redisCPU == nil {
-		return 0
+func (l load) sampleRedis() redisSample {
+	if l.redis == nil {
+		return redisSample{}
 	}
-	return l.redisCPU()
+	return l.redis()
 }
 
 // procCPU is a process's user+system CPU time from /proc (0 when unknown): the servers'

@@ -175,7 +175,9 @@ func cpuModel() string {
 
 func (b *bench) load(addr string, reqs [][]byte) load {
 	l := load{addr: addr, reqs: reqs, conns: b.opt.conns, warmup: b.opt.warmup(), dur: b.opt.dur}
-	l.redisCPU = b.redisCPU
+	if b.redisInfo != nil {
+		l.redis = b.sampleRedis
+	}
 	for _, c := range []*child{b.api, b.helloSrv, b.evalSrv, b.minSrv} {
 		if c != nil && c.addr == addr && c.cmd.Process != nil {
 			l.pid = c.cmd.Process.Pid
