@@ -33,7 +33,7 @@ func BenchmarkPurchase(b *testing.B) {
 			for pb.Next() {
 				u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
 				err := inventory.PurchaseScript.Run(ctx, rdb,
-					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u), k.QueueTickets()},
+					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(u), k.Idempotency(u, "")},
 					600000, 86400000, 0, 0, 0, "bench", u, 1, "", "").Err()
 				if err != nil {
 					b.Error(err)
@@ -75,16 +75,12 @@ func BenchmarkCallRecord(b *testing.B) {
 	const batch, batchesPerTurn, senders = 20, 400, 4
 	var n atomic.Int64
 	batchArgs := func() ([]string, []any) {
-		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()}
+		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
 		args := []any{600000, 86400000, 0, 0, 0, "rec"}
 		for range batch {
 			u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
-			keys = append(keys, k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u))
-			args = append(args, u, 1, "")
-		}
-		keys = append(keys, k.QueueTickets()) // the waiting room's trailing block: no passes
-		for range batch {
-			args = append(args, "")
+			keys = append(keys, k.UserOrders(u), k.Idempotency(u, ""))
+			args = append(args, u, 1, "", "")
 		}
 		return keys, args
 	}

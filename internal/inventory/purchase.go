@@ -3,6 +3,8 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,21 +129,16 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		return
 	}
 	k := s.keys.Item(item)
-	keys := make([]string, 0, 8+3*len(calls))
-	keys = append(keys, k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock())
+	keys := make([]string, 0, 9+2*len(calls))
+	keys = append(keys, k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(),
+		k.PurchaseLimits(), k.QueueTickets())
 	lim := s.opt.PurchaseLimit
 	args := make([]any, 0, 6+4*len(calls))
 	args = append(args, s.opt.ReservationTTL.Milliseconds(), s.opt.IdempotencyTTL.Milliseconds(),
 		lim.Rate, lim.Period.Milliseconds(), lim.Burst, item)
 	for _, c := range calls {
-		keys = append(keys, k.UserOrders(c.req.UserID), k.Idempotency(c.req.UserID, c.req.IdempotencyKey),
-			k.PurchaseLimit(c.req.UserID))
-		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey)
-	}
-	// The waiting room's trailing block (purchase.lua): the tickets hash, then each pass.
-	keys = append(keys, k.QueueTickets())
-	for _, c := range calls {
-		args = append(args, c.req.QueuePass)
+		keys = append(keys, k.UserOrders(c.req.UserID), k.Idempotency(c.req.UserID, c.req.IdempotencyKey))
+		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey, c.req.QueuePass)
 	}
 	sent := time.Now() // when Redis was asked: the age of a sold-out answer (soldout.go)
 	res, err := purchaseScript.Run(context.Background(), s.rdb, keys, args...).Slice()
@@ -160,22 +157,33 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 	}
 }
 
-// purchaseReply decodes one attempt's reply:
-// {outcome, order_id, packed_order, stock_left, rl_allowed, rl_remaining, rl_retry_ms, rl_reset_ms}.
+// purchaseReply decodes one attempt's reply (purchase.lua):
+// "outcome|stock_left|rl_allowed|rl_remaining|rl_retry_ms|rl_reset_ms|order_id|packed_order".
 func (s *Store) purchaseReply(item string, v any, sent time.Time) purchaseReply {
-	f, ok := v.([]any)
-	if !ok || len(f) != 8 {
+	reply, ok := v.(string)
+	if !ok {
 		return purchaseReply{err: errNoReply}
 	}
-	str := func(i int) string { x, _ := f[i].(string); return x }
-	left, _ := f[3].(int64)
+	var f [8]string
+	for i := range 7 {
+		j := strings.IndexByte(reply, '|')
+		if j < 0 {
+			return purchaseReply{err: errNoReply}
+		}
+		f[i], reply = reply[:j], reply[j+1:]
+	}
+	f[7] = reply // the packed order, which holds '|' itself
+	left, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return purchaseReply{err: errNoReply}
+	}
 	var dec *limits.Decision
-	if d, ran := limits.ParseReply(s.opt.PurchaseLimit.Burst, str(4), str(5), str(6), str(7)); ran {
+	if d, ran := limits.ParseReply(s.opt.PurchaseLimit.Burst, f[2], f[3], f[4], f[5]); ran {
 		dec = &d
 	}
-	outcome := str(0)
+	outcome := f[0]
 	if outcome == "created" || outcome == "replayed" {
-		o, err := orders.Unpack(str(1), item, str(2))
+		o, err := orders.Unpack(f[6], item, f[7])
 		if err != nil {
 			return purchaseReply{err: err}
 		}
