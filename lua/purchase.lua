@@ -81,6 +81,9 @@ local reserved = tonumber(f[7]) or 0
 local version = tonumber(f[9]) or 0
 local now = now_ms()
 local now_int = math.floor(now)
+-- Every order of the batch is created now and expires ttl later: formatted once, not per order.
+local now_s = string.format('%d', now_int)
+local expires_s = string.format('%d', now_int + ttl)
 local out = {}
 
 -- Waiting room (issue 17) ----------------------------------------------------------------
@@ -168,24 +171,23 @@ for i = 1, n do
       left = left - qty
       reserved = reserved + qty
       local oid = item_id .. '.' .. seq
-      local expires = now_int + ttl
-      local packed = user .. '|' .. qty .. '|' .. price .. '|reserved|' .. now_int .. '|' .. expires
+      local packed = user .. '|' .. qty .. '|' .. price .. '|reserved|' .. now_s .. '|' .. expires_s
       new_orders[oid] = packed
       orders_args[#orders_args + 1] = oid
       orders_args[#orders_args + 1] = packed
-      expiry_args[#expiry_args + 1] = expires
+      expiry_args[#expiry_args + 1] = expires_s
       expiry_args[#expiry_args + 1] = oid
       held[user] = held[user] + qty
       if not held_new[user] then
         held_new[user] = true
         held_users[#held_users + 1] = user
       end
-      redis.call('ZADD', ukey, now_int, oid)
+      redis.call('ZADD', ukey, now_s, oid)
       if idem ~= '' then
         redis.call('SET', ikey, oid, 'PX', idem_ttl)
       end
-      redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'at', now_int, 'item', item_id,
-        'order', oid, 'user', user, 'quantity', qty, 'price_cents', price, 'expires', expires)
+      -- The compact order.reserved entry (events.FromEntry): the packed order says the rest.
+      redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'order', oid, 'o', packed)
       if queued then -- waiting room (issue 17): the pass is spent and frees its place
         local q = pass_ticket(user, pass)
         redis.call('HSET', qkey, user, 's|' .. q[1] .. '|' .. q[2] .. '|' .. q[3])

@@ -494,7 +494,7 @@ func (r *Relay) claim(ctx context.Context, st *stream) ([]entry, error) {
 // published, as an envelope the consumer will park in its dead letters: it is never dropped
 // silently, and it cannot block the stream behind it.
 func (r *Relay) entry(st *stream, m redis.XMessage) entry {
-	key, _ := m.Values["item"].(string)
+	key := events.EntryItem(m.Values)
 	var eventID string
 	if st.rank {
 		eventID = events.RatingEventID(m.ID)
@@ -504,7 +504,7 @@ func (r *Relay) entry(st *stream, m redis.XMessage) entry {
 	var value []byte
 	ev, err := events.FromEntry(eventID, m.Values)
 	if err == nil {
-		value, err = json.Marshal(ev)
+		value, err = ev.AppendJSON(make([]byte, 0, 320))
 	}
 	if err != nil {
 		slog.Error("outbox relay: malformed outbox entry; publishing it for the dead letters", "event_id", eventID, "err", err)
