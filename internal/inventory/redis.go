@@ -181,6 +181,14 @@ func (s *Store) List(ctx context.Context) ([]Item, error) {
 	return out, nil
 }
 
+// Queued reports whether the catalogue snapshot shows the item with a waiting room (false when
+// the item or the snapshot is missing): Lookup's answer to that one question, asked by every
+// purchase, without copying the item or reading the clock for its status.
+func (s *Store) Queued(ctx context.Context, id string) bool {
+	snap, err := s.snapshot(ctx)
+	return err == nil && snap[id].Queue != nil
+}
+
 // Lookup returns one item from the snapshot.
 func (s *Store) Lookup(ctx context.Context, id string) (Item, error) {
 	snap, err := s.snapshot(ctx)
