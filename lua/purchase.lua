@@ -17,7 +17,7 @@
 -- KEYS[8] the item's purchase rate-limit hash (user -> GCRA TAT)
 -- KEYS[9] the item's queue tickets hash (the waiting room)
 -- then for attempt i (1-based): KEYS[8+2i] user's order index zset (the shard's),
---   KEYS[9+2i] idempotency key
+--   KEYS[9+2i] idempotency key (any key of the item when the attempt has none: not touched)
 -- ARGV[1] reservation ttl ms (integer 1..1e13)   ARGV[2] idempotency ttl ms (integer 1..1e13)
 -- ARGV[3] rate per period (0 = no limit)   ARGV[4] period ms   ARGV[5] burst
 -- ARGV[6] item id (for order ids and events)

@@ -302,6 +302,9 @@ func TestScriptCacheFlushed(t *testing.T) {
 }
 
 // commandCounter counts the commands a client sends (pipelines count each command).
+// connSetup names the commands go-redis sends when it opens a connection.
+var connSetup = map[string]bool{"hello": true, "client": true, "auth": true, "select": true}
+
 type commandCounter struct {
 	mu    sync.Mutex
 	names map[string]int
@@ -311,6 +314,9 @@ type commandCounter struct {
 func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if connSetup[cmd.Name()] {
+			return next(ctx, cmd) // a new pooled connection's handshake, not a purchase's work
+		}
 		c.mu.Lock()
 		c.names[cmd.Name()]++
 		c.trips++
@@ -321,10 +327,16 @@ func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.mu.Lock()
+		counted := false
 		for _, cmd := range cmds {
-			c.names[cmd.Name()]++
+			if !connSetup[cmd.Name()] {
+				c.names[cmd.Name()]++
+				counted = true
+			}
 		}
-		c.trips++
+		if counted {
+			c.trips++
+		}
 		c.mu.Unlock()
 		return next(ctx, cmds)
 	}

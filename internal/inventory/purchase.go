@@ -130,14 +130,19 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 	}
 	k := s.keys.Item(item)
 	keys := make([]string, 0, 9+2*len(calls))
-	keys = append(keys, k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(),
+	hash := k.Hash()
+	keys = append(keys, hash, k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(),
 		k.PurchaseLimits(), k.QueueTickets())
 	lim := s.opt.PurchaseLimit
 	args := make([]any, 0, 6+4*len(calls))
 	args = append(args, s.opt.ReservationTTL.Milliseconds(), s.opt.IdempotencyTTL.Milliseconds(),
 		lim.Rate, lim.Period.Milliseconds(), lim.Burst, item)
 	for _, c := range calls {
-		keys = append(keys, k.UserOrders(c.req.UserID), k.Idempotency(c.req.UserID, c.req.IdempotencyKey))
+		idem := hash // an attempt without an Idempotency-Key names no key of its own (purchase.lua)
+		if c.req.IdempotencyKey != "" {
+			idem = k.Idempotency(c.req.UserID, c.req.IdempotencyKey)
+		}
+		keys = append(keys, k.UserOrders(c.req.UserID), idem)
 		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey, c.req.QueuePass)
 	}
 	sent := time.Now() // when Redis was asked: the age of a sold-out answer (soldout.go)
@@ -220,12 +225,16 @@ func (s *Store) purchaseReply(item string, v any, sent time.Time) purchaseReply 
 	return purchaseReply{err: &PurchaseError{Err: sentinel, StockLeft: left, Limit: dec}}
 }
 
-// batcher coalesces concurrent purchases per item: while one script call for an item is in
-// flight, newcomers queue; the next call takes up to max of them. A lone purchase goes out
-// at once, so batching adds no latency when the shop is quiet.
+// batcher coalesces concurrent purchases per item: while inFlight script calls for an item are
+// in flight, newcomers queue; the next call takes up to max of them. A lone purchase goes out
+// at once, so batching adds no latency when the shop is quiet. More than one call in flight
+// keeps a hot item's purchases moving while a batch is in Redis (each call is atomic and its
+// attempts are decided on their own, so calls may run in either order); one alone made the
+// item's throughput one batch per round trip.
 type batcher struct {
-	max int
-	run func(item string, calls []*purchaseCall)
+	max      int
+	inFlight int // most script calls of one item at once
+	run      func(item string, calls []*purchaseCall)
 
 	mu     sync.Mutex
 	queues map[string]*itemQueue
@@ -234,33 +243,41 @@ type batcher struct {
 type itemQueue struct {
 	item    string
 	pending []*purchaseCall
+	running int // drain goroutines working on it
 }
 
-func newBatcher(most int, run func(string, []*purchaseCall)) *batcher {
-	return &batcher{max: most, run: run, queues: map[string]*itemQueue{}}
+func newBatcher(most, inFlight int, run func(string, []*purchaseCall)) *batcher {
+	return &batcher{max: most, inFlight: max(inFlight, 1), run: run, queues: map[string]*itemQueue{}}
 }
 
 func (b *batcher) submit(c *purchaseCall) {
 	b.mu.Lock()
-	q, running := b.queues[c.req.ItemID]
-	if !running {
+	q, ok := b.queues[c.req.ItemID]
+	if !ok {
 		q = &itemQueue{item: c.req.ItemID}
 		b.queues[q.item] = q
 	}
 	q.pending = append(q.pending, c)
+	start := q.running < b.inFlight
+	if start {
+		q.running++
+	}
 	b.mu.Unlock()
-	if !running {
+	if start {
 		go b.drain(q)
 	}
 }
 
-// drain runs batches for one item until its queue is empty, then forgets the queue.
+// drain runs batches for one item until its queue is empty, then stops (forgetting the queue
+// when it was the last one running).
 func (b *batcher) drain(q *itemQueue) {
 	for {
 		b.mu.Lock()
 		n := len(q.pending)
 		if n == 0 {
-			delete(b.queues, q.item)
+			if q.running--; q.running == 0 {
+				delete(b.queues, q.item)
+			}
 			b.mu.Unlock()
 			return
 		}
