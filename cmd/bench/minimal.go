@@ -128,7 +128,7 @@ func (b *bench) purchase(ctx context.Context) error {
 		r := row{name: redisCPURowName, text: usCell(res.redisPerOp()), baseText: strings.Join(bs, "; "),
 			targetText: fmt.Sprintf("≤ 12 µs %s", mark(res.redisPerOp() <= 12*time.Microsecond)),
 			note: "INFO cpu (used_cpu_sys + used_cpu_user) of the bench's private redis-server over each side's measured turns, per request answered; " +
-				"the api's per purchase by INFO commandstats (calls, µs inside the command): " + res.redis.perOp(res.n, 8)}
+				"the api's per purchase by INFO commandstats (calls, then µs of wall time inside the command, which for evalsha includes the commands the script calls): " + res.redis.perOp(res.n, 10)}
 		if m := base("minimal"); m != nil && m.redisPerOp() > 0 {
 			r.ratioText = fmt.Sprintf("**%.2f×** the minimal's", float64(res.redisPerOp())/float64(m.redisPerOp()))
 		}
