@@ -6,13 +6,15 @@
 -- where T = period/rate is the emission interval. Allowed requests over a window E number at
 -- most burst + rate*E/period. A refusal writes nothing.
 --
--- gcra(key, now_ms, rate, period_ms, burst, cost) ->
---   allowed (true/false), remaining (integer), retry_after_ms, reset_ms (numbers)
+-- gcra_step(tat, now_ms, rate, period_ms, burst, cost) ->
+--   allowed (true/false), remaining (integer), retry_after_ms, reset_ms, new TAT (numbers)
+-- The decision alone, for a TAT already read (nil: none); the caller stores the new TAT only
+-- when allowed. Every stored TAT is at most now + burst * period / rate, so a store whose
+-- entries all live that long after their write loses nothing by expiring.
 -- Callers must validate rate, period, burst and cost as positive numbers first.
-local function gcra(key, now, rate, period, burst, cost)
+local function gcra_step(tat, now, rate, period, burst, cost)
   local t = period / rate
   local tau = t * burst
-  local tat = tonumber(redis.call('GET', key))
   if not tat or tat < now then
     tat = now
   end
@@ -21,11 +23,22 @@ local function gcra(key, now, rate, period, burst, cost)
   if diff < 0 then
     local remaining = math.floor((now - (tat - tau)) / t)
     if remaining < 0 then remaining = 0 end
-    return false, remaining, -diff, tat - now
+    return false, remaining, -diff, tat - now, tat
   end
-  local reset = new_tat - now
-  redis.call('SET', key, string.format('%.3f', new_tat), 'PX', math.ceil(reset) + 1)
-  return true, math.floor(diff / t), 0, reset
+  return true, math.floor(diff / t), 0, new_tat - now, new_tat
+end
+
+-- gcra(key, now_ms, rate, period_ms, burst, cost) ->
+--   allowed (true/false), remaining (integer), retry_after_ms, reset_ms (numbers)
+-- One decision on a string key holding the TAT, with a TTL of the time to refill.
+-- Callers must validate rate, period, burst and cost as positive numbers first.
+local function gcra(key, now, rate, period, burst, cost)
+  local ok, remaining, retry, reset, new_tat =
+    gcra_step(tonumber(redis.call('GET', key)), now, rate, period, burst, cost)
+  if ok then
+    redis.call('SET', key, string.format('%.3f', new_tat), 'PX', math.ceil(reset) + 1)
+  end
+  return ok, remaining, retry, reset
 end
 
 -- now_ms reads Redis TIME as unix milliseconds with a fraction.

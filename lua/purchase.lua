@@ -1,31 +1,47 @@
 -- purchase.lua: reserve stock for a batch of purchase attempts on ONE item, atomically.
 -- (gcra.lua and changed.lua are prepended.) A batch is how the api coalesces concurrent purchases of the same
 -- item into one round trip; a single purchase is a batch of one. Each attempt is decided in
--- order and independently: idempotent replay, sale window, rate limit, per-user limit, stock.
--- Everything an attempt changes (stock, order, allowance, user index, expiry index,
--- idempotency key, outbox event) is written by this one script, so nothing is half-done.
+-- order and independently: idempotent replay, sale window, waiting room, rate limit, per-user
+-- limit, stock. Everything an attempt changes (stock, order, allowance, rate-limit state, user
+-- index, expiry index, idempotency key, outbox event) is written by this one script, so
+-- nothing is half-done.
+--
+-- The writes to keys the whole batch shares (orders, allowances, rate-limit state, the expiry
+-- index, the item) are gathered in tables and sent as one command each at the end: a command
+-- called from Lua costs about as much as the work of a field, so only the user's order index,
+-- the outbox entry (and the idempotency key and the waiting-room pass, when used) cost a
+-- command per attempt. Later attempts of the batch read earlier ones' effects from the tables.
 --
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
--- then for attempt i (1-based): KEYS[5+3i] user's order index zset (the shard's),
---   KEYS[6+3i] idempotency key, KEYS[7+3i] user's purchase rate-limit key
+-- KEYS[8] the item's purchase rate-limit hash (user -> GCRA TAT)
+-- KEYS[9] the item's queue tickets hash (the waiting room)
+-- then for attempt i (1-based): KEYS[8+2i] user's order index zset (the shard's),
+--   KEYS[9+2i] idempotency key (any key of the item when the attempt has none: not touched)
 -- ARGV[1] reservation ttl ms (integer 1..1e13)   ARGV[2] idempotency ttl ms (integer 1..1e13)
 -- ARGV[3] rate per period (0 = no limit)   ARGV[4] period ms   ARGV[5] burst
 -- ARGV[6] item id (for order ids and events)
--- then for attempt i: ARGV[4+3i] user id, ARGV[5+3i] quantity, ARGV[6+3i] idempotency key ('' none)
--- Waiting room (issue 17), a trailing block so the indices above do not move:
--- KEYS[#KEYS] the item's queue tickets hash (keyspace Item.QueueTickets)
--- then for attempt i: ARGV[6+3n+i] the pass id the api verified ('' none), n = attempts.
--- An item with a waiting room (item field q_rate > 0) sells only to an attempt whose pass is
--- this user's current, admitted, unexpired one; a created order spends it (ticket 's', and
--- '#spent' counts it until queue_admit.lua sees its expiry). A refused attempt spends nothing.
+-- then for attempt i: ARGV[3+4i] user id, ARGV[4+4i] quantity, ARGV[5+4i] idempotency key
+--   ('' none), ARGV[6+4i] the waiting-room pass id the api verified ('' none)
+-- At most 256 attempts (the api's FLASHSALE_PURCHASE_BATCH bound), so every gathered write
+-- stays well within unpack's limits.
 --
--- Reply: one array per attempt:
---   {outcome, order_id, packed_order, stock_left, rl_allowed, rl_remaining, rl_retry_ms, rl_reset_ms}
+-- Waiting room (issue 17): an item with a waiting room (item field q_rate > 0) sells only to an
+-- attempt whose pass is this user's current, admitted, unexpired one; a created order spends it
+-- (ticket 's', and '#spent' counts it until queue_admit.lua sees its expiry). A refused attempt
+-- spends nothing.
+-- Rate limit: one field per user in the item's hash, no key of its own. Every TAT stored is at
+-- most now + burst * period / rate (gcra_step), so the hash expires that long after its last
+-- write (never sooner than a TTL it already has): it then holds only TATs in the past, which
+-- read as none. A refusal writes nothing.
+--
+-- Reply: one string per attempt (a flat value: cheaper to record in once.lua and to decode):
+--   outcome|stock_left|rl_allowed|rl_remaining|rl_retry_ms|rl_reset_ms|order_id|packed_order
 -- outcome: created | replayed | not_found | invalid_request | sale_not_started | sale_ended |
 --          queue_required | rate_limited | limit_exceeded | sold_out
--- packed_order is "user|quantity|price_cents|status|created_ms|expires_ms" ('' when none).
--- The rl_* fields are strings ('' when the limiter is off or was not reached).
+-- packed_order is "user|quantity|price_cents|status|created_ms|expires_ms" ('' when none); it is
+-- last because it holds '|' itself. The rl_* fields are '' when the limiter is off or was not
+-- reached; rl_allowed is 1 or 0, rl_retry_ms and rl_reset_ms have fractions.
 -- A malformed batch (bad counts or shared ARGV) is an error reply and writes nothing.
 
 local ttl = tonumber(ARGV[1])
@@ -34,8 +50,8 @@ local rate = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
 local item_id = ARGV[6]
-local n = (#KEYS - 8) / 3
-if n < 1 or n ~= math.floor(n) or #ARGV ~= 6 + 4 * n then
+local n = (#KEYS - 9) / 2
+if n < 1 or n > 256 or n ~= math.floor(n) or #ARGV ~= 6 + 4 * n then
   return redis.error_reply('ERR purchase: KEYS/ARGV do not describe a batch')
 end
 -- tonumber also reads 'nan', 'inf' and fractions. A ttl must be whole milliseconds that print
@@ -47,12 +63,13 @@ local function whole_ms(x) return finite(x) and x >= 1 and x <= 1e13 and x == ma
 if not whole_ms(ttl) or not whole_ms(idem_ttl) or not finite(rate) or rate < 0 then
   return redis.error_reply('ERR purchase: bad ttl or rate')
 end
-if rate > 0 and (not finite(period) or period <= 0 or not finite(burst) or burst < 1) then
+if rate > 0 and (not finite(period) or period <= 0 or not finite(burst) or burst < 1
+    or period / rate * burst > 1e13) then
   return redis.error_reply('ERR purchase: bad period or burst')
 end
 
 local f = redis.call('HMGET', KEYS[1], 'stock_left', 'per_user_limit', 'price_cents',
-  'starts_at', 'ends_at', 'seq', 'reserved', 'q_rate')
+  'starts_at', 'ends_at', 'seq', 'reserved', 'q_rate', 'version')
 local exists = f[1] ~= false
 local left = tonumber(f[1]) or 0
 local per_user = tonumber(f[2]) or 0
@@ -61,13 +78,16 @@ local starts = tonumber(f[4]) or 0
 local ends = tonumber(f[5]) or 0
 local seq = tonumber(f[6]) or 0
 local reserved = tonumber(f[7]) or 0
+local version = tonumber(f[9]) or 0
 local now = now_ms()
 local now_int = math.floor(now)
-local changed = false
+-- Every order of the batch is created now and expires ttl later: formatted once, not per order.
+local now_s = string.format('%d', now_int)
+local expires_s = string.format('%d', now_int + ttl)
 local out = {}
 
 -- Waiting room (issue 17) ----------------------------------------------------------------
-local qkey = KEYS[#KEYS]
+local qkey = KEYS[9]
 local queued = (tonumber(f[8]) or 0) > 0
 -- pass_ticket returns the user's ticket fields when pass is their live, unspent pass.
 local function pass_ticket(user, pass)
@@ -80,74 +100,127 @@ local function pass_ticket(user, pass)
 end
 -- ----------------------------------------------------------------------------------------
 
+-- The batch's users' allowances and rate-limit TATs, one read each; the tables then carry
+-- every change the batch makes, in attempt order.
+local held, tats = {}, {}
+if exists then
+  local users = {}
+  for i = 1, n do
+    users[i] = ARGV[3 + 4 * i]
+  end
+  local hv = redis.call('HMGET', KEYS[3], unpack(users))
+  local tv = rate > 0 and redis.call('HMGET', KEYS[8], unpack(users)) or {}
+  for i = 1, n do
+    if held[users[i]] == nil then
+      held[users[i]] = tonumber(hv[i]) or 0
+      tats[users[i]] = tonumber(tv[i]) or false
+    end
+  end
+end
+local held_users, rl_users = {}, {} -- users whose allowance / TAT changed, once each
+local held_new, rl_new = {}, {}
+local orders_args, expiry_args, new_orders = {}, {}, {}
+
+local function reply_of(outcome, rl, oid, packed)
+  return outcome .. '|' .. string.format('%d', left) .. '|' .. rl .. '|' .. oid .. '|' .. packed
+end
+
 for i = 1, n do
-  local ukey, ikey, rkey = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
-  local user, qty, idem = ARGV[4 + 3 * i], tonumber(ARGV[5 + 3 * i]), ARGV[6 + 3 * i]
-  local pass = ARGV[6 + 3 * n + i] -- waiting room (issue 17)
+  local ukey, ikey = KEYS[8 + 2 * i], KEYS[9 + 2 * i]
+  local user, qty, idem = ARGV[3 + 4 * i], tonumber(ARGV[4 + 4 * i]), ARGV[5 + 4 * i]
+  local pass = ARGV[6 + 4 * i] -- waiting room (issue 17)
   local reply
   local prev = false
   if idem ~= '' then
     prev = redis.call('GET', ikey)
   end
   if prev then
-    reply = {'replayed', prev, redis.call('HGET', KEYS[2], prev) or '', left, '', '', '', ''}
+    reply = reply_of('replayed', '|||', prev, new_orders[prev] or redis.call('HGET', KEYS[2], prev) or '')
   elseif not exists then
-    reply = {'not_found', '', '', 0, '', '', '', ''}
+    reply = reply_of('not_found', '|||', '', '') -- left is 0
   elseif not qty or qty < 1 or qty ~= math.floor(qty) or user == '' then
-    reply = {'invalid_request', '', '', left, '', '', '', ''}
+    reply = reply_of('invalid_request', '|||', '', '')
   elseif now < starts then
-    reply = {'sale_not_started', '', '', left, '', '', '', ''}
+    reply = reply_of('sale_not_started', '|||', '', '')
   elseif ends > 0 and now >= ends then
-    reply = {'sale_ended', '', '', left, '', '', '', ''}
+    reply = reply_of('sale_ended', '|||', '', '')
   elseif queued and not pass_ticket(user, pass) then -- waiting room (issue 17)
-    reply = {'queue_required', '', '', left, '', '', '', ''}
+    reply = reply_of('queue_required', '|||', '', '')
   else
-    local ok, remaining, retry, reset = true, 0, 0, 0
+    local ok, rl = true, '|||'
     if rate > 0 then
-      ok, remaining, retry, reset = gcra(rkey, now, rate, period, burst, 1)
+      local remaining, retry, reset, new_tat
+      ok, remaining, retry, reset, new_tat = gcra_step(tats[user] or nil, now, rate, period, burst, 1)
+      rl = (ok and '1' or '0') .. '|' .. tostring(remaining) .. '|' .. ms(retry) .. '|' .. ms(reset)
+      if ok then
+        tats[user] = new_tat
+        if not rl_new[user] then
+          rl_new[user] = true
+          rl_users[#rl_users + 1] = user
+        end
+      end
     end
-    local rl = {'', '', '', ''}
-    if rate > 0 then
-      rl = {ok and '1' or '0', tostring(remaining), ms(retry), ms(reset)}
-    end
-    local held = tonumber(redis.call('HGET', KEYS[3], user)) or 0
     if not ok then
-      reply = {'rate_limited', '', '', left, rl[1], rl[2], rl[3], rl[4]}
-    elseif held + qty > per_user then
-      reply = {'limit_exceeded', '', '', left, rl[1], rl[2], rl[3], rl[4]}
+      reply = reply_of('rate_limited', rl, '', '')
+    elseif held[user] + qty > per_user then
+      reply = reply_of('limit_exceeded', rl, '', '')
     elseif qty > left then
-      reply = {'sold_out', '', '', left, rl[1], rl[2], rl[3], rl[4]}
+      reply = reply_of('sold_out', rl, '', '')
     else
       seq = seq + 1
       left = left - qty
       reserved = reserved + qty
-      changed = true
       local oid = item_id .. '.' .. seq
-      local expires = now_int + ttl
-      local packed = user .. '|' .. qty .. '|' .. price .. '|reserved|' .. now_int .. '|' .. expires
-      redis.call('HSET', KEYS[2], oid, packed)
-      redis.call('HINCRBY', KEYS[3], user, qty)
-      redis.call('ZADD', ukey, now_int, oid)
-      redis.call('ZADD', KEYS[4], expires, oid)
+      local packed = user .. '|' .. qty .. '|' .. price .. '|reserved|' .. now_s .. '|' .. expires_s
+      new_orders[oid] = packed
+      orders_args[#orders_args + 1] = oid
+      orders_args[#orders_args + 1] = packed
+      expiry_args[#expiry_args + 1] = expires_s
+      expiry_args[#expiry_args + 1] = oid
+      held[user] = held[user] + qty
+      if not held_new[user] then
+        held_new[user] = true
+        held_users[#held_users + 1] = user
+      end
+      redis.call('ZADD', ukey, now_s, oid)
       if idem ~= '' then
         redis.call('SET', ikey, oid, 'PX', idem_ttl)
       end
-      redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'at', now_int, 'item', item_id,
-        'order', oid, 'user', user, 'quantity', qty, 'price_cents', price, 'expires', expires)
+      -- The compact order.reserved entry (events.FromEntry): the packed order says the rest.
+      redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'order', oid, 'o', packed)
       if queued then -- waiting room (issue 17): the pass is spent and frees its place
         local q = pass_ticket(user, pass)
         redis.call('HSET', qkey, user, 's|' .. q[1] .. '|' .. q[2] .. '|' .. q[3])
         redis.call('HINCRBY', qkey, '#spent', 1)
       end
-      reply = {'created', oid, packed, left, rl[1], rl[2], rl[3], rl[4]}
+      reply = reply_of('created', rl, oid, packed)
     end
   end
   out[i] = reply
 end
 
-if changed then
-  redis.call('HSET', KEYS[1], 'stock_left', left, 'reserved', reserved, 'seq', seq)
-  redis.call('HINCRBY', KEYS[1], 'version', 1)
+if #rl_users > 0 then
+  local args = {}
+  for _, u in ipairs(rl_users) do
+    args[#args + 1] = u
+    args[#args + 1] = string.format('%.3f', tats[u])
+  end
+  redis.call('HSET', KEYS[8], unpack(args))
+  local keep = math.ceil(period / rate * burst) + 1
+  if redis.call('PTTL', KEYS[8]) < keep then
+    redis.call('PEXPIRE', KEYS[8], keep)
+  end
+end
+if #orders_args > 0 then
+  local args = {}
+  for _, u in ipairs(held_users) do
+    args[#args + 1] = u
+    args[#args + 1] = held[u]
+  end
+  redis.call('HSET', KEYS[2], unpack(orders_args))
+  redis.call('HSET', KEYS[3], unpack(args))
+  redis.call('ZADD', KEYS[4], unpack(expiry_args))
+  redis.call('HSET', KEYS[1], 'stock_left', left, 'reserved', reserved, 'seq', seq, 'version', version + 1)
   mark_changed(KEYS[6], KEYS[7], item_id)
 end
 return out

@@ -66,6 +66,12 @@ func serveBaseline(mode string) error {
 			return err
 		}
 		r.POST("/purchase/:user", h)
+	case "minimal":
+		h, err := minimalHandler()
+		if err != nil {
+			return err
+		}
+		r.POST("/purchase/:user", h)
 	default:
 		return fmt.Errorf("bench: unknown %s=%q", serveEnv, mode)
 	}
@@ -92,7 +98,7 @@ func evalshaHandler() (gin.HandlerFunc, error) {
 	return func(c *gin.Context) {
 		u := c.Param("user")
 		res, err := baselinePurchase.Run(c.Request.Context(), rdb,
-			[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u), k.QueueTickets()},
+			[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(u), k.Idempotency(u, "")},
 			600000, 86400000, lim.Rate, lim.Period.Milliseconds(), lim.Burst, benchItem, u, 1, "", "").Slice()
 		if err != nil || len(res) != 1 {
 			c.JSON(http.StatusServiceUnavailable, gin.H{"error": fmt.Sprint(err)})

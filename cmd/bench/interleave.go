@@ -98,6 +98,7 @@ func merge(parts []result) result {
 		m.n += p.n
 		m.elapsed += p.elapsed
 		m.cpu += p.cpu
+		m.redis = m.redis.plus(p.redis)
 		m.lat = append(m.lat, p.lat...)
 		for k, v := range p.statuses {
 			m.statuses[k] += v

@@ -34,6 +34,8 @@ type load struct {
 	pid int
 	// adm, when set, is the server's pprof listener for -profile (default: the main api's).
 	adm string
+	// redis, when set, samples the Redis server (CPU time, commandstats) over the measured window.
+	redis func() redisSample
 	// onReply, when set, sees every reply (index of the request, status, body, send time).
 	onReply func(i int, status int, body []byte, sent time.Time)
 	// pace, when set, caps the requests per second over all connections (the latency row's
@@ -75,6 +77,7 @@ type result struct {
 	p50, p99 time.Duration
 	lat      []time.Duration // every measured latency, sorted (merge pools turns)
 	cpu      time.Duration   // the server process's CPU time (user+system) while measured
+	redis    redisSample     // the Redis server's CPU time and commands while measured (zero: not taken)
 	statuses map[int]int64
 }
 
@@ -118,13 +121,13 @@ func (l load) run(ctx context.Context) (result, error) {
 		}()
 	}
 	sleepCtx(ctx, l.warmup)
-	cpu0 := procCPU(l.pid)
+	cpu0, redis0 := procCPU(l.pid), l.sampleRedis()
 	measure.Store(true)
 	start := time.Now()
 	sleepCtx(ctx, l.dur)
 	measure.Store(false)
 	elapsed := time.Since(start)
-	cpu := procCPU(l.pid) - cpu0
+	cpu, redisUsed := procCPU(l.pid)-cpu0, l.sampleRedis().minus(redis0)
 	stop.Store(true)
 	wg.Wait()
 	if firstErr != nil {
@@ -135,7 +138,7 @@ func (l load) run(ctx context.Context) (result, error) {
 	}
 	slices.Sort(lat)
 	return result{
-		n: int64(len(lat)), elapsed: elapsed, statuses: statuses, lat: lat, cpu: cpu,
+		n: int64(len(lat)), elapsed: elapsed, statuses: statuses, lat: lat, cpu: cpu, redis: redisUsed,
 		p50: lat[len(lat)*50/100], p99: lat[min(len(lat)-1, len(lat)*99/100)],
 	}, nil
 }
@@ -146,6 +149,21 @@ func (r result) cpuPerOp() time.Duration {
 		return 0
 	}
 	return r.cpu / time.Duration(r.n)
+}
+
+// redisPerOp is the Redis server's CPU time per measured request (0 when not taken).
+func (r result) redisPerOp() time.Duration {
+	if r.n == 0 {
+		return 0
+	}
+	return r.redis.cpu / time.Duration(r.n)
+}
+
+func (l load) sampleRedis() redisSample {
+	if l.redis == nil {
+		return redisSample{}
+	}
+	return l.redis()
 }
 
 // procCPU is a process's user+system CPU time from /proc (0 when unknown): the servers'

@@ -54,7 +54,8 @@ func main() {
 	flag.IntVar(&opt.rows, "rows", 200000, "rows for the reconciler and CopyFrom rows")
 	flag.StringVar(&opt.profileDir, "profile", "", "write CPU profiles of the api during its rows to this directory")
 	flag.BoolVar(&opt.verbose, "v", false, "show the servers' logs")
-	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,api,reads,soldout,purchase,reconciler,latency,queue,scale,streams; hello and evalsha start the baseline servers the later rows use); default all")
+	flag.BoolVar(&opt.sharedRedis, "shared-redis", false, "run against FLASHSALE_REDIS_ADDRS (default 127.0.0.1:6379) instead of a private redis-server (Redis CPU per purchase is then not measured)")
+	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,minimal,api,reads,soldout,purchase,reconciler,latency,queue,scale,streams; hello, evalsha and minimal start the baseline servers the later rows use); default all")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -73,6 +74,8 @@ type options struct {
 	profileDir string
 	verbose    bool
 	only       string
+	// sharedRedis runs against the configured Redis instead of a private redis-server.
+	sharedRedis bool
 }
 
 func (o *options) tiny() {

@@ -44,8 +44,10 @@ type bench struct {
 	kafka  string
 	rows   []row
 	// The baseline servers stay up for the whole run: rows measure them in turns with the api.
-	helloSrv, evalSrv *child
-	rdb               redis.UniversalClient
+	helloSrv, evalSrv, minSrv *child
+	rdb                       redis.UniversalClient
+	// redisInfo reads the private redis-server's INFO cpu (nil with -shared-redis).
+	redisInfo *redis.Client
 }
 
 func run(ctx context.Context, opt options, out io.Writer) error {
@@ -84,6 +86,13 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 	if limit, err := raiseFileLimit(0); err == nil {
 		progress(out, "open-file limit %d", limit)
 	}
+	if !opt.sharedRedis {
+		stopRedis, err := b.privateRedis(ctx)
+		if err != nil {
+			return err
+		}
+		defer stopRedis()
+	}
 	rdb, err := redisconn.Open(ctx, []string{redisAddr()}, 0)
 	if err != nil {
 		return err
@@ -107,6 +116,7 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 	}{
 		{"hello", b.hello},
 		{"evalsha", b.evalsha},
+		{"minimal", b.minimal},
 		{"api", b.startAPI},
 		{"reads", b.readRows},
 		{"soldout", b.soldOut},
@@ -117,10 +127,10 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 		{"scale", b.scale},
 		{"streams", b.streams},
 	}
-	defer func() { b.api.stop(); b.helloSrv.stop(); b.evalSrv.stop() }()
+	defer func() { b.api.stop(); b.helloSrv.stop(); b.evalSrv.stop(); b.minSrv.stop() }()
 	// Rows need the servers they are measured against: -only soldout also starts hello and api.
 	needs := map[string][]string{
-		"reads": {"hello", "api"}, "soldout": {"hello", "api"}, "purchase": {"evalsha", "api"},
+		"reads": {"hello", "api"}, "soldout": {"hello", "api"}, "purchase": {"hello", "evalsha", "minimal", "api"},
 		"latency": {"api"}, "queue": {"hello", "api"}, "scale": {"hello"}, "streams": {"api"},
 	}
 	only := strings.Split(opt.only, ",")
@@ -165,7 +175,10 @@ func cpuModel() string {
 
 func (b *bench) load(addr string, reqs [][]byte) load {
 	l := load{addr: addr, reqs: reqs, conns: b.opt.conns, warmup: b.opt.warmup(), dur: b.opt.dur}
-	for _, c := range []*child{b.api, b.helloSrv, b.evalSrv} {
+	if b.redisInfo != nil {
+		l.redis = b.sampleRedis
+	}
+	for _, c := range []*child{b.api, b.helloSrv, b.evalSrv, b.minSrv} {
 		if c != nil && c.addr == addr && c.cmd.Process != nil {
 			l.pid = c.cmd.Process.Pid
 		}
@@ -338,23 +351,5 @@ func (b *bench) soldOut(ctx context.Context) error {
 		// same request bytes, so net/http's parsing of the larger POST is on both sides.
 		row{name: "sold-out answers/s (hello fed the same POST bytes)", res: &res, base: baseAt(bases, 1),
 			baseName: "bare Gin hello, same request bytes", want: 409})
-	return nil
-}
-
-func (b *bench) purchase(ctx context.Context) error {
-	progress(b.out, "purchases through the api")
-	var bases []load
-	if b.evalSrv != nil {
-		reqs := make([][]byte, b.opt.users)
-		for i := range reqs {
-			reqs[i] = request("POST", b.evalSrv.addr, "/purchase/u"+itoa(i), nil, `{"quantity":1}`)
-		}
-		bases = append(bases, b.load(b.evalSrv.addr, reqs))
-	}
-	res, base, err := b.measure(ctx, "purchase", b.load(b.api.addr, b.purchaseReqs(b.api.addr, benchItem, "u", b.opt.users)), bases...)
-	if err != nil {
-		return err
-	}
-	b.rows = append(b.rows, row{name: "purchase attempts/s", baseName: "bare Gin + EVALSHA", res: &res, base: baseAt(base, 0), target: 1.0, want: 201})
 	return nil
 }

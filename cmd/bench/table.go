@@ -30,6 +30,9 @@ type row struct {
 // rowNames lists every row the bench prints, in order (the -short test checks them).
 var rowNames = []string{
 	"purchase attempts/s",
+	minimalRowName,
+	apiCPURowName,
+	redisCPURowName,
 	"GET /api/items reads/s",
 	"GET /api/items/{id} reads/s",
 	"GET /api/leaderboards/best-sellers reads/s",

@@ -88,6 +88,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		IdempotencyTTL:   cfg.IdempotencyTTL,
 		SnapshotInterval: cfg.SnapshotInterval,
 		PurchaseBatch:    cfg.PurchaseBatch,
+		PurchaseInFlight: cfg.PurchaseInFlight,
 		PurchaseLimit: limits.Policy{
 			Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst,
 		},

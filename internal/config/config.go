@@ -59,6 +59,7 @@ type Config struct {
 	ExpiryBatch       int
 	SnapshotInterval  time.Duration
 	PurchaseBatch     int
+	PurchaseInFlight  int
 	TrustedProxies    []string
 	LimitPurchase     limits.Policy
 	LimitPay          limits.Policy
@@ -116,6 +117,7 @@ func Parse(getenv func(string) string) (Config, error) {
 		ExpiryBatch:       p.integer("FLASHSALE_EXPIRY_BATCH", 200, 1, 250),
 		SnapshotInterval:  p.duration("FLASHSALE_SNAPSHOT_INTERVAL", 500*time.Millisecond),
 		PurchaseBatch:     p.integer("FLASHSALE_PURCHASE_BATCH", 64, 1, 256),
+		PurchaseInFlight:  p.integer("FLASHSALE_PURCHASE_IN_FLIGHT", 2, 1, 16),
 		TrustedProxies:    p.list("FLASHSALE_TRUSTED_PROXIES", ""),
 		LimitPurchase:     p.limit("FLASHSALE_LIMIT_PURCHASE", "5/1s:10"),
 		LimitPay:          p.limit("FLASHSALE_LIMIT_PAY", "5/1s:10"),
@@ -266,6 +268,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("reservation_ttl", m.ReservationTTL.String()),
 		slog.String("idempotency_ttl", m.IdempotencyTTL.String()), slog.Int("outbox_max", m.OutboxMax),
 		slog.String("purchase_limit", m.LimitPurchase.String()), slog.Int("purchase_batch", m.PurchaseBatch),
+		slog.Int("purchase_in_flight", m.PurchaseInFlight),
 		slog.String("log_level", m.LogLevel.String()), slog.String("access_log_slow", m.AccessLogSlow.String()),
 		slog.Int("access_log_sample", m.AccessLogSample),
 	)

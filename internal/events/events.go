@@ -94,7 +94,16 @@ func ParseEntryID(id string) (Position, error) {
 
 // FromEntry builds the event of one outbox entry. eventID is ItemEventID or RatingEventID of
 // the entry; values are the entry's flat fields as the scripts wrote them.
+//
+// An order.reserved entry written by purchase.lua is compact: type, order and o, the packed
+// order as the orders hash holds it ("user|quantity|price_cents|status|created_ms|expires_ms");
+// its item is the order id's and its time the order's creation. Every other entry (and an
+// order.reserved written by reconcile_reemit.lua) has one field per attribute.
 func FromEntry(eventID string, values map[string]any) (Event, error) {
+	if packed, ok := values["o"].(string); ok && values["type"] == OrderReserved {
+		order, _ := values["order"].(string)
+		return fromReservation(eventID, order, packed)
+	}
 	f := fields{values: values}
 	e := Event{
 		EventID: eventID,
@@ -119,6 +128,52 @@ func FromEntry(eventID string, values map[string]any) (Event, error) {
 	}
 	if f.err != nil {
 		return Event{}, fmt.Errorf("%w: entry %s: %v", ErrInvalid, eventID, f.err)
+	}
+	return e, e.Validate()
+}
+
+// EntryItem is the item an outbox entry of an item's stream belongs to: its item field, or the
+// item of its order id (compact order.reserved entries); "" when neither says.
+func EntryItem(values map[string]any) string {
+	if item, ok := values["item"].(string); ok {
+		return item
+	}
+	if order, ok := values["order"].(string); ok {
+		if item, ok := keyspace.ItemOfOrder(order); ok {
+			return item
+		}
+	}
+	return ""
+}
+
+// fromReservation builds the order.reserved event of a compact entry.
+func fromReservation(eventID, order, packed string) (Event, error) {
+	var p [6]string
+	rest := packed
+	for i := range 5 {
+		var ok bool
+		if p[i], rest, ok = strings.Cut(rest, "|"); !ok {
+			return Event{}, fmt.Errorf("%w: entry %s: packed order %q", ErrInvalid, eventID, packed)
+		}
+	}
+	p[5] = rest
+	var n [4]int64
+	for i, s := range []string{p[1], p[2], p[4], p[5]} {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return Event{}, fmt.Errorf("%w: entry %s: packed order %q", ErrInvalid, eventID, packed)
+		}
+		n[i] = v
+	}
+	item, _ := keyspace.ItemOfOrder(order)
+	nums := &[2]int64{n[0], n[1]} // quantity, price: one allocation for both
+	e := Event{
+		EventID: eventID, Type: OrderReserved, At: time.UnixMilli(n[2]).UTC(),
+		ItemID: item, OrderID: order, UserID: p[0], Quantity: &nums[0], PriceCents: &nums[1],
+	}
+	if n[3] > 0 {
+		t := time.UnixMilli(n[3]).UTC()
+		e.ExpiresAt = &t
 	}
 	return e, e.Validate()
 }

@@ -75,6 +75,10 @@ var sentinels = []struct {
 // table, an unknown outcome as such; anything else is logged with context and answered 503
 // unavailable without internals.
 func fail(c *gin.Context, err error) {
+	if pe, ok := err.(*inventory.PurchaseError); ok && pe.Err == inventory.ErrSoldOut {
+		abort(c, http.StatusConflict, "sold_out", pe.Error()) // the answer a sale gives most
+		return
+	}
 	var ae *apiError
 	if errors.As(err, &ae) {
 		abort(c, ae.Status, ae.Code, ae.Message)
@@ -99,6 +103,6 @@ func fail(c *gin.Context, err error) {
 }
 
 func abort(c *gin.Context, status int, code, msg string) {
-	c.Set(errorCodeKey, code)        // for the purchase-outcome metric
-	writeError(c, status, code, msg) // {"error":{"code","message"}} without reflection
+	c.Errors = append(c.Errors, codeError(code)) // for the purchase-outcome metric (errorCodeOf)
+	writeError(c, status, code, msg)             // {"error":{"code","message"}} without reflection
 }

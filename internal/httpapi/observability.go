@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	_ "embed"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -20,8 +21,27 @@ import (
 //go:embed openapi.json
 var openapiDoc []byte
 
-// errorCodeKey is where abort leaves the contract's error code for observe.
-const errorCodeKey = "flashsale.error_code"
+// codeError is the contract error code as a Gin error: abort attaches it to the request
+// (c.Errors, which Gin empties per request and whose array it reuses), and errorCodeOf reads it
+// back for the purchase-outcome metric. One shared value per code (a bounded set of constants),
+// so attaching it allocates nothing; Gin's per-request context map would.
+func codeError(code string) *gin.Error {
+	return errorCodes.get(code, func(code string) *gin.Error {
+		return &gin.Error{Err: errors.New(code), Type: gin.ErrorTypePrivate, Meta: code}
+	})
+}
+
+var errorCodes metricChildren[string, *gin.Error]
+
+// errorCodeOf is the contract error code the request was answered with ("" for none).
+func errorCodeOf(c *gin.Context) string {
+	if n := len(c.Errors); n > 0 {
+		if code, ok := c.Errors[n-1].Meta.(string); ok {
+			return code
+		}
+	}
+	return ""
+}
 
 const (
 	purchaseRoute = "/api/items/:id/purchase"
@@ -116,7 +136,7 @@ func (c *metricChildren[K, V]) get(k K, create func(K) V) V {
 }
 
 func purchaseOutcome(c *gin.Context) string {
-	if code := c.GetString(errorCodeKey); code != "" {
+	if code := errorCodeOf(c); code != "" {
 		return code
 	}
 	switch {

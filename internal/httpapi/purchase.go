@@ -15,7 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/limits"
 )
 
-func (s *Server) purchase(c *gin.Context) {
+func (s *Server) purchase(c *gin.Context, user string) {
 	qty, err := purchaseQuantity(c)
 	if err != nil {
 		fail(c, err)
@@ -26,7 +26,7 @@ func (s *Server) purchase(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	req := inventory.PurchaseRequest{ItemID: c.Param("id"), UserID: userOf(c), Quantity: qty, IdempotencyKey: key}
+	req := inventory.PurchaseRequest{ItemID: c.Param("id"), UserID: user, Quantity: qty, IdempotencyKey: key}
 	pass, err := s.queuePass(c, req)
 	if err != nil {
 		fail(c, err)
@@ -64,10 +64,7 @@ func (s *Server) queuePass(c *gin.Context, req inventory.PurchaseRequest) (strin
 	if s.Queue == nil {
 		return "", nil
 	}
-	queued := false
-	if it, err := s.Inventory.Lookup(c.Request.Context(), req.ItemID); err == nil {
-		queued = it.Queue != nil
-	}
+	queued := s.Inventory.HasQueue(c.Request.Context(), req.ItemID)
 	if !queued && pass == "" {
 		return "", nil
 	}
@@ -218,19 +215,46 @@ func (s *Server) getOrder(c *gin.Context) {
 // RateLimit fields, and Retry-After (whole seconds, at least 1) on a refusal.
 func setRateLimitHeaders(c *gin.Context, name string, p limits.Policy, d limits.Decision) {
 	// Canonical keys assigned directly: this runs on every purchase, and Header.Set would
-	// canonicalise (allocate) each name again.
+	// canonicalise (allocate) each name again. What depends on the policy alone is built once
+	// per policy; the values share one array.
 	h := c.Writer.Header()
-	reset := strconv.Itoa(ceilSeconds(d.Reset))
-	limit, remaining := strconv.Itoa(d.Limit), strconv.Itoa(d.Remaining)
-	window := strconv.Itoa(ceilSeconds(p.Period * time.Duration(d.Limit) / time.Duration(max(p.Rate, 1))))
-	h["Ratelimit-Limit"] = []string{limit}
-	h["Ratelimit-Remaining"] = []string{remaining}
-	h["Ratelimit-Reset"] = []string{reset}
-	h["Ratelimit-Policy"] = []string{strconv.Quote(name) + ";q=" + limit + ";w=" + window}
-	h["Ratelimit"] = []string{strconv.Quote(name) + ";r=" + remaining + ";t=" + reset}
+	fixed := rateLimitFixedOf(name, p, d.Limit)
+	reset, remaining := strconv.Itoa(ceilSeconds(d.Reset)), strconv.Itoa(d.Remaining)
+	v := make([]string, 6)
+	v[0], v[1], v[2], v[3] = fixed.limit, remaining, reset, fixed.policy
+	v[4] = fixed.name + ";r=" + remaining + ";t=" + reset
+	h["Ratelimit-Limit"] = v[0:1:1]
+	h["Ratelimit-Remaining"] = v[1:2:2]
+	h["Ratelimit-Reset"] = v[2:3:3]
+	h["Ratelimit-Policy"] = v[3:4:4]
+	h["Ratelimit"] = v[4:5:5]
 	if !d.Allowed {
-		h["Retry-After"] = []string{strconv.Itoa(max(1, ceilSeconds(d.RetryAfter)))}
+		v[5] = strconv.Itoa(max(1, ceilSeconds(d.RetryAfter)))
+		h["Retry-After"] = v[5:6:6]
 	}
+}
+
+// rateLimitFixed is what the rate-limit headers of one policy always say.
+type rateLimitFixed struct {
+	limit  string // RateLimit-Limit
+	policy string // RateLimit-Policy
+	name   string // the quoted policy name that starts the RateLimit field
+}
+
+type rateLimitKey struct {
+	name  string
+	p     limits.Policy
+	limit int
+}
+
+var rateLimitFixeds metricChildren[rateLimitKey, rateLimitFixed]
+
+func rateLimitFixedOf(name string, p limits.Policy, limit int) rateLimitFixed {
+	return rateLimitFixeds.get(rateLimitKey{name, p, limit}, func(k rateLimitKey) rateLimitFixed {
+		l := strconv.Itoa(k.limit)
+		window := strconv.Itoa(ceilSeconds(k.p.Period * time.Duration(k.limit) / time.Duration(max(k.p.Rate, 1))))
+		return rateLimitFixed{limit: l, policy: strconv.Quote(k.name) + ";q=" + l + ";w=" + window, name: strconv.Quote(k.name)}
+	})
 }
 
 func ceilSeconds(d time.Duration) int { return int(math.Ceil(d.Seconds())) }

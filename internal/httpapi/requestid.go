@@ -13,9 +13,6 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// requestIDKey is where requestID leaves the request's id for handlers and logs.
-const requestIDKey = "flashsale.request_id"
-
 // Request ids: the client's own X-Request-Id when it is 1-64 printable ASCII, else a process
 // prefix and a counter (unique across instances and restarts, one atomic add to mint).
 var (
@@ -35,9 +32,10 @@ var (
 func (s *Server) requestID(c *gin.Context) {
 	id := c.GetHeader("X-Request-Id")
 	if !validRequestID(id) {
-		id = requestIDPrefix + strconv.FormatUint(requestSeq.Add(1), 36)
+		var b [32]byte
+		id = string(strconv.AppendUint(append(b[:0], requestIDPrefix...), requestSeq.Add(1), 36))
 	}
-	c.Set(requestIDKey, id)
+	// The answer's header is where handlers and logs read the id back (requestIDOf).
 	h := c.Writer.Header()
 	h["X-Request-Id"] = []string{id}
 	h["X-Content-Type-Options"] = nosniff
@@ -70,5 +68,11 @@ func validRequestID(id string) bool {
 	return true
 }
 
-// requestIDOf is the request's id ("" outside a request that went through requestID).
-func requestIDOf(c *gin.Context) string { return c.GetString(requestIDKey) }
+// requestIDOf is the request's id ("" outside a request that went through requestID), read
+// from the answer's X-Request-Id header that requestID set.
+func requestIDOf(c *gin.Context) string {
+	if v := c.Writer.Header()["X-Request-Id"]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}

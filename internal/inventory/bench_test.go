@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +34,7 @@ func BenchmarkPurchase(b *testing.B) {
 			for pb.Next() {
 				u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
 				err := inventory.PurchaseScript.Run(ctx, rdb,
-					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u), k.QueueTickets()},
+					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(u), k.Idempotency(u, "")},
 					600000, 86400000, 0, 0, 0, "bench", u, 1, "", "").Err()
 				if err != nil {
 					b.Error(err)
@@ -75,16 +76,12 @@ func BenchmarkCallRecord(b *testing.B) {
 	const batch, batchesPerTurn, senders = 20, 400, 4
 	var n atomic.Int64
 	batchArgs := func() ([]string, []any) {
-		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()}
+		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
 		args := []any{600000, 86400000, 0, 0, 0, "rec"}
 		for range batch {
 			u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
-			keys = append(keys, k.UserOrders(u), k.Idempotency(u, ""), k.PurchaseLimit(u))
-			args = append(args, u, 1, "")
-		}
-		keys = append(keys, k.QueueTickets()) // the waiting room's trailing block: no passes
-		for range batch {
-			args = append(args, "")
+			keys = append(keys, k.UserOrders(u), k.Idempotency(u, ""))
+			args = append(args, u, 1, "", "")
 		}
 		return keys, args
 	}
@@ -147,4 +144,106 @@ func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 		}
 	}
 	return total
+}
+
+// BenchmarkPurchaseScriptParts is where purchase.lua's Redis time goes: the script as the api
+// sends it (batches of 25 of 20,000 shoppers, the purchase limit on, inside the call record),
+// and variants each without one part, in alternating turns on a private server. Each
+// variant's Redis CPU per purchase (INFO cpu) minus the full script's is that part's cost.
+// The variants are the embedded sources with one line taken out; a line that is no longer
+// there fails the benchmark rather than measuring nothing.
+// Run: go test -run=^$ -bench=PurchaseScriptParts -benchtime=6x ./internal/inventory/
+func BenchmarkPurchaseScriptParts(b *testing.B) {
+	rdb, keys, _ := testenv.PrivateRedis(b)
+	ctx := context.Background()
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	newItem(b, s, "parts", 1_000_000_000_000, 1_000_000_000)
+	k := keys.Item("parts")
+	read := func(name string) string {
+		src, err := os.ReadFile("../../lua/" + name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return string(src)
+	}
+	before, after, _ := strings.Cut(read("once.lua"), "--[[ script ]]")
+	libs := read("gcra.lua") + "\n" + read("changed.lua") + "\n"
+	purchase := read("purchase.lua")
+	without := func(line string) string {
+		if !strings.Contains(purchase, line) {
+			b.Fatalf("purchase.lua no longer has %q", line)
+		}
+		return strings.Replace(purchase, line, "", 1)
+	}
+	type variant struct {
+		name string
+		src  string
+		rate int
+		bare bool // without the call record
+		cpu  float64
+	}
+	vs := []*variant{
+		{name: "full", src: purchase, rate: 5},
+		{name: "no-limit", src: purchase, rate: 0},
+		{name: "no-user-index", src: without("redis.call('ZADD', ukey, now_s, oid)"), rate: 5},
+		{name: "no-expiry-index", src: without("redis.call('ZADD', KEYS[4], unpack(expiry_args))"), rate: 5},
+		{name: "no-outbox", src: without("redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'order', oid, 'o', packed)"), rate: 5},
+		{name: "no-call-record", src: purchase, rate: 5, bare: true},
+	}
+	scripts := make([]*redis.Script, len(vs))
+	for i, v := range vs {
+		src := libs + v.src
+		if !v.bare {
+			src = before + src + "\n" + after
+		}
+		scripts[i] = redis.NewScript(src)
+		if err := scripts[i].Load(ctx, rdb).Err(); err != nil {
+			b.Fatal(v.name, err)
+		}
+	}
+	const batch, batchesPerTurn, senders = 25, 400, 4
+	var n, calls atomic.Int64
+	args := func(v *variant) ([]string, []any) {
+		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+		args := []any{600000, 86400000, v.rate, 1000, 10, "parts"}
+		for range batch {
+			u := "u" + strconv.FormatInt(n.Add(1)%20000, 10)
+			keys = append(keys, k.UserOrders(u), k.Hash())
+			args = append(args, u, 1, "", "")
+		}
+		if !v.bare {
+			keys = append(keys, k.Hash()+":call:"+strconv.FormatInt(calls.Add(1), 10))
+			args = append(args, 60000)
+		}
+		return keys, args
+	}
+	b.ResetTimer()
+	for turn := range b.N {
+		for i := range vs {
+			j := (turn + i) % len(vs)
+			v := vs[j]
+			cpu0 := redisCPU(b, rdb)
+			var wg sync.WaitGroup
+			for range senders {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range batchesPerTurn / senders {
+						keys, args := args(v)
+						if err := scripts[j].EvalSha(ctx, rdb, keys, args...).Err(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			v.cpu += redisCPU(b, rdb) - cpu0
+		}
+		rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.PurchaseLimits())
+	}
+	purchases := float64(b.N * batchesPerTurn * batch)
+	for _, v := range vs {
+		b.ReportMetric(v.cpu*1e6/purchases, v.name+"-µs/purchase")
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,6 +302,9 @@ func TestScriptCacheFlushed(t *testing.T) {
 }
 
 // commandCounter counts the commands a client sends (pipelines count each command).
+// connSetup names the commands go-redis sends when it opens a connection.
+var connSetup = map[string]bool{"hello": true, "client": true, "auth": true, "select": true}
+
 type commandCounter struct {
 	mu    sync.Mutex
 	names map[string]int
@@ -309,6 +314,9 @@ type commandCounter struct {
 func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if connSetup[cmd.Name()] {
+			return next(ctx, cmd) // a new pooled connection's handshake, not a purchase's work
+		}
 		c.mu.Lock()
 		c.names[cmd.Name()]++
 		c.trips++
@@ -319,10 +327,16 @@ func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.mu.Lock()
+		counted := false
 		for _, cmd := range cmds {
-			c.names[cmd.Name()]++
+			if !connSetup[cmd.Name()] {
+				c.names[cmd.Name()]++
+				counted = true
+			}
 		}
-		c.trips++
+		if counted {
+			c.trips++
+		}
 		c.mu.Unlock()
 		return next(ctx, cmds)
 	}
@@ -445,10 +459,10 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	ctx := context.Background()
 	newItem(t, s, "m", 5, 5)
 	k := keys.Item("m")
-	base := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()}
-	// Each attempt's keys, then the waiting room's trailing key (purchase.lua).
-	per := []string{k.UserOrders("u"), k.Idempotency("u", ""), k.PurchaseLimit("u"), k.QueueTickets()}
-	idem := []string{k.UserOrders("u"), k.Idempotency("u", "k1"), k.PurchaseLimit("u"), k.QueueTickets()}
+	base := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+	// Each attempt's keys (purchase.lua).
+	per := []string{k.UserOrders("u"), k.Idempotency("u", "")}
+	idem := []string{k.UserOrders("u"), k.Idempotency("u", "k1")}
 	cases := []struct {
 		name string
 		keys []string
@@ -472,6 +486,9 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 		{"nan period", append(base, per...), []any{600000, 1000, 1, "nan", 1, "m", "u", 1, "", ""}},
 		{"infinite period", append(base, per...), []any{600000, 1000, 1, "inf", 1, "m", "u", 1, "", ""}},
 		{"infinite burst", append(base, per...), []any{600000, 1000, 1, 1000, "inf", "m", "u", 1, "", ""}},
+		// The rate-limit hash lives burst*period/rate: one no PEXPIRE takes is refused up front.
+		{"limiter lifetime too long", append(base, per...), []any{600000, 1000, 1, 1e12, 1e6, "m", "u", 1, "", ""}},
+		{"too many attempts", append(base, slices.Repeat(per, 257)...), slices.Concat([]any{600000, 1000, 0, 0, 0, "m"}, slices.Repeat([]any{"u", 1, "", ""}, 257))},
 	}
 	for _, tc := range cases {
 		if err := inventory.PurchaseScript.Run(ctx, rdb, tc.keys, tc.args...).Err(); err == nil {
@@ -480,7 +497,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	}
 	// A non-numeric quantity inside a batch is refused for that attempt only.
 	res, err := inventory.PurchaseScript.Run(ctx, rdb, append(base, per...), 600000, 1000, 0, 0, 0, "m", "u", "1x", "", "").Slice()
-	if err != nil || res[0].([]any)[0] != "invalid_request" {
+	if err != nil || !strings.HasPrefix(res[0].(string), "invalid_request|") {
 		t.Fatalf("quantity '1x': %v %v", res, err)
 	}
 	it, _ := s.Get(ctx, "m")
@@ -488,10 +505,79 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 		t.Fatalf("malformed calls changed state: %+v", it)
 	}
 	// Nor did they leave half an attempt behind (an order without its stock taken).
-	for _, key := range []string{k.Orders(), k.Held(), k.Expiry(), k.UserOrders("u"), k.Idempotency("u", "k1"), k.PurchaseLimit("u")} {
+	for _, key := range []string{k.Orders(), k.Held(), k.Expiry(), k.UserOrders("u"), k.Idempotency("u", "k1"), k.PurchaseLimits()} {
 		if n := rdb.Exists(ctx, key).Val(); n != 0 {
 			t.Errorf("malformed calls wrote %s", key)
 		}
+	}
+}
+
+// TestBatchSeesItsOwnWrites: purchase.lua gathers the writes to the keys a batch shares (orders,
+// allowances, rate-limit state, expiry index) and sends them at the end, so later attempts of
+// one batch must see earlier ones through its tables: an idempotency key replays the order made
+// a moment before, a second attempt of a user meets the rate limit and the per-user limit the
+// first one moved. The limiter's state is one hash per item whose TTL covers every TAT in it.
+func TestBatchSeesItsOwnWrites(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	ctx := context.Background()
+	newItem(t, s, "b", 10, 1)
+	k := keys.Item("b")
+	run := func(rate, period, burst int, attempts ...[]string) []string {
+		t.Helper()
+		ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+		args := []any{600000, 86400000, rate, period, burst, "b"}
+		for _, a := range attempts { // user, idempotency key
+			ks = append(ks, k.UserOrders(a[0]), k.Idempotency(a[0], a[1]))
+			args = append(args, a[0], 1, a[1], "")
+		}
+		res, err := inventory.PurchaseScript.Run(ctx, rdb, ks, args...).StringSlice()
+		if err != nil || len(res) != len(attempts) {
+			t.Fatalf("batch: %v %v", res, err)
+		}
+		return res
+	}
+	field := func(reply string, i int) string { return strings.SplitN(reply, "|", 8)[i] }
+
+	res := run(1, 60000, 1, []string{"u1", "k"}, []string{"u1", "k"}, []string{"u2", ""}, []string{"u2", ""})
+	for i, want := range []string{"created", "replayed", "created", "rate_limited"} {
+		if field(res[i], 0) != want {
+			t.Fatalf("attempt %d: %q, want %s", i+1, res[i], want)
+		}
+	}
+	if field(res[1], 6) != field(res[0], 6) || field(res[1], 7) != field(res[0], 7) || field(res[0], 7) == "" {
+		t.Fatalf("replay in the same batch: %q after %q", res[1], res[0])
+	}
+	if field(res[3], 2) != "0" || field(res[2], 2) != "1" {
+		t.Fatalf("limiter verdicts: %q, %q", res[2], res[3])
+	}
+	res = run(0, 0, 0, []string{"u4", ""}, []string{"u4", ""})
+	if field(res[0], 0) != "created" || field(res[1], 0) != "limit_exceeded" {
+		t.Fatalf("per-user limit in one batch: %q", res)
+	}
+
+	held := rdb.HGetAll(ctx, k.Held()).Val()
+	if len(held) != 3 || held["u1"] != "1" || held["u2"] != "1" || held["u4"] != "1" {
+		t.Fatalf("held: %v", held)
+	}
+	if n := rdb.HLen(ctx, k.Orders()).Val(); n != 3 || rdb.ZCard(ctx, k.Expiry()).Val() != 3 {
+		t.Fatalf("orders %d, expiry index %d, want 3 each", n, rdb.ZCard(ctx, k.Expiry()).Val())
+	}
+	if it, _ := s.Get(ctx, "b"); it.StockLeft != 7 || it.Reserved != 3 {
+		t.Fatalf("item: %+v", it)
+	}
+	tats := rdb.HGetAll(ctx, k.PurchaseLimits()).Val()
+	if len(tats) != 2 || tats["u1"] == "" || tats["u2"] == "" {
+		t.Fatalf("rate-limit hash: %v", tats)
+	}
+	// burst 1 of 1 per minute: every TAT is at most a minute ahead, so is the hash's TTL.
+	if ttl := rdb.PTTL(ctx, k.PurchaseLimits()).Val(); ttl <= 0 || ttl > 60001*time.Millisecond {
+		t.Fatalf("rate-limit hash TTL %v, want (0, 60.001s]", ttl)
+	}
+	// A later batch under a shorter policy does not cut the TTL the longer one needs.
+	run(1000, 1000, 1, []string{"u5", ""})
+	if ttl := rdb.PTTL(ctx, k.PurchaseLimits()).Val(); ttl < 50*time.Second {
+		t.Fatalf("rate-limit hash TTL cut to %v", ttl)
 	}
 }
 

@@ -3,6 +3,8 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,21 +129,21 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		return
 	}
 	k := s.keys.Item(item)
-	keys := make([]string, 0, 8+3*len(calls))
-	keys = append(keys, k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock())
+	keys := make([]string, 0, 9+2*len(calls))
+	hash := k.Hash()
+	keys = append(keys, hash, k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(),
+		k.PurchaseLimits(), k.QueueTickets())
 	lim := s.opt.PurchaseLimit
 	args := make([]any, 0, 6+4*len(calls))
 	args = append(args, s.opt.ReservationTTL.Milliseconds(), s.opt.IdempotencyTTL.Milliseconds(),
 		lim.Rate, lim.Period.Milliseconds(), lim.Burst, item)
 	for _, c := range calls {
-		keys = append(keys, k.UserOrders(c.req.UserID), k.Idempotency(c.req.UserID, c.req.IdempotencyKey),
-			k.PurchaseLimit(c.req.UserID))
-		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey)
-	}
-	// The waiting room's trailing block (purchase.lua): the tickets hash, then each pass.
-	keys = append(keys, k.QueueTickets())
-	for _, c := range calls {
-		args = append(args, c.req.QueuePass)
+		idem := hash // an attempt without an Idempotency-Key names no key of its own (purchase.lua)
+		if c.req.IdempotencyKey != "" {
+			idem = k.Idempotency(c.req.UserID, c.req.IdempotencyKey)
+		}
+		keys = append(keys, k.UserOrders(c.req.UserID), idem)
+		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey, c.req.QueuePass)
 	}
 	sent := time.Now() // when Redis was asked: the age of a sold-out answer (soldout.go)
 	res, err := purchaseScript.Run(context.Background(), s.rdb, keys, args...).Slice()
@@ -160,22 +162,33 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 	}
 }
 
-// purchaseReply decodes one attempt's reply:
-// {outcome, order_id, packed_order, stock_left, rl_allowed, rl_remaining, rl_retry_ms, rl_reset_ms}.
+// purchaseReply decodes one attempt's reply (purchase.lua):
+// "outcome|stock_left|rl_allowed|rl_remaining|rl_retry_ms|rl_reset_ms|order_id|packed_order".
 func (s *Store) purchaseReply(item string, v any, sent time.Time) purchaseReply {
-	f, ok := v.([]any)
-	if !ok || len(f) != 8 {
+	reply, ok := v.(string)
+	if !ok {
 		return purchaseReply{err: errNoReply}
 	}
-	str := func(i int) string { x, _ := f[i].(string); return x }
-	left, _ := f[3].(int64)
+	var f [8]string
+	for i := range 7 {
+		j := strings.IndexByte(reply, '|')
+		if j < 0 {
+			return purchaseReply{err: errNoReply}
+		}
+		f[i], reply = reply[:j], reply[j+1:]
+	}
+	f[7] = reply // the packed order, which holds '|' itself
+	left, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return purchaseReply{err: errNoReply}
+	}
 	var dec *limits.Decision
-	if d, ran := limits.ParseReply(s.opt.PurchaseLimit.Burst, str(4), str(5), str(6), str(7)); ran {
+	if d, ran := limits.ParseReply(s.opt.PurchaseLimit.Burst, f[2], f[3], f[4], f[5]); ran {
 		dec = &d
 	}
-	outcome := str(0)
+	outcome := f[0]
 	if outcome == "created" || outcome == "replayed" {
-		o, err := orders.Unpack(str(1), item, str(2))
+		o, err := orders.Unpack(f[6], item, f[7])
 		if err != nil {
 			return purchaseReply{err: err}
 		}
@@ -212,12 +225,16 @@ func (s *Store) purchaseReply(item string, v any, sent time.Time) purchaseReply 
 	return purchaseReply{err: &PurchaseError{Err: sentinel, StockLeft: left, Limit: dec}}
 }
 
-// batcher coalesces concurrent purchases per item: while one script call for an item is in
-// flight, newcomers queue; the next call takes up to max of them. A lone purchase goes out
-// at once, so batching adds no latency when the shop is quiet.
+// batcher coalesces concurrent purchases per item: while inFlight script calls for an item are
+// in flight, newcomers queue; the next call takes up to max of them. A lone purchase goes out
+// at once, so batching adds no latency when the shop is quiet. More than one call in flight
+// keeps a hot item's purchases moving while a batch is in Redis (each call is atomic and its
+// attempts are decided on their own, so calls may run in either order); one alone made the
+// item's throughput one batch per round trip.
 type batcher struct {
-	max int
-	run func(item string, calls []*purchaseCall)
+	max      int
+	inFlight int // most script calls of one item at once
+	run      func(item string, calls []*purchaseCall)
 
 	mu     sync.Mutex
 	queues map[string]*itemQueue
@@ -226,33 +243,41 @@ type batcher struct {
 type itemQueue struct {
 	item    string
 	pending []*purchaseCall
+	running int // drain goroutines working on it
 }
 
-func newBatcher(most int, run func(string, []*purchaseCall)) *batcher {
-	return &batcher{max: most, run: run, queues: map[string]*itemQueue{}}
+func newBatcher(most, inFlight int, run func(string, []*purchaseCall)) *batcher {
+	return &batcher{max: most, inFlight: max(inFlight, 1), run: run, queues: map[string]*itemQueue{}}
 }
 
 func (b *batcher) submit(c *purchaseCall) {
 	b.mu.Lock()
-	q, running := b.queues[c.req.ItemID]
-	if !running {
+	q, ok := b.queues[c.req.ItemID]
+	if !ok {
 		q = &itemQueue{item: c.req.ItemID}
 		b.queues[q.item] = q
 	}
 	q.pending = append(q.pending, c)
+	start := q.running < b.inFlight
+	if start {
+		q.running++
+	}
 	b.mu.Unlock()
-	if !running {
+	if start {
 		go b.drain(q)
 	}
 }
 
-// drain runs batches for one item until its queue is empty, then forgets the queue.
+// drain runs batches for one item until its queue is empty, then stops (forgetting the queue
+// when it was the last one running).
 func (b *batcher) drain(q *itemQueue) {
 	for {
 		b.mu.Lock()
 		n := len(q.pending)
 		if n == 0 {
-			delete(b.queues, q.item)
+			if q.running--; q.running == 0 {
+				delete(b.queues, q.item)
+			}
 			b.mu.Unlock()
 			return
 		}

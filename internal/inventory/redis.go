@@ -24,6 +24,7 @@ type Options struct {
 	IdempotencyTTL   time.Duration // default 24h
 	SnapshotInterval time.Duration // catalogue snapshot refresh, default 500ms
 	PurchaseBatch    int           // most purchases coalesced into one script call, default 64
+	PurchaseInFlight int           // most script calls of one item at once, default 2
 	PurchaseLimit    limits.Policy // per-user-per-item purchase rate limit, folded into the script
 	// Admit, when set, may refuse a purchase before it reaches Redis with an error that says
 	// nothing was changed (the outbox over its bound: outbox.Relay.Admit).
@@ -116,8 +117,11 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Stor
 	if opt.PurchaseBatch <= 0 {
 		opt.PurchaseBatch = 64
 	}
+	if opt.PurchaseInFlight <= 0 {
+		opt.PurchaseInFlight = 2
+	}
 	s := &Store{rdb: rdb, keys: keys, opt: opt}
-	s.batcher = newBatcher(opt.PurchaseBatch, s.runBatch)
+	s.batcher = newBatcher(opt.PurchaseBatch, opt.PurchaseInFlight, s.runBatch)
 	return s
 }
 
@@ -249,6 +253,14 @@ func (s *Store) Queued(ctx context.Context) ([]Item, error) {
 		return nil, err
 	}
 	return itemsAt(snap, s.orderOf(snap, gen).queued, time.Now()), nil
+}
+
+// HasQueue reports whether the catalogue snapshot shows the item with a waiting room (false
+// when the item or the snapshot is missing): Lookup's answer to that one question, asked by
+// every purchase, without copying the item or reading the clock for its status.
+func (s *Store) HasQueue(ctx context.Context, id string) bool {
+	snap, err := s.snapshot(ctx)
+	return err == nil && snap[id].Queue != nil
 }
 
 // Lookup returns one item from the snapshot.

@@ -106,8 +106,8 @@ func (k Item) UserOrders(user string) string { return k.Shard.UserOrders(user) }
 // Idempotency is where an idempotency key's order id is kept.
 func (k Item) Idempotency(user, key string) string { return k.base + "idem:" + user + ":" + key }
 
-// PurchaseLimit is the user's purchase rate-limit state on this item.
-func (k Item) PurchaseLimit(user string) string { return k.base + "rl:" + user }
+// PurchaseLimits is the item's purchase rate-limit state: a hash user -> GCRA TAT.
+func (k Item) PurchaseLimits() string { return k.base + "rl" }
 
 // OrderID builds an order id from its item and sequence number.
 func OrderID(item string, seq string) string { return item + "." + seq }

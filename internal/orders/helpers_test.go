@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
@@ -141,7 +142,7 @@ func (e *env) ledger(item string) ledger {
 		e.t.Fatal(err)
 	}
 	for _, m := range msgs {
-		if id, ok := m.Values["order"].(string); ok && m.Values["item"] == item {
+		if id, ok := m.Values["order"].(string); ok && events.EntryItem(m.Values) == item {
 			l.Events[id] = append(l.Events[id], m.Values["type"].(string))
 		}
 	}

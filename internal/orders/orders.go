@@ -44,10 +44,18 @@ type Order struct {
 
 // Unpack decodes the packed form the scripts store: "user|quantity|price_cents|status|created_ms|expires_ms".
 func Unpack(id, item, packed string) (Order, error) {
-	f := strings.Split(packed, "|")
-	if len(f) != 6 {
+	var f [6]string // user|quantity|price_cents|status|created_ms|expires_ms
+	rest := packed
+	for i := range 5 {
+		var ok bool
+		if f[i], rest, ok = strings.Cut(rest, "|"); !ok {
+			return Order{}, fmt.Errorf("orders: malformed record for %s: %q", id, packed)
+		}
+	}
+	if strings.Contains(rest, "|") {
 		return Order{}, fmt.Errorf("orders: malformed record for %s: %q", id, packed)
 	}
+	f[5] = rest
 	qty, err1 := strconv.ParseInt(f[1], 10, 64)
 	price, err2 := strconv.ParseInt(f[2], 10, 64)
 	created, err3 := strconv.ParseInt(f[4], 10, 64)

@@ -25,6 +25,7 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/lua"
 )
 
 // Publisher is what the relay needs from a Kafka producer; *kafka.Writer is one. WriteMessages
@@ -358,7 +359,13 @@ func chunk(batch []entry, maxBytes int) int {
 	return len(batch)
 }
 
-// publish writes entries to Kafka, then acknowledges and deletes them in Redis.
+// ackScript acknowledges published entries and trims what no consumer needs any more.
+var ackScript = lua.New("outbox_ack", "outbox_ack.lua")
+
+// maxAckIDs is the most ids one outbox_ack.lua call takes.
+const maxAckIDs = 10000
+
+// publish writes entries to Kafka, then acknowledges them and trims the stream in Redis.
 func (r *Relay) publish(ctx context.Context, st *stream, batch []entry) error {
 	msgs := make([]kafka.Message, len(batch))
 	for i, e := range batch {
@@ -380,20 +387,23 @@ func (r *Relay) publish(ctx context.Context, st *stream, batch []entry) error {
 			return &hookError{err}
 		}
 	}
-	ids := make([]string, len(batch))
-	for i, e := range batch {
-		ids[i] = e.id
+	// Acknowledge and trim (outbox_ack.lua) in calls of at most maxAckIDs ids.
+	for len(batch) > 0 {
+		n := min(len(batch), maxAckIDs)
+		args := make([]any, 0, n+1)
+		args = append(args, r.opt.Group)
+		for _, e := range batch[:n] {
+			args = append(args, e.id)
+		}
+		if err := ackScript.Run(context.WithoutCancel(ctx), r.rdb, []string{st.key}, args...).Err(); err != nil {
+			// Published but still in Redis: they will be published again (harmless duplicates).
+			st.retry = true
+			return fmt.Errorf("outbox: acknowledge: %w", err)
+		}
+		r.published.Add(int64(n))
+		metrics.RelayPublished.Add(float64(n))
+		batch = batch[n:]
 	}
-	pipe := r.rdb.Pipeline()
-	pipe.XAck(ctx, st.key, r.opt.Group, ids...)
-	pipe.XDel(ctx, st.key, ids...)
-	if _, err := pipe.Exec(context.WithoutCancel(ctx)); err != nil {
-		// Published but still in Redis: they will be published again (harmless duplicates).
-		st.retry = true
-		return fmt.Errorf("outbox: acknowledge: %w", err)
-	}
-	r.published.Add(int64(len(batch)))
-	metrics.RelayPublished.Add(float64(len(batch)))
 	return nil
 }
 
@@ -484,7 +494,7 @@ func (r *Relay) claim(ctx context.Context, st *stream) ([]entry, error) {
 // published, as an envelope the consumer will park in its dead letters: it is never dropped
 // silently, and it cannot block the stream behind it.
 func (r *Relay) entry(st *stream, m redis.XMessage) entry {
-	key, _ := m.Values["item"].(string)
+	key := events.EntryItem(m.Values)
 	var eventID string
 	if st.rank {
 		eventID = events.RatingEventID(m.ID)
@@ -494,7 +504,7 @@ func (r *Relay) entry(st *stream, m redis.XMessage) entry {
 	var value []byte
 	ev, err := events.FromEntry(eventID, m.Values)
 	if err == nil {
-		value, err = json.Marshal(ev)
+		value, err = ev.AppendJSON(make([]byte, 0, 320))
 	}
 	if err != nil {
 		slog.Error("outbox relay: malformed outbox entry; publishing it for the dead letters", "event_id", eventID, "err", err)

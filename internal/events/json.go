@@ -1,0 +1,90 @@
+package events
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// AppendJSON appends the event's JSON, byte for byte what json.Marshal(e) gives, without
+// reflection: the relay encodes every event it publishes, and encoding/json's reflection was
+// most of that cost.
+func (e Event) AppendJSON(b []byte) ([]byte, error) {
+	for _, t := range []*time.Time{&e.At, e.StartsAt, e.EndsAt, e.ExpiresAt} {
+		if t != nil && !plainTime(*t) {
+			j, err := json.Marshal(e) // encoding/json's own error for such a time
+			return append(b, j...), err
+		}
+	}
+	b = append(b, `{"event_id":`...)
+	b = appendString(b, e.EventID)
+	b = append(b, `,"type":`...)
+	b = appendString(b, e.Type)
+	b = append(b, `,"at":`...)
+	b = appendTime(b, e.At)
+	b = appendOptString(b, `,"item_id":`, e.ItemID)
+	b = appendOptString(b, `,"order_id":`, e.OrderID)
+	b = appendOptString(b, `,"user_id":`, e.UserID)
+	b = appendOptInt(b, `,"quantity":`, e.Quantity)
+	b = appendOptInt(b, `,"price_cents":`, e.PriceCents)
+	b = appendOptInt(b, `,"stars":`, e.Stars)
+	b = appendOptInt(b, `,"delta":`, e.Delta)
+	b = appendOptString(b, `,"name":`, e.Name)
+	b = appendOptString(b, `,"category":`, e.Category)
+	b = appendOptInt(b, `,"stock_total":`, e.StockTotal)
+	b = appendOptInt(b, `,"per_user_limit":`, e.PerUserLimit)
+	b = appendOptTime(b, `,"starts_at":`, e.StartsAt)
+	b = appendOptTime(b, `,"ends_at":`, e.EndsAt)
+	b = appendOptTime(b, `,"expires_at":`, e.ExpiresAt)
+	return append(b, '}'), nil
+}
+
+// plainTime reports whether t encodes without error: a year of four digits and a zone offset
+// of whole minutes under a day (what RFC 3339 can say).
+func plainTime(t time.Time) bool {
+	_, off := t.Zone()
+	return t.Year() >= 0 && t.Year() <= 9999 && off%60 == 0 && off > -24*3600 && off < 24*3600
+}
+
+func appendOptString(b []byte, name, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return appendString(append(b, name...), s)
+}
+
+func appendOptInt(b []byte, name string, n *int64) []byte {
+	if n == nil {
+		return b
+	}
+	return strconv.AppendInt(append(b, name...), *n, 10)
+}
+
+func appendOptTime(b []byte, name string, t *time.Time) []byte {
+	if t == nil {
+		return b
+	}
+	return appendTime(append(b, name...), *t)
+}
+
+// appendTime writes t as time.Time.MarshalJSON does (RFC 3339 with the nanoseconds needed).
+func appendTime(b []byte, t time.Time) []byte {
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
+}
+
+// appendString writes s as encoding/json does; the rare string that needs escaping goes
+// through encoding/json itself.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			j, _ := json.Marshal(s)
+			return append(b, j...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
