@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/flashsale/flashsale/internal/jsonx"
 )
 
 // AppendJSON appends the event's JSON, byte for byte what json.Marshal(e) gives, without
@@ -18,11 +19,11 @@ func (e Event) AppendJSON(b []byte) ([]byte, error) {
 		}
 	}
 	b = append(b, `{"event_id":`...)
-	b = appendString(b, e.EventID)
+	b = jsonx.AppendString(b, e.EventID)
 	b = append(b, `,"type":`...)
-	b = appendString(b, e.Type)
+	b = jsonx.AppendString(b, e.Type)
 	b = append(b, `,"at":`...)
-	b = appendTime(b, e.At)
+	b = jsonx.AppendTime(b, e.At)
 	b = appendOptString(b, `,"item_id":`, e.ItemID)
 	b = appendOptString(b, `,"order_id":`, e.OrderID)
 	b = appendOptString(b, `,"user_id":`, e.UserID)
@@ -51,7 +52,7 @@ func appendOptString(b []byte, name, s string) []byte {
 	if s == "" {
 		return b
 	}
-	return appendString(append(b, name...), s)
+	return jsonx.AppendString(append(b, name...), s)
 }
 
 func appendOptInt(b []byte, name string, n *int64) []byte {
@@ -65,26 +66,5 @@ func appendOptTime(b []byte, name string, t *time.Time) []byte {
 	if t == nil {
 		return b
 	}
-	return appendTime(append(b, name...), *t)
-}
-
-// appendTime writes t as time.Time.MarshalJSON does (RFC 3339 with the nanoseconds needed).
-func appendTime(b []byte, t time.Time) []byte {
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"')
-}
-
-// appendString writes s as encoding/json does; the rare string that needs escaping goes
-// through encoding/json itself.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			j, _ := json.Marshal(s)
-			return append(b, j...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	return jsonx.AppendTime(append(b, name...), *t)
 }

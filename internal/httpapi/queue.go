@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashsale/flashsale/internal/jsonx"
 	"github.com/flashsale/flashsale/internal/queue"
 )
 
@@ -63,11 +64,11 @@ func (s *Server) queueStats(c *gin.Context) {
 func writeTicket(c *gin.Context, t queue.Ticket) {
 	bp := replyBufs.Get().(*[]byte)
 	b := append((*bp)[:0], `{"ticket":{"item_id":`...)
-	b = appendString(b, t.ItemID)
+	b = jsonx.AppendString(b, t.ItemID)
 	b = append(b, `,"user_id":`...)
-	b = appendString(b, t.UserID)
+	b = jsonx.AppendString(b, t.UserID)
 	b = append(b, `,"state":`...)
-	b = appendString(b, t.State)
+	b = jsonx.AppendString(b, t.State)
 	b = append(b, `,"position":`...)
 	b = appendOptInt(b, t.Position, t.Position > 0)
 	b = append(b, `,"eta_seconds":`...)
@@ -75,18 +76,18 @@ func writeTicket(c *gin.Context, t queue.Ticket) {
 	b = append(b, `,"poll_after_ms":`...)
 	b = appendOptInt(b, t.PollAfterMS, t.PollAfterMS >= 0)
 	b = append(b, `,"token":`...)
-	b = appendString(b, t.Token)
+	b = jsonx.AppendString(b, t.Token)
 	b = append(b, `,"pass":`...)
 	if t.Pass == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendString(b, t.Pass)
+		b = jsonx.AppendString(b, t.Pass)
 	}
 	b = append(b, `,"pass_expires_at":`...)
 	if t.PassExpiresAt.IsZero() {
 		b = append(b, "null"...)
 	} else {
-		b = appendTime(b, t.PassExpiresAt.UTC().Truncate(time.Millisecond))
+		b = jsonx.AppendTime(b, t.PassExpiresAt.UTC().Truncate(time.Millisecond))
 	}
 	b = append(b, "}}"...)
 	writeJSON(c, http.StatusOK, b)

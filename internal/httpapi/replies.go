@@ -21,6 +21,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/jsonx"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
 )
@@ -52,12 +53,12 @@ func writeJSON(c *gin.Context, status int, body []byte) {
 func writeError(c *gin.Context, status int, code, msg string) {
 	bp := replyBufs.Get().(*[]byte)
 	b := append((*bp)[:0], `{"error":{"code":`...)
-	b = appendString(b, code)
+	b = jsonx.AppendString(b, code)
 	b = append(b, `,"message":`...)
-	b = appendString(b, msg)
+	b = jsonx.AppendString(b, msg)
 	if id := requestIDOf(c); id != "" {
 		b = append(b, `,"request_id":`...)
-		b = appendString(b, id)
+		b = jsonx.AppendString(b, id)
 	}
 	b = append(b, "}}"...)
 	c.Abort()
@@ -79,46 +80,22 @@ func writeOrder(c *gin.Context, status int, o orders.Order) {
 
 func appendOrder(b []byte, o orders.Order) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, o.ID)
+	b = jsonx.AppendString(b, o.ID)
 	b = append(b, `,"item_id":`...)
-	b = appendString(b, o.ItemID)
+	b = jsonx.AppendString(b, o.ItemID)
 	b = append(b, `,"user_id":`...)
-	b = appendString(b, o.UserID)
+	b = jsonx.AppendString(b, o.UserID)
 	b = append(b, `,"quantity":`...)
 	b = strconv.AppendInt(b, o.Quantity, 10)
 	b = append(b, `,"price_cents":`...)
 	b = strconv.AppendInt(b, o.PriceCents, 10)
 	b = append(b, `,"status":`...)
-	b = appendString(b, string(o.Status))
+	b = jsonx.AppendString(b, string(o.Status))
 	b = append(b, `,"created_at":`...)
-	b = appendTime(b, o.CreatedAt)
+	b = jsonx.AppendTime(b, o.CreatedAt)
 	b = append(b, `,"expires_at":`...)
-	b = appendTime(b, o.ExpiresAt)
+	b = jsonx.AppendTime(b, o.ExpiresAt)
 	return append(b, '}')
-}
-
-// appendTime writes t as time.Time.MarshalJSON does (RFC 3339 with the nanoseconds needed).
-func appendTime(b []byte, t time.Time) []byte {
-	if y := t.Year(); y < 0 || y > 9999 {
-		j, _ := json.Marshal(t) // encoding/json's own error path; never for our times
-		return append(b, j...)
-	}
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"')
-}
-
-// appendString writes s as a JSON string the way encoding/json does (HTML-safe escapes).
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			j, _ := json.Marshal(s) // the rare string that needs escaping
-			return append(b, j...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // catalogueReplies caches the encoded GET /api/items and GET /api/items/{id} bodies for one
@@ -211,7 +188,7 @@ func (e *encodedCatalogue) page(q pageQuery) *listBody {
 	b = append(b, ']')
 	if next != "" {
 		b = append(b, `,"next_cursor":`...)
-		b = appendString(b, next)
+		b = jsonx.AppendString(b, next)
 	}
 	b = append(b, '}')
 	body := &listBody{plain: b}
