@@ -29,7 +29,8 @@ func (s *Server) joinQueue(c *gin.Context) {
 }
 
 // pollQueue answers from memory when the Queue-Ticket header carries a waiting ticket's token.
-func (s *Server) pollQueue(c *gin.Context) {
+// Like the purchase, it takes the user as an argument (Auth.shopper): no Gin context map.
+func (s *Server) pollQueue(c *gin.Context, user string) {
 	if s.Queue == nil {
 		fail(c, errNoQueueStore)
 		return
@@ -38,7 +39,7 @@ func (s *Server) pollQueue(c *gin.Context) {
 	if h := c.Request.Header["Queue-Ticket"]; len(h) > 0 {
 		token = h[0]
 	}
-	tk, err := s.Queue.Poll(c.Request.Context(), c.Param("id"), userOf(c), token)
+	tk, err := s.Queue.Poll(c.Request.Context(), c.Param("id"), user, token)
 	if err != nil {
 		fail(c, err)
 		return

@@ -123,10 +123,10 @@ func (s *Server) routes() {
 	// The purchase rate limit is folded into the purchase script (one round trip). The route
 	// verifies its token like the shopper group, handing the user over directly (Auth.shopper).
 	api.POST("/items/:id/purchase", s.Auth.shopper(s.purchase))
+	api.GET("/items/:id/queue", s.Auth.shopper(s.pollQueue)) // a waiting room's polls: as hot
 	shopper := api.Group("", s.Auth.requireUser)
 	shopper.POST("/items/:id/rating", s.limit("rating"), s.rateItem)
 	shopper.POST("/items/:id/queue", s.joinQueue)
-	shopper.GET("/items/:id/queue", s.pollQueue)
 	shopper.GET("/orders", s.listOrders)
 	shopper.GET("/orders/:id", s.getOrder)
 	shopper.POST("/orders/:id/pay", s.limit("pay"), s.payOrder)
