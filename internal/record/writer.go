@@ -1,12 +1,14 @@
 package record
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -101,7 +103,63 @@ func (w *Writer) Apply(ctx context.Context, msgs []kafka.Message) (Result, error
 // refused events stand alone; each is parked in dead_letters with Postgres's reason and the
 // rest is applied. Errors of availability (connection, timeout, shutdown) are returned as
 // they are, for the caller to retry the whole batch (what was applied is absorbed then).
+//
+// Events with text Postgres cannot store (a NUL, invalid UTF-8) are parked before the batch is
+// written, whatever else the batch holds: left to Postgres, such an event would be refused
+// only when its row reaches a statement, and a newer event of the same row in the same batch
+// (folded over it) would hide it, so whether it was parked would depend on the batching.
 func (w *Writer) ApplyIsolating(ctx context.Context, msgs []kafka.Message) (Result, error) {
+	var parked int
+	if bad := unstorable(msgs); bad != nil {
+		kept := make([]kafka.Message, 0, len(msgs))
+		for i := range msgs {
+			if reason, ok := bad[i]; ok {
+				if err := w.park(ctx, &msgs[i], reason); err != nil {
+					return Result{}, err
+				}
+				parked++
+				continue
+			}
+			kept = append(kept, msgs[i])
+		}
+		msgs = kept
+	}
+	res, err := w.applyIsolating(ctx, msgs)
+	res.Invalid += parked
+	return res, err
+}
+
+// unstorable finds the messages whose event holds text Postgres cannot store, with the reason;
+// nil when there are none. A NUL can only come from a "\u0000" escape (a raw NUL is not JSON),
+// so only messages holding one, or invalid UTF-8, are decoded to be sure.
+func unstorable(msgs []kafka.Message) map[int]error {
+	var bad map[int]error
+	for i := range msgs {
+		v := msgs[i].Value
+		if utf8.Valid(v) && !bytes.Contains(v, []byte(`\u0000`)) {
+			continue
+		}
+		ev, err := events.Parse(v)
+		if err != nil {
+			continue // Apply parks it as invalid
+		}
+		for _, text := range [...]string{ev.EventID, ev.Type, ev.ItemID, ev.OrderID, ev.UserID, ev.Name, ev.Category} {
+			if strings.IndexByte(text, 0) >= 0 || !utf8.ValidString(text) {
+				if bad == nil {
+					bad = map[int]error{}
+				}
+				bad[i] = fmt.Errorf("record: event %q holds text Postgres cannot store (a NUL byte, 0x00, or invalid UTF-8)", ev.EventID)
+				break
+			}
+		}
+	}
+	return bad
+}
+
+func (w *Writer) applyIsolating(ctx context.Context, msgs []kafka.Message) (Result, error) {
+	if len(msgs) == 0 {
+		return Result{}, nil
+	}
 	res, err := w.Apply(ctx, msgs)
 	if err == nil || !isDataError(err) {
 		return res, err
@@ -113,11 +171,11 @@ func (w *Writer) ApplyIsolating(ctx context.Context, msgs []kafka.Message) (Resu
 		return Result{Invalid: 1}, nil
 	}
 	half := len(msgs) / 2
-	left, err := w.ApplyIsolating(ctx, msgs[:half])
+	left, err := w.applyIsolating(ctx, msgs[:half])
 	if err != nil {
 		return Result{}, err
 	}
-	right, err := w.ApplyIsolating(ctx, msgs[half:])
+	right, err := w.applyIsolating(ctx, msgs[half:])
 	if err != nil {
 		return Result{}, err
 	}

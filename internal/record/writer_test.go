@@ -286,3 +286,24 @@ func TestApplyIsolatingParksWhatPostgresRefuses(t *testing.T) {
 		t.Fatalf("dead letter %+v: want Postgres's reason and the message", d)
 	}
 }
+
+// TestApplyIsolatingParksUnstorableTextWhateverTheBatch: an event with a NUL in its text is
+// parked even when a newer event of the same row in its batch would have hidden it from
+// Postgres (the batch folds them into one row), so parking does not depend on the batching.
+func TestApplyIsolatingParksUnstorableTextWhateverTheBatch(t *testing.T) {
+	db := openDB(t)
+	w := record.NewWriter(db)
+	older := ev(events.ItemUpserted, 1, func(e *events.Event) { e.Name = "a\x00b" })
+	newer := ev(events.ItemUpserted, 2, func(e *events.Event) { e.Name = "Fine" })
+	res, err := w.ApplyIsolating(context.Background(), msgs(t, older, newer))
+	if err != nil || res.Invalid != 1 || res.Applied != 1 {
+		t.Fatalf("result %+v, %v; want the NUL event parked and the other applied", res, err)
+	}
+	var it record.Item
+	var dead int64
+	db.First(&it, "id = ?", "a")
+	db.Model(&record.DeadLetter{}).Count(&dead)
+	if it.Name != "Fine" || dead != 1 {
+		t.Fatalf("item %+v, %d dead letters; want the newer name and one dead letter", it, dead)
+	}
+}
