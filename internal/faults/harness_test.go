@@ -114,22 +114,10 @@ func newSale(t *testing.T, opt saleOptions) *sale {
 	if ttl == 0 {
 		ttl = 10 * time.Minute
 	}
-	s.env = append([]string{
-		"FLASHSALE_REDIS_ADDRS=" + s.redisPx.Listen,
-		"FLASHSALE_REDIS_PREFIX=" + s.prefix,
-		"FLASHSALE_POSTGRES_DSN=" + proxiedDSN,
-		"KAFKA_BROKERS=" + s.broker.Addr(),
-		"FLASHSALE_KAFKA_TOPIC=" + topic,
-		"FLASHSALE_JWT_SECRET=" + jwtSecret,
-		"FLASHSALE_ADMIN_TOKEN=" + adminToken,
-		"FLASHSALE_DEV_LOGIN=true",
-		"FLASHSALE_RESERVATION_TTL=" + ttl.String(),
-		"FLASHSALE_SHUTDOWN_TIMEOUT=5s",
-		// The matrix tests faults, not rate limits: 2,000 shoppers log in from one address.
-		"FLASHSALE_LIMIT_PURCHASE=off", "FLASHSALE_LIMIT_PAY=off", "FLASHSALE_LIMIT_CANCEL=off",
-		"FLASHSALE_LIMIT_LOGIN_USER=off", "FLASHSALE_LIMIT_LOGIN_IP=off",
-		"PATH=" + os.Getenv("PATH"),
-	}, opt.extraEnv...)
+	s.env = procs.Env{
+		RedisAddrs: s.redisPx.Listen, RedisPrefix: s.prefix, PostgresDSN: proxiedDSN, KafkaBrokers: s.broker.Addr(),
+		KafkaTopic: topic, JWTSecret: jwtSecret, AdminToken: adminToken, ReservationTTL: ttl,
+	}.List(opt.extraEnv...)
 	// Every api is started before the sale, so the shop reads s.apis without a lock.
 	s.shop = procs.NewShop(t, adminToken, 30*time.Second, func() []*procs.Proc { return s.apis })
 	return s

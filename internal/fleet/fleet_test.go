@@ -5,7 +5,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,23 +65,10 @@ func newFleet(t *testing.T) *fleet {
 	f.db = db
 	f.broker = testenv.Kafka(t, topic, partitions).Addr()
 	f.kc = &kafka.Client{Addr: kafka.TCP(f.broker), Timeout: 5 * time.Second}
-	f.env = []string{
-		"FLASHSALE_REDIS_ADDRS=" + strings.Join(cc.Options().Addrs, ","),
-		"FLASHSALE_REDIS_PREFIX=" + f.space.Prefix,
-		"FLASHSALE_POSTGRES_DSN=" + dsn,
-		"KAFKA_BROKERS=" + f.broker,
-		"FLASHSALE_KAFKA_TOPIC=" + topic,
-		"FLASHSALE_KAFKA_PARTITIONS=" + strconv.Itoa(partitions),
-		"FLASHSALE_JWT_SECRET=" + jwtSecret,
-		"FLASHSALE_ADMIN_TOKEN=" + adminToken,
-		"FLASHSALE_DEV_LOGIN=true",
-		"FLASHSALE_RESERVATION_TTL=" + ttl.String(),
-		"FLASHSALE_SHUTDOWN_TIMEOUT=5s",
-		// The stage proves the fleet, not rate limits: 2,000 shoppers log in from one address.
-		"FLASHSALE_LIMIT_PURCHASE=off", "FLASHSALE_LIMIT_PAY=off", "FLASHSALE_LIMIT_CANCEL=off",
-		"FLASHSALE_LIMIT_LOGIN_USER=off", "FLASHSALE_LIMIT_LOGIN_IP=off",
-		"PATH=" + os.Getenv("PATH"),
-	}
+	f.env = procs.Env{
+		RedisAddrs: strings.Join(cc.Options().Addrs, ","), RedisPrefix: f.space.Prefix, PostgresDSN: dsn,
+		KafkaBrokers: f.broker, KafkaTopic: topic, JWTSecret: jwtSecret, AdminToken: adminToken, ReservationTTL: ttl,
+	}.List("FLASHSALE_KAFKA_PARTITIONS=" + strconv.Itoa(partitions))
 	for i := range 2 {
 		f.apis = append(f.apis, procs.StartAPI(t, dir, fmt.Sprintf("api%d", i), bins.API, f.env))
 	}

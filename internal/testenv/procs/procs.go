@@ -205,3 +205,32 @@ func Parallel[T any](n int, xs []T, f func(T)) {
 	close(ch)
 	wg.Wait()
 }
+
+// Env is what a test's api and reconciler processes share: where Redis, Postgres and Kafka
+// are, the secrets, the dev login, the reservation TTL and a short shutdown, with every rate
+// limit off (a test's thousands of shoppers log in from one address; the tests prove faults
+// and fleets, not limits). extra is appended (a later entry of the same name wins).
+type Env struct {
+	RedisAddrs, RedisPrefix, PostgresDSN, KafkaBrokers, KafkaTopic string
+	JWTSecret, AdminToken                                          string
+	ReservationTTL                                                 time.Duration
+}
+
+// List returns the environment as KEY=value entries, then extra.
+func (e Env) List(extra ...string) []string {
+	return append([]string{
+		"FLASHSALE_REDIS_ADDRS=" + e.RedisAddrs,
+		"FLASHSALE_REDIS_PREFIX=" + e.RedisPrefix,
+		"FLASHSALE_POSTGRES_DSN=" + e.PostgresDSN,
+		"KAFKA_BROKERS=" + e.KafkaBrokers,
+		"FLASHSALE_KAFKA_TOPIC=" + e.KafkaTopic,
+		"FLASHSALE_JWT_SECRET=" + e.JWTSecret,
+		"FLASHSALE_ADMIN_TOKEN=" + e.AdminToken,
+		"FLASHSALE_DEV_LOGIN=true",
+		"FLASHSALE_RESERVATION_TTL=" + e.ReservationTTL.String(),
+		"FLASHSALE_SHUTDOWN_TIMEOUT=5s",
+		"FLASHSALE_LIMIT_PURCHASE=off", "FLASHSALE_LIMIT_PAY=off", "FLASHSALE_LIMIT_CANCEL=off",
+		"FLASHSALE_LIMIT_LOGIN_USER=off", "FLASHSALE_LIMIT_LOGIN_IP=off",
+		"PATH=" + os.Getenv("PATH"),
+	}, extra...)
+}
