@@ -1,0 +1,118 @@
+package tokencache
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"strconv"
+	"sync"
+	"testing"
+)
+
+func put(c *Cache[string], tok, user string) {
+	c.Put(tok, func(v *string) { *v = user }, nil)
+}
+
+func TestMatchesWholeTokenOnly(t *testing.T) {
+	var c Cache[string]
+	tok := "header.payload-alice.SIGNATURE-SIGNATURE-SIGNATURE"
+	put(&c, tok, "alice")
+	if e := c.Get(tok); e == nil || e.Value != "alice" {
+		t.Fatalf("Get = %+v; want alice", e)
+	}
+	// Same signature tail (same set, same hash), different head: an altered token.
+	if e := c.Get("header.payload-mallory.SIGNATURE-SIGNATURE-SIGNATURE"); e != nil {
+		t.Fatalf("altered token matched the cache as %q", e.Value)
+	}
+	if e := c.Get(tok[:len(tok)-1]); e != nil {
+		t.Fatal("a truncated token matched the cache")
+	}
+}
+
+// A full set evicts, and evicted tokens miss (they check again); no token ever gets another's
+// value. A stale entry goes before a live one.
+func TestEvictsInsteadOfConfusing(t *testing.T) {
+	var c Cache[string]
+	// One shared tail puts every token in the same set.
+	tok := func(i int) string { return "t" + strconv.Itoa(i) + ".same-tail-same-tail-same-tail" }
+	for i := range 3 * ways {
+		put(&c, tok(i), "u"+strconv.Itoa(i))
+	}
+	hits := 0
+	for i := range 3 * ways {
+		e := c.Get(tok(i))
+		if e != nil && e.Value != "u"+strconv.Itoa(i) {
+			t.Fatalf("token %d answered as %q", i, e.Value)
+		}
+		if e != nil {
+			hits++
+		}
+	}
+	if hits != ways {
+		t.Fatalf("%d tokens of one set cached, want the set's %d ways", hits, ways)
+	}
+	var kept []string
+	for i := range 3 * ways {
+		if c.Get(tok(i)) != nil {
+			kept = append(kept, tok(i))
+		}
+	}
+	c.Put("new.same-tail-same-tail-same-tail", func(v *string) { *v = "new" },
+		func(e *Entry[string]) bool { return e.Token == kept[3] })
+	if c.Get(kept[3]) != nil || c.Get("new.same-tail-same-tail-same-tail") == nil {
+		t.Fatal("the stale entry was not the one replaced")
+	}
+	for i, k := range kept {
+		if i != 3 && c.Get(k) == nil {
+			t.Fatalf("live entry %s evicted while a stale one was there", k)
+		}
+	}
+}
+
+// The waiting line: 20,000 shoppers' tokens (random signatures) all stay cached. With
+// four ways about 130 sets overflowed and their shoppers, polling in turn, evicted one another.
+func TestHoldsTwentyThousandShoppers(t *testing.T) {
+	var c Cache[string]
+	const n = 20000
+	toks := make([]string, n)
+	for i := range toks {
+		var sig [16]byte
+		_, _ = rand.Read(sig[:])
+		toks[i] = "k.w" + strconv.Itoa(i) + "." + base64.RawURLEncoding.EncodeToString(sig[:])
+		put(&c, toks[i], toks[i])
+	}
+	misses := 0
+	for _, tok := range toks {
+		if e := c.Get(tok); e == nil || e.Value != tok {
+			misses++
+		}
+	}
+	if misses > n/1000 {
+		t.Fatalf("%d of %d tokens evicted", misses, n)
+	}
+}
+
+// Many goroutines putting and getting overlapping tokens: every hit is the token's own value
+// (run under -race).
+func TestConcurrent(t *testing.T) {
+	var c Cache[string]
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20000 {
+				n := (i*7 + g) % 5000
+				tok := "jwt." + strconv.Itoa(n) + ".sig" + strconv.Itoa(n*2654435761%1000003)
+				if e := c.Get(tok); e != nil {
+					if e.Value != "u"+strconv.Itoa(n) {
+						t.Errorf("token %d answered as %q", n, e.Value)
+						return
+					}
+					continue
+				}
+				put(&c, tok, "u"+strconv.Itoa(n))
+			}
+		}()
+	}
+	wg.Wait()
+}
