@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/keyspace"
@@ -89,7 +88,7 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 		return PurchaseResult{}, errKnownSoldOut
 	}
 	call := &purchaseCall{ctx: ctx, req: req, done: make(chan purchaseReply, 1)}
-	s.batcher.submit(call)
+	s.batcher.Submit(call.req.ItemID, call)
 	select {
 	case r := <-call.done:
 		return r.res, r.err
@@ -223,70 +222,4 @@ func (s *Store) purchaseReply(item string, v any, sent time.Time) purchaseReply 
 		s.markSoldOut(item, sent, s.saleEnd(item))
 	}
 	return purchaseReply{err: &PurchaseError{Err: sentinel, StockLeft: left, Limit: dec}}
-}
-
-// batcher coalesces concurrent purchases per item: while inFlight script calls for an item are
-// in flight, newcomers queue; the next call takes up to max of them. A lone purchase goes out
-// at once, so batching adds no latency when the shop is quiet. More than one call in flight
-// keeps a hot item's purchases moving while a batch is in Redis (each call is atomic and its
-// attempts are decided on their own, so calls may run in either order); one alone made the
-// item's throughput one batch per round trip.
-type batcher struct {
-	max      int
-	inFlight int // most script calls of one item at once
-	run      func(item string, calls []*purchaseCall)
-
-	mu     sync.Mutex
-	queues map[string]*itemQueue
-}
-
-type itemQueue struct {
-	item    string
-	pending []*purchaseCall
-	running int // drain goroutines working on it
-}
-
-func newBatcher(most, inFlight int, run func(string, []*purchaseCall)) *batcher {
-	return &batcher{max: most, inFlight: max(inFlight, 1), run: run, queues: map[string]*itemQueue{}}
-}
-
-func (b *batcher) submit(c *purchaseCall) {
-	b.mu.Lock()
-	q, ok := b.queues[c.req.ItemID]
-	if !ok {
-		q = &itemQueue{item: c.req.ItemID}
-		b.queues[q.item] = q
-	}
-	q.pending = append(q.pending, c)
-	start := q.running < b.inFlight
-	if start {
-		q.running++
-	}
-	b.mu.Unlock()
-	if start {
-		go b.drain(q)
-	}
-}
-
-// drain runs batches for one item until its queue is empty, then stops (forgetting the queue
-// when it was the last one running).
-func (b *batcher) drain(q *itemQueue) {
-	for {
-		b.mu.Lock()
-		n := len(q.pending)
-		if n == 0 {
-			if q.running--; q.running == 0 {
-				delete(b.queues, q.item)
-			}
-			b.mu.Unlock()
-			return
-		}
-		if n > b.max {
-			n = b.max
-		}
-		batch := q.pending[:n:n]
-		q.pending = q.pending[n:]
-		b.mu.Unlock()
-		b.run(q.item, batch)
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/flashsale/flashsale/internal/batch"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
 )
@@ -37,7 +38,7 @@ type Store struct {
 	keys keyspace.Space
 	opt  Options
 
-	batcher *batcher
+	batcher *batch.Batcher[purchaseCall]
 
 	snapMu   sync.RWMutex
 	snap     map[string]Item
@@ -121,7 +122,7 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Stor
 		opt.PurchaseInFlight = 2
 	}
 	s := &Store{rdb: rdb, keys: keys, opt: opt}
-	s.batcher = newBatcher(opt.PurchaseBatch, opt.PurchaseInFlight, s.runBatch)
+	s.batcher = batch.New(opt.PurchaseBatch, opt.PurchaseInFlight, s.runBatch)
 	return s
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/batch"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 )
@@ -70,7 +71,7 @@ type Store struct {
 	cat    Catalogue
 	opt    Options
 
-	joins *batcher[joinCall]
+	joins *batch.Batcher[joinCall]
 	lines sync.Map // item id -> *line: what this instance last learnt of each line (view.go)
 	spent sync.Map // pass id -> expiry (time.Time): passes this instance saw spent
 
@@ -89,7 +90,7 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, signer *Signer, ca
 		opt.JoinBatch = 64
 	}
 	s := &Store{rdb: rdb, keys: keys, signer: signer, cat: cat, opt: opt}
-	s.joins = newBatcher(opt.JoinBatch, s.runJoins)
+	s.joins = batch.New(opt.JoinBatch, 1, s.runJoins)
 	return s
 }
 

@@ -54,7 +54,7 @@ func (s *Store) Join(ctx context.Context, item, user string) (Ticket, error) {
 		return Ticket{}, fmt.Errorf("%w: bad user id", inventory.ErrInvalid)
 	}
 	c := &joinCall{ctx: ctx, user: user, score: randomScore(), done: make(chan joinReply, 1)}
-	s.joins.submit(item, c)
+	s.joins.Submit(item, c)
 	var r joinReply
 	select {
 	case r = <-c.done:

@@ -1,26 +1,27 @@
-package inventory
+package batch
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
 )
 
-// TestBatcherInFlight: at most inFlight script calls of one item run at once; a newcomer goes
+// TestInFlight: at most inFlight runs of one key at once; a newcomer goes
 // out at once while fewer are running, else waits and rides in the next call with everyone
 // else who queued meanwhile; every call runs exactly once. The runs are held open by the test,
 // so what is asserted is the schedule, not timing.
-func TestBatcherInFlight(t *testing.T) {
+type call struct{ n int }
+
+func TestInFlight(t *testing.T) {
 	type run struct {
-		calls   []*purchaseCall
+		calls   []*call
 		release chan struct{}
 	}
 	started := make(chan run)
 	var mu sync.Mutex
 	running, most := 0, 0
-	seen := map[*purchaseCall]int{}
-	b := newBatcher(64, 2, func(item string, calls []*purchaseCall) {
+	seen := map[*call]int{}
+	b := New(64, 2, func(key string, calls []*call) {
 		mu.Lock()
 		running++
 		most = max(most, running)
@@ -35,9 +36,6 @@ func TestBatcherInFlight(t *testing.T) {
 		running--
 		mu.Unlock()
 	})
-	call := func() *purchaseCall {
-		return &purchaseCall{ctx: context.Background(), req: PurchaseRequest{ItemID: "x"}, done: make(chan purchaseReply, 1)}
-	}
 	next := func() run {
 		t.Helper()
 		select {
@@ -48,16 +46,16 @@ func TestBatcherInFlight(t *testing.T) {
 			return run{}
 		}
 	}
-	c1, c2, c3, c4 := call(), call(), call(), call()
-	b.submit(c1)
+	c1, c2, c3, c4 := &call{1}, &call{2}, &call{3}, &call{4}
+	b.Submit("x", c1)
 	r1 := next()
-	b.submit(c2) // one call running: the second goes out at once, alone
+	b.Submit("x", c2) // one call running: the second goes out at once, alone
 	r2 := next()
 	if len(r1.calls) != 1 || r1.calls[0] != c1 || len(r2.calls) != 1 || r2.calls[0] != c2 {
 		t.Fatalf("first calls: %d, %d purchases", len(r1.calls), len(r2.calls))
 	}
-	b.submit(c3) // two running: these wait
-	b.submit(c4)
+	b.Submit("x", c3) // two running: these wait
+	b.Submit("x", c4)
 	select {
 	case r := <-started:
 		t.Fatalf("a third call started with %d purchases while two ran", len(r.calls))
@@ -89,7 +87,7 @@ func TestBatcherInFlight(t *testing.T) {
 	if most != 2 {
 		t.Fatalf("%d calls ran at once, want 2", most)
 	}
-	for _, c := range []*purchaseCall{c1, c2, c3, c4} {
+	for _, c := range []*call{c1, c2, c3, c4} {
 		if seen[c] != 1 {
 			t.Fatalf("a purchase ran %d times", seen[c])
 		}
