@@ -359,13 +359,13 @@ func chunk(batch []entry, maxBytes int) int {
 	return len(batch)
 }
 
-// ackScript acknowledges published entries and trims what no consumer needs any more.
+// ackScript acknowledges published entries and removes them from the stream.
 var ackScript = lua.New("outbox_ack", "outbox_ack.lua")
 
 // maxAckIDs is the most ids one outbox_ack.lua call takes.
 const maxAckIDs = 10000
 
-// publish writes entries to Kafka, then acknowledges them and trims the stream in Redis.
+// publish writes entries to Kafka, then acknowledges them and removes them from the stream.
 func (r *Relay) publish(ctx context.Context, st *stream, batch []entry) error {
 	msgs := make([]kafka.Message, len(batch))
 	for i, e := range batch {
@@ -387,7 +387,7 @@ func (r *Relay) publish(ctx context.Context, st *stream, batch []entry) error {
 			return &hookError{err}
 		}
 	}
-	// Acknowledge and trim (outbox_ack.lua) in calls of at most maxAckIDs ids.
+	// Acknowledge and remove (outbox_ack.lua) in calls of at most maxAckIDs ids, ascending.
 	for len(batch) > 0 {
 		n := min(len(batch), maxAckIDs)
 		args := make([]any, 0, n+1)

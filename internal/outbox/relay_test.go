@@ -462,3 +462,88 @@ func TestRelayBatchesAreBounded(t *testing.T) {
 		t.Fatalf("published %d entries in %d writes, want %d", entries, len(pub.writes), e.events)
 	}
 }
+
+// holdingPublisher is a Kafka producer whose writes hang until released (a broker that stalls
+// for this relay, a paused process), forwarding to w once released. held counts the messages
+// its hanging writes carry.
+type holdingPublisher struct {
+	w       *kafka.Writer
+	release chan struct{}
+	mu      sync.Mutex
+	held    int
+}
+
+func (p *holdingPublisher) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+	p.mu.Lock()
+	p.held += len(msgs)
+	p.mu.Unlock()
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return p.w.WriteMessages(ctx, msgs...)
+}
+
+func (p *holdingPublisher) holding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
+// TestStalledRelayHoldsOnlyItsOwnEntries: one relay's Kafka write hangs on the oldest entries
+// while another relay publishes everything after them. The streams must then hold only the
+// entries no relay has acknowledged (the stalled relay's), so Redis memory and the measured
+// backlog follow what is unpublished, and the outbox bound does not refuse purchases for
+// entries Kafka already has. Released, the stalled relay publishes its entries once.
+func TestStalledRelayHoldsOnlyItsOwnEntries(t *testing.T) {
+	e := newEnv(t, "a", "b", "c")
+	e.sell(30, 4)
+	w := outbox.NewWriter([]string{e.broker.Addr()}, topic)
+	t.Cleanup(func() { w.Close() })
+	pub := &holdingPublisher{w: w, release: make(chan struct{})}
+	stalled := outbox.New(e.rdb, e.keys, pub, outbox.Options{Consumer: "stalled", PublishTimeout: 5 * time.Minute})
+	start(t, stalled)
+	var once sync.Once
+	release := func() { once.Do(func() { close(pub.release) }) }
+	t.Cleanup(release) // before the relay's stop (cleanups run last in, first out)
+	deadline := time.Now().Add(30 * time.Second)
+	for pub.holding() < e.events {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stalled relay holds %d of the first %d entries", pub.holding(), e.events)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	held := pub.holding()
+
+	const bound = 200
+	live, _ := e.relay(outbox.Options{Consumer: "live", Max: bound})
+	start(t, live)
+	e.sell(3000, 16)
+	for live.Stats().Published < int64(e.events-held) {
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatalf("the live relay published %d of %d", live.Stats().Published, e.events-held)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.backlog(); n != int64(held) {
+		t.Errorf("streams hold %d entries with %d unacknowledged (%d events, all others published)", n, held, e.events)
+	}
+	total, err := live.MeasureBacklog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != int64(held) {
+		t.Errorf("measured backlog %d, want the %d unpublished entries", total, held)
+	}
+	if err := live.Admit(); err != nil {
+		t.Errorf("bound %d, %d entries unpublished: %v", bound, held, err)
+	}
+
+	release()
+	e.waitDrained()
+	e.checkTopic(true, false)
+	if got := stalled.Stats().Published; got != int64(held) {
+		t.Fatalf("the stalled relay published %d once released, want its %d", got, held)
+	}
+}
