@@ -1,18 +1,30 @@
--- outbox_ack.lua: acknowledge outbox entries Kafka has taken and drop every entry that no
--- consumer of the relay's group still needs, in one step. The relay calls it after each
--- publish instead of XACK + XDEL of each id: XTRIM MINID frees whole stream nodes, while XDEL
--- looks every id up and only flags it, which was most of the relay's Redis time.
+-- outbox_ack.lua: acknowledge outbox entries Kafka has taken and drop them from the stream, in
+-- one step, so the stream holds exactly the entries no relay has acknowledged: its length is
+-- the backlog (the outbox bound, the metric) and its memory follows what is unpublished. The
+-- relay calls it after each publish. Most entries go by XTRIM MINID, which frees whole stream
+-- nodes; XDEL of each id (which looks every id up) was most of the relay's Redis time, so only
+-- the ids the trim cannot reach yet are deleted one by one.
 --
 -- KEYS[1] the outbox stream
--- ARGV[1] the relay's consumer group   ARGV[2..] the ids published (1 to 10,000)
--- Reply: {entries acknowledged, entries trimmed}
+-- ARGV[1] the relay's consumer group   ARGV[2..] the ids published (1 to 10,000), ascending
+--         (as XREADGROUP and XAUTOCLAIM return them)
+-- Reply: {entries acknowledged, entries trimmed, entries deleted beyond the trim}
 --
--- What may go: every entry below the group's oldest pending entry or, with none pending,
+-- What is trimmed: every entry below the group's oldest pending entry or, with none pending,
 -- up to the last entry delivered to the group. XREADGROUP hands new entries out in id order,
 -- so every entry below either was delivered, and is no longer pending: it was acknowledged,
--- i.e. published. An entry another relay still holds stays until it acknowledges it (and
--- that call trims what is then free); meanwhile XLEN counts the published entries above it as
--- backlog. Running it twice is harmless.
+-- i.e. published. What is deleted: the ids of this call above the group's oldest pending
+-- entry (another relay still holds an older one); without it they would stay until that
+-- relay acknowledges, unbounded while it cannot publish. They were acknowledged just now, so
+-- none is pending: nothing unpublished goes. Running it twice is harmless.
+
+-- id_less: stream id a sorts before b (as numbers: "9-0" sorts after "10-0" as strings).
+local function id_less(a, b)
+  local ams, aseq = string.match(a, '^(%d+)%-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)%-(%d+)$')
+  ams, bms = tonumber(ams), tonumber(bms)
+  return ams < bms or (ams == bms and tonumber(aseq) < tonumber(bseq))
+end
 
 local n = #ARGV - 1
 if n < 1 or n > 10000 then
@@ -48,6 +60,16 @@ else
   end
 end
 if not floor then
-  return {acked, 0}
+  return {acked, 0, 0}
 end
-return {acked, redis.call('XTRIM', KEYS[1], 'MINID', floor)}
+local trimmed = redis.call('XTRIM', KEYS[1], 'MINID', floor)
+-- The ids above the floor are this call's tail (ARGV ascends): usually none, so one comparison.
+local first = #ARGV + 1
+while first > 2 and id_less(floor, ARGV[first - 1]) do
+  first = first - 1
+end
+local deleted = 0
+for i = first, #ARGV, 1000 do
+  deleted = deleted + redis.call('XDEL', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+return {acked, trimmed, deleted}

@@ -140,10 +140,14 @@ type stream struct {
 	key   string
 	label string
 	rank  bool // the ranking stream: its event ids differ
-	// retry: a publish of entries read from this stream failed (or the relay just started);
+	// retry: acknowledging entries of this stream failed (or the relay just started);
 	// re-read this consumer's own pending entries (ID "0") before new ones, so the backlog
 	// drains in order.
-	retry       bool
+	retry bool
+	// unpublished: entries whose publish failed, retried from here before anything else. Not
+	// re-read: a read makes them look fresh to XAUTOCLAIM, so a relay cut off from Kafka would
+	// keep them from the relays that can publish for as long as it is cut off.
+	unpublished []entry
 	grouped     bool // the consumer group exists
 	claimCursor string
 	lastClaim   time.Time
@@ -305,11 +309,11 @@ type entry struct {
 	msg kafka.Message
 }
 
-// pollStream does one round on one stream: make sure the group exists, read (blocking up to
-// Block for new entries; every ClaimInterval also claiming stalled consumers' entries), then
-// publish in writes of at most MaxBatchBytes, acknowledging and deleting each write's entries
-// before the next, so a long backlog drains in order in bounded steps. It returns how many
-// entries it published.
+// pollStream does one round on one stream: make sure the group exists, take the entries of a
+// failed publish or read (blocking up to Block for new entries; every ClaimInterval also
+// claiming stalled consumers' entries), then publish in writes of at most MaxBatchBytes,
+// acknowledging and deleting each write's entries before the next, so a long backlog drains
+// in order in bounded steps. It returns how many entries it published.
 func (r *Relay) pollStream(ctx context.Context, st *stream) (int, error) {
 	if !st.grouped {
 		// From "0": entries written before any relay ran are relayed too.
@@ -320,7 +324,15 @@ func (r *Relay) pollStream(ctx context.Context, st *stream) (int, error) {
 		st.grouped = true
 	}
 	var batch []entry
-	if time.Since(st.lastClaim) >= r.opt.ClaimInterval {
+	if len(st.unpublished) > 0 {
+		// Retry these before anything else, claiming nothing meanwhile; a failure below puts
+		// what is left back. With all of them claimed by other relays, read new ones.
+		mine, err := r.stillPending(ctx, st)
+		if err != nil {
+			return 0, err
+		}
+		batch, st.unpublished = mine, nil
+	} else if time.Since(st.lastClaim) >= r.opt.ClaimInterval {
 		claimed, err := r.claim(ctx, st)
 		if err != nil {
 			return 0, err
@@ -339,6 +351,9 @@ func (r *Relay) pollStream(ctx context.Context, st *stream) (int, error) {
 	for len(batch) > 0 {
 		n := chunk(batch, r.opt.MaxBatchBytes)
 		if err := r.publish(ctx, st, batch[:n]); err != nil {
+			if errors.Is(err, errUnpublished) {
+				st.unpublished = batch
+			}
 			return published, err
 		}
 		published += n
@@ -359,13 +374,13 @@ func chunk(batch []entry, maxBytes int) int {
 	return len(batch)
 }
 
-// ackScript acknowledges published entries and trims what no consumer needs any more.
+// ackScript acknowledges published entries and removes them from the stream.
 var ackScript = lua.New("outbox_ack", "outbox_ack.lua")
 
 // maxAckIDs is the most ids one outbox_ack.lua call takes.
 const maxAckIDs = 10000
 
-// publish writes entries to Kafka, then acknowledges them and trims the stream in Redis.
+// publish writes entries to Kafka, then acknowledges them and removes them from the stream.
 func (r *Relay) publish(ctx context.Context, st *stream, batch []entry) error {
 	msgs := make([]kafka.Message, len(batch))
 	for i, e := range batch {
@@ -379,15 +394,14 @@ func (r *Relay) publish(ctx context.Context, st *stream, batch []entry) error {
 		// re-published (duplicates are absorbed downstream by event_id).
 		r.failures.Add(1)
 		metrics.RelayErrors.Inc()
-		st.retry = true
-		return fmt.Errorf("outbox: publish %d events: %w", len(batch), summarize(err))
+		return fmt.Errorf("%w: %d events: %w", errUnpublished, len(batch), summarize(err))
 	}
 	if r.opt.AfterPublish != nil {
 		if err := r.opt.AfterPublish(len(batch)); err != nil {
 			return &hookError{err}
 		}
 	}
-	// Acknowledge and trim (outbox_ack.lua) in calls of at most maxAckIDs ids.
+	// Acknowledge and remove (outbox_ack.lua) in calls of at most maxAckIDs ids, ascending.
 	for len(batch) > 0 {
 		n := min(len(batch), maxAckIDs)
 		args := make([]any, 0, n+1)
@@ -405,6 +419,38 @@ func (r *Relay) publish(ctx context.Context, st *stream, batch []entry) error {
 		batch = batch[n:]
 	}
 	return nil
+}
+
+// errUnpublished: Kafka did not take a batch; its entries are kept for the retry.
+var errUnpublished = errors.New("outbox: publish")
+
+// stillPending returns the entries of st.unpublished still pending for this consumer: another
+// relay may have claimed the others while this one could not publish. XPENDING leaves their
+// idle time alone, so such a claim stays possible.
+func (r *Relay) stillPending(ctx context.Context, st *stream) ([]entry, error) {
+	u := st.unpublished
+	res, err := r.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: st.key, Group: r.opt.Group, Consumer: r.opt.Consumer,
+		Start: u[0].id, End: u[len(u)-1].id, Count: int64(len(u)),
+	}).Result()
+	if isNoGroup(err) {
+		st.grouped = false // the stream was deleted, and its entries with it
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("outbox: pending entries of %s: %w", st.label, err)
+	}
+	mine := make(map[string]bool, len(res))
+	for _, p := range res {
+		mine[p.ID] = true
+	}
+	kept := make([]entry, 0, len(res))
+	for _, e := range u {
+		if mine[e.id] {
+			kept = append(kept, e)
+		}
+	}
+	return kept, nil
 }
 
 // summarize shortens kafka-go's per-message errors (usually one cause repeated) to one line.

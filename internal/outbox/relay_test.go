@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,11 +107,36 @@ func start(t *testing.T, r *outbox.Relay) (stop func(), done <-chan error) {
 	return stop, ch
 }
 
+// streams returns the outbox streams of the items (items may share a shard's).
+func (e *env) streams() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, id := range e.items {
+		if k := e.keys.Item(id).Outbox(); !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // backlog is the number of entries left in the outbox streams.
 func (e *env) backlog() int64 {
 	var n int64
-	for _, id := range e.items {
-		n += e.rdb.XLen(context.Background(), e.keys.Item(id).Outbox()).Val()
+	for _, k := range e.streams() {
+		n += e.rdb.XLen(context.Background(), k).Val()
+	}
+	return n
+}
+
+// pending is the number of entries the relays' group holds unacknowledged (0 before a relay
+// created the group).
+func (e *env) pending() int64 {
+	var n int64
+	for _, k := range e.streams() {
+		if p, err := e.rdb.XPending(context.Background(), k, "relay").Result(); err == nil {
+			n += p.Count
+		}
 	}
 	return n
 }
@@ -296,14 +322,7 @@ func TestRelayCrashBetweenPublishAndAck(t *testing.T) {
 	if err := doomed.Run(context.Background()); !errors.Is(err, crash) {
 		t.Fatalf("Run returned %v, want the hook's error", err)
 	}
-	pending := int64(0)
-	for _, id := range e.items {
-		p, err := e.rdb.XPending(context.Background(), e.keys.Item(id).Outbox(), "relay").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pending += p.Count
-	}
+	pending := e.pending()
 	if pending == 0 {
 		t.Fatal("the crashed relay left nothing pending")
 	}
@@ -461,4 +480,147 @@ func TestRelayBatchesAreBounded(t *testing.T) {
 	if entries != e.events {
 		t.Fatalf("published %d entries in %d writes, want %d", entries, len(pub.writes), e.events)
 	}
+}
+
+// holdingPublisher is a Kafka producer whose writes hang until released (a broker that stalls
+// for this relay, a paused process), forwarding to w once released. held counts the messages
+// its hanging writes carry.
+type holdingPublisher struct {
+	w       *kafka.Writer
+	release chan struct{}
+	mu      sync.Mutex
+	held    int
+}
+
+func (p *holdingPublisher) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+	p.mu.Lock()
+	p.held += len(msgs)
+	p.mu.Unlock()
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return p.w.WriteMessages(ctx, msgs...)
+}
+
+func (p *holdingPublisher) holding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
+// TestStalledRelayHoldsOnlyItsOwnEntries: one relay's Kafka write hangs on the oldest entries
+// while another relay publishes everything after them. The streams must then hold only the
+// entries no relay has acknowledged (the stalled relay's), so Redis memory and the measured
+// backlog follow what is unpublished, and the outbox bound does not refuse purchases for
+// entries Kafka already has. Released, the stalled relay publishes its entries once.
+func TestStalledRelayHoldsOnlyItsOwnEntries(t *testing.T) {
+	e := newEnv(t, "a", "b", "c")
+	e.sell(30, 4)
+	w := outbox.NewWriter([]string{e.broker.Addr()}, topic)
+	t.Cleanup(func() { w.Close() })
+	pub := &holdingPublisher{w: w, release: make(chan struct{})}
+	stalled := outbox.New(e.rdb, e.keys, pub, outbox.Options{Consumer: "stalled", PublishTimeout: 5 * time.Minute})
+	start(t, stalled)
+	var once sync.Once
+	release := func() { once.Do(func() { close(pub.release) }) }
+	t.Cleanup(release) // before the relay's stop (cleanups run last in, first out)
+	deadline := time.Now().Add(30 * time.Second)
+	for pub.holding() < e.events {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stalled relay holds %d of the first %d entries", pub.holding(), e.events)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	held := pub.holding()
+
+	const bound = 200
+	live, _ := e.relay(outbox.Options{Consumer: "live", Max: bound})
+	start(t, live)
+	e.sell(3000, 16)
+	for live.Stats().Published < int64(e.events-held) {
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatalf("the live relay published %d of %d", live.Stats().Published, e.events-held)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.backlog(); n != int64(held) {
+		t.Errorf("streams hold %d entries with %d unacknowledged (%d events, all others published)", n, held, e.events)
+	}
+	total, err := live.MeasureBacklog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != int64(held) {
+		t.Errorf("measured backlog %d, want the %d unpublished entries", total, held)
+	}
+	if err := live.Admit(); err != nil {
+		t.Errorf("bound %d, %d entries unpublished: %v", bound, held, err)
+	}
+
+	release()
+	e.waitDrained()
+	e.checkTopic(true, false)
+	if got := stalled.Stats().Published; got != int64(held) {
+		t.Fatalf("the stalled relay published %d once released, want its %d", got, held)
+	}
+}
+
+// cutOffPublisher is a Kafka producer that cannot reach the broker while down is set (this api
+// instance is cut off from Kafka while the others are not), and forwards to w otherwise.
+type cutOffPublisher struct {
+	w     *kafka.Writer
+	down  atomic.Bool
+	fails atomic.Int64
+}
+
+func (p *cutOffPublisher) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+	if p.down.Load() {
+		p.fails.Add(1)
+		return errors.New("dial tcp: connection refused")
+	}
+	return p.w.WriteMessages(ctx, msgs...)
+}
+
+// TestRelayCutOffFromKafkaLosesItsEntries: a relay that reads entries and then cannot publish
+// them retries on its own; the entries it holds must still be taken over by a relay that can
+// publish, once they were idle for ClaimIdle (a retry must not make them look fresh). Back in
+// touch with Kafka, the relay does not publish again what it lost, and relays new entries.
+func TestRelayCutOffFromKafkaLosesItsEntries(t *testing.T) {
+	e := newEnv(t, "a", "b")
+	e.sell(30, 4)
+	w := outbox.NewWriter([]string{e.broker.Addr()}, topic)
+	t.Cleanup(func() { w.Close() })
+	pub := &cutOffPublisher{w: w}
+	pub.down.Store(true)
+	cut := outbox.New(e.rdb, e.keys, pub, outbox.Options{Consumer: "cut"})
+	start(t, cut)
+	deadline := time.Now().Add(30 * time.Second)
+	for e.pending() < int64(e.events) || pub.fails.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cut-off relay holds %d of %d entries", e.pending(), e.events)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	held := e.events
+
+	// ClaimIdle above the cut-off relay's longest wait between retries (retryWait: 3 s).
+	live, _ := e.relay(outbox.Options{Consumer: "live", ClaimIdle: 4 * time.Second, ClaimInterval: 100 * time.Millisecond})
+	stopLive, _ := start(t, live)
+	e.sell(100, 4)
+	e.waitDrained()
+	stopLive()
+	if got := live.Stats().Claimed; got != int64(held) {
+		t.Fatalf("the live relay claimed %d entries, the cut-off one held %d", got, held)
+	}
+
+	pub.down.Store(false)
+	before := e.events
+	e.sell(50, 4)
+	e.waitDrained()
+	if got := cut.Stats().Published; got != int64(e.events-before) {
+		t.Fatalf("back in touch with Kafka, the relay published %d, want the %d new events", got, e.events-before)
+	}
+	e.checkTopic(true, false)
 }

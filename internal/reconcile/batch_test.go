@@ -253,7 +253,7 @@ func TestTwoBatchesOneRuns(t *testing.T) {
 		defer close(done)
 		_, firstErr = first.Batch(e.ctx, reconcile.BatchOptions{})
 	}()
-	<-started
+	waitStarted(t, started, done, &firstErr)
 	_, err := second.Batch(e.ctx, reconcile.BatchOptions{})
 	var held *lock.HeldError
 	if !errors.Is(err, reconcile.ErrBusy) || !errors.As(err, &held) || held.Holder == "" {
@@ -269,6 +269,18 @@ func TestTwoBatchesOneRuns(t *testing.T) {
 	_ = e.db.QueryRow(e.ctx, `SELECT count(*) FROM reconciliation_runs`).Scan(&runs)
 	if runs != 1 {
 		t.Fatalf("%d runs recorded; want 1", runs)
+	}
+}
+
+// waitStarted waits until a batch run in the background reaches its afterStart hook, or
+// fails the test if the batch ended before it (it closes done; *err is its error then):
+// waiting on started alone would hang until the test binary's timeout.
+func waitStarted(t *testing.T, started, done <-chan struct{}, err *error) {
+	t.Helper()
+	select {
+	case <-started:
+	case <-done:
+		t.Fatalf("the batch ended before its run started: %v", *err)
 	}
 }
 
@@ -292,7 +304,7 @@ func TestStalledRunnerFenced(t *testing.T) {
 		defer close(done)
 		_, staleErr = stale.Batch(e.ctx, reconcile.BatchOptions{})
 	}()
-	<-started
+	waitStarted(t, started, done, &staleErr)
 	// The stall outlives the TTL: the lock expires (its refresh loop is paused too).
 	key, _ := e.keys.Lock(reconcile.LockName)
 	e.rdb.Del(e.ctx, key)

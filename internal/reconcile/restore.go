@@ -288,10 +288,10 @@ func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries 
 
 // checkIdle refuses an item that Redis shows being sold: a version that moves within
 // QuietFor, or events of its shard's outbox, up to the newest one when the check began, still
-// unpublished after SettleTimeout (the relay trims an entry once Kafka has it and every entry
-// before it: outbox_ack.lua). It returns
-// the version it saw ("" for no item hash) and that outbox position, which restore_begin.lua
-// checks again atomically before it deletes anything.
+// unpublished after SettleTimeout (the relay removes an entry from the stream as it
+// acknowledges it: outbox_ack.lua). It returns the version it saw ("" for no item hash) and
+// that outbox position, which restore_begin.lua checks again atomically before it deletes
+// anything.
 func (r *Reconciler) checkIdle(ctx context.Context, id string) (version, pos string, err error) {
 	k := r.keys.Item(id)
 	v1, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
