@@ -191,3 +191,38 @@ func outboxEvents(t *testing.T, a *testAPI) map[string]int {
 	}
 	return out
 }
+
+// A Redis failure during an import (one item's key holds a string: WRONGTYPE) fails the
+// request with 503 unavailable, as it did row by row, and GET /api/items shows exactly the
+// items Redis holds.
+func TestImportRedisFailure(t *testing.T) {
+	a := newTestAPI(t, func(cfg *config.Config) { cfg.SnapshotInterval = time.Hour })
+	ctx := context.Background()
+	a.do("GET", "/api/items", "", nil)
+	if err := a.rdb.Set(ctx, a.keys.Item("it700").Hash(), "junk", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := a.do("POST", "/api/admin/items/import", testAdminToken, importCSV(1000, "5"), "Content-Type", "text/csv")
+	if r.Status != http.StatusServiceUnavailable || r.code() != "unavailable" {
+		t.Fatalf("import over a broken item: %d %s", r.Status, r.Raw)
+	}
+	listed := 0
+	for _, v := range a.do("GET", "/api/items", "", nil).Body["items"].([]any) {
+		id := v.(map[string]any)["id"].(string)
+		if _, err := a.inv.Get(ctx, id); err != nil {
+			t.Fatalf("GET /api/items lists %s, Redis: %v", id, err)
+		}
+		listed++
+	}
+	if n := a.rdb.Exists(ctx, a.keys.Item("it0").Hash(), a.keys.Item("it699").Hash()).Val(); listed == 0 || n != 2 {
+		t.Fatalf("%d items listed, it0 and it699 in Redis: %d of 2", listed, n)
+	}
+	for i := range 1000 {
+		id := fmt.Sprintf("it%d", i)
+		if _, err := a.inv.Get(ctx, id); err == nil {
+			if r := a.do("GET", "/api/items/"+id, "", nil); r.Status != http.StatusOK {
+				t.Fatalf("%s is in Redis, GET /api/items/%s: %d", id, id, r.Status)
+			}
+		}
+	}
+}
