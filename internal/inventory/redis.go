@@ -1,10 +1,10 @@
 package inventory
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -143,8 +143,8 @@ type UpsertResult struct {
 	Err     error // ErrInvalid or ErrInvalidState (wrapped): this input was not saved
 }
 
-// upsertsPerPipeline is how many upserts UpsertMany sends in one pipeline: one round trip for them,
-// while the ~40 µs of Redis time each costs keeps a pipeline's hold on Redis to a few ms.
+// upsertsPerPipeline is how many upserts UpsertMany sends in one pipeline: one round trip for
+// them all, while the Redis time each costs (~40 µs) keeps a pipeline's hold on Redis short.
 const upsertsPerPipeline = 128
 
 // UpsertMany is Upsert of every input in turn (an import), one result per input in their
@@ -209,19 +209,15 @@ func (s *Store) upsertBatch(ctx context.Context, ins []Input, batch []int, res [
 	for j, cmd := range upsertItemScript.RunEach(ctx, s.rdb, calls) {
 		id := ins[batch[j]].ID
 		reply, err := cmd.Slice()
-		if err == nil && len(reply) != 2 {
-			err = errNoReply
+		var it Item
+		if err == nil {
+			it, err = upsertedItem(id, reply)
 		}
 		if err != nil {
 			// The first failure is the answer; the items of the others are still kept.
 			if failed == nil {
 				failed = fmt.Errorf("inventory: upsert %s: %w", id, err)
 			}
-			continue
-		}
-		it, err := itemFromHash(id, pairs(reply[1]))
-		if err != nil {
-			failed = cmp.Or(failed, err)
 			continue
 		}
 		items = append(items, it)
@@ -236,6 +232,18 @@ func (s *Store) upsertBatch(ctx context.Context, ins []Input, batch []int, res [
 		}
 	}
 	return items, failed
+}
+
+// upsertedItem reads the item from upsert_item.lua's reply {outcome, HGETALL of the item}.
+func upsertedItem(id string, reply []any) (Item, error) {
+	if len(reply) != 2 {
+		return Item{}, errNoReply
+	}
+	it, err := itemFromHash(id, pairs(reply[1]))
+	if err != nil {
+		return Item{}, errNoReply
+	}
+	return it, nil
 }
 
 // upsertCall is upsert_item.lua's call for in.
@@ -721,22 +729,19 @@ func (s *Store) update(items ...Item) {
 		if base == nil {
 			return nil
 		}
-		var next map[string]Item
+		next, copied := base, false
 		for _, it := range items {
-			cur, ok := base[it.ID]
-			if next != nil {
-				cur, ok = next[it.ID]
-			}
-			if ok && cur.Version > it.Version {
+			if cur, ok := next[it.ID]; ok && cur.Version > it.Version {
 				continue
 			}
-			if next == nil {
-				next = make(map[string]Item, len(base)+len(items))
-				for k, v := range base {
-					next[k] = v
-				}
+			if !copied {
+				next, copied = make(map[string]Item, len(base)+len(items)), true
+				maps.Copy(next, base)
 			}
 			next[it.ID] = it
+		}
+		if !copied {
+			return nil
 		}
 		return next
 	})
