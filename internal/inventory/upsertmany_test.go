@@ -51,13 +51,13 @@ func TestUpsertMany(t *testing.T) {
 	saves := map[string]int{"old": 1}
 	for i, r := range res {
 		in := ins[i]
-		switch {
-		case i == 10:
+		switch i {
+		case 10:
 			if !errors.Is(r.Err, inventory.ErrInvalid) {
 				t.Fatalf("input 10 (per_user_limit 0): %+v", r)
 			}
 			continue
-		case i == 20 || i == 200:
+		case 20, 200:
 			if !errors.Is(r.Err, inventory.ErrInvalidState) || r.Item.ID != in.ID {
 				t.Fatalf("input %d (a stock change): %+v", i, r)
 			}
