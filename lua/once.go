@@ -84,6 +84,84 @@ func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, arg
 	}
 }
 
+// Call is one call of a script: its keys and arguments, as Run takes them.
+type Call struct {
+	Keys []string
+	Args []any
+}
+
+// RunEach is Run for many calls at once (an import): they go out in one pipeline, one round
+// trip for them all, and each is still its own script run, once in effect. Each call keeps its
+// call id across re-sends, so a call that may have run is re-sent until it has its reply or
+// the deadline passes (ErrOutcomeUnknown), and one that provably never reached Redis answers
+// its error at once, as with Run. The script need not be loaded (a NOSCRIPT re-sends with its
+// body). The replies are in the order of calls. Calls must not depend on one another's order:
+// one re-sent after a refusal (BUSY, a dropped connection) runs after later ones that were not
+// refused. Keep a batch small enough that Redis answers it well within AttemptTimeout (it also
+// holds other clients back while it runs).
+func (s *Script) RunEach(ctx context.Context, rdb redis.UniversalClient, calls []Call) []*redis.Cmd {
+	out := make([]*redis.Cmd, len(calls))
+	keys := make([][]string, len(calls))
+	args := make([][]any, len(calls))
+	pending := make([]int, 0, len(calls))
+	for i, c := range calls {
+		if len(c.Keys) == 0 {
+			out[i] = redis.NewCmdResult(nil, fmt.Errorf("lua: %s: a script needs its keys", s.name))
+			continue
+		}
+		keys[i], args[i] = withCallRecord(c.Keys, c.Args)
+		pending = append(pending, i)
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallDeadline)
+	defer cancel()
+	sent := make([]bool, len(calls))
+	withBody := false // after a NOSCRIPT: EVAL, which also puts the script back in the cache
+	cmds := make([]*redis.Cmd, len(calls))
+	for attempt := 0; len(pending) > 0; attempt++ {
+		actx, acancel := context.WithTimeout(ctx, AttemptTimeout)
+		pipe := rdb.Pipeline()
+		for _, i := range pending {
+			if withBody {
+				cmds[i] = s.rs.Eval(actx, pipe, keys[i], args[i]...)
+			} else {
+				cmds[i] = s.rs.EvalSha(actx, pipe, keys[i], args[i]...)
+			}
+		}
+		_, _ = pipe.Exec(actx) // every command holds its own reply or error
+		acancel()
+		again, wait := pending[:0], false
+		for _, i := range pending {
+			err := cmds[i].Err()
+			switch {
+			case redis.HasErrorPrefix(err, "NOSCRIPT"):
+				withBody = true // nothing ran: send it again at once
+				again = append(again, i)
+			case err == nil || !resendable(err):
+				out[i] = cmds[i]
+			default:
+				sent[i] = sent[i] || mayHaveRun(err)
+				switch {
+				case !sent[i]:
+					out[i] = redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w", s.name, err))
+				case ctx.Err() != nil:
+					out[i] = redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w (%v)", s.name, ErrOutcomeUnknown, err))
+				default:
+					resends.Add(1)
+					again, wait = append(again, i), true
+				}
+			}
+		}
+		pending = again
+		if wait {
+			select {
+			case <-time.After(backoff(attempt)):
+			case <-ctx.Done(): // the next attempt fails at once and answers the outcome unknown
+			}
+		}
+	}
+	return out
+}
+
 // EvalSha sends the script once by its hash, with a fresh call id: for pipelines (load the
 // scripts first), where a NOSCRIPT cannot fall back and the caller handles failures.
 func (s *Script) EvalSha(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {

@@ -180,6 +180,19 @@ func (s *Server) importItems(c *gin.Context) {
 		fail(c, asInvalid(err))
 		return
 	}
+	// Every good row is saved in one call (each row still its own upsert, in file order), then
+	// the reply is built in file order, as if the rows had been saved one by one.
+	ins := make([]inventory.Input, 0, len(rows))
+	for _, r := range rows {
+		if r.err == nil {
+			ins = append(ins, r.in)
+		}
+	}
+	saved, err := s.upsertItems(c.Request.Context(), ins)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	created, updated, errs, failed := 0, 0, []importError{}, 0
 	report := func(line int, err error) {
 		failed++
@@ -192,17 +205,15 @@ func (s *Server) importItems(c *gin.Context) {
 			report(r.line, r.err)
 			continue
 		}
-		_, isNew, err := s.upsertItem(c.Request.Context(), r.in)
+		res := saved[0]
+		saved = saved[1:]
 		switch {
-		case err == nil && isNew:
+		case res.Err != nil:
+			report(r.line, res.Err)
+		case res.Created:
 			created++
-		case err == nil:
-			updated++
-		case errors.Is(err, inventory.ErrInvalid) || errors.Is(err, inventory.ErrInvalidState):
-			report(r.line, err)
 		default:
-			fail(c, err)
-			return
+			updated++
 		}
 	}
 	// The reply stays small whatever the file: the first maxImportErrors errors (each message
@@ -337,4 +348,23 @@ func (s *Server) upsertItem(ctx context.Context, in inventory.Input) (inventory.
 		slog.Warn("item saved but its category board was not moved", "item", it.ID, "err", err)
 	}
 	return it, created, nil
+}
+
+// upsertItems saves items as upsertItem does one, at a cost that grows with the items alone:
+// one inventory.UpsertMany, then the updated items' board moves in one go (best effort too).
+func (s *Server) upsertItems(ctx context.Context, ins []inventory.Input) ([]inventory.UpsertResult, error) {
+	res, err := s.Inventory.UpsertMany(ctx, ins)
+	if err != nil || s.Ranking == nil {
+		return res, err
+	}
+	moved := map[string]string{} // item -> category (a later row of an item wins, as it did in Redis)
+	for _, r := range res {
+		if r.Err == nil && !r.Created {
+			moved[r.Item.ID] = r.Item.Category
+		}
+	}
+	if err := s.Ranking.SetCategories(ctx, moved); err != nil {
+		slog.Warn("items saved but not all of their category boards were moved", "items", len(moved), "err", err)
+	}
+	return res, nil
 }

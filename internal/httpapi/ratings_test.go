@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,6 +234,39 @@ func TestCategoryChangeMovesBoard(t *testing.T) {
 	}
 	if e := entries(t, phones); len(e) != 0 {
 		t.Fatalf("phones board still lists the item: %v", phones)
+	}
+}
+
+// An import that changes rated items' categories moves them between category boards, as
+// row-by-row updates did: an item's last row decides, an unchanged or unrated item stays.
+func TestImportMovesBoards(t *testing.T) {
+	a := newRatingAPI(t, 100)
+	for id, cat := range map[string]string{"b1": "phones", "b2": "phones", "b3": "books", "u1": "phones"} {
+		a.item(id, "Item "+id, cat)
+		if id != "u1" {
+			a.buyer(id, "ann")
+			if code, out := a.do(http.MethodPost, "/api/items/"+id+"/rating", "ann", `{"stars":4}`); code != http.StatusOK {
+				t.Fatalf("rate %s: %d %v", id, code, out)
+			}
+		}
+	}
+	var rows []string
+	for _, r := range [][2]string{{"b1", "books"}, {"b2", "phones"}, {"b3", ""}, {"u1", "books"}, {"b1", "toys"}} {
+		rows = append(rows, fmt.Sprintf(`{"id":%q,"name":"Item %s","category":%q,"price_cents":100,"per_user_limit":100}`, r[0], r[0], r[1]))
+	}
+	if code, out := a.do(http.MethodPost, "/api/admin/items/import", "admin", "["+strings.Join(rows, ",")+"]"); code != http.StatusOK || out["updated"] != 5.0 {
+		t.Fatalf("import: %d %v", code, out)
+	}
+	for board, want := range map[string][]string{"toys": {"b1"}, "books": {}, "phones": {"b2"}, "": {"b1", "b2", "b3"}} {
+		_, out := a.do(http.MethodGet, "/api/leaderboards/top-rated?category="+board, "", "")
+		var got []string
+		for _, e := range entries(t, out) {
+			got = append(got, e["item_id"].(string))
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("board %q lists %v, want %v", board, got, want)
+		}
 	}
 }
 

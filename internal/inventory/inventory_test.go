@@ -295,6 +295,15 @@ func TestScriptCacheFlushed(t *testing.T) {
 		if _, err := s.AdjustStock(ctx, "fl", 1); err != nil {
 			t.Fatalf("adjust after SCRIPT FLUSH: %v", err)
 		}
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.UpsertMany(ctx, []inventory.Input{
+			{ID: "fl2", Name: "n", PriceCents: 1, PerUserLimit: 1}, {ID: "fl3", Name: "n", PriceCents: 1, PerUserLimit: 1},
+		})
+		if err != nil || res[0].Err != nil || res[1].Err != nil || res[0].Created != (i == 0) {
+			t.Fatalf("import after SCRIPT FLUSH: %+v %v", res, err)
+		}
 	}
 	if ok, _ := lua.Loaded(ctx, rdb); ok {
 		t.Log("scripts re-cached by EVAL")
@@ -631,7 +640,8 @@ func TestItemScriptsRejectBadNumbers(t *testing.T) {
 }
 
 // TestCluster runs the item, stock and purchase scripts on a local 3-master Redis Cluster:
-// every key of a script shares the item's hash tag, so there is no CROSSSLOT.
+// every key of a script shares the item's hash tag, so there is no CROSSSLOT, and an import's
+// pipelines (UpsertMany) reach every master.
 func TestCluster(t *testing.T) {
 	rdb, keys := testenv.Cluster(t)
 	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 100, Period: time.Second, Burst: 100}})
@@ -640,6 +650,22 @@ func TestCluster(t *testing.T) {
 	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for _, id := range ids {
 		newItem(t, s, id, 20, 5)
+	}
+	var imported []inventory.Input
+	for i := range 300 {
+		imported = append(imported, inventory.Input{ID: "imp" + strconv.Itoa(i), Name: "n", PriceCents: 1, Stock: ptr(int64(i)), PerUserLimit: 1})
+	}
+	res, err := s.UpsertMany(ctx, imported)
+	if err != nil {
+		t.Fatalf("import on cluster: %v", err)
+	}
+	for i, r := range res {
+		if r.Err != nil || !r.Created {
+			t.Fatalf("import on cluster: row %d: %+v", i, r)
+		}
+		if it, err := s.Get(ctx, r.Item.ID); err != nil || it.StockTotal != int64(i) {
+			t.Fatalf("import on cluster: %s: %+v %v", r.Item.ID, it, err)
+		}
 	}
 	slots := map[int64]bool{}
 	for _, id := range ids {
@@ -668,10 +694,10 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("list orders on cluster: %d %v", len(list), err)
 	}
 	items, err := s.List(ctx)
-	if err != nil || len(items) != len(ids) {
+	if err != nil || len(items) != len(ids)+len(imported) {
 		t.Fatalf("list items on cluster: %d %v", len(items), err)
 	}
-	for _, it := range items {
+	for _, it := range items[:len(ids)] { // a..h sort before imp...
 		if it.StockLeft+it.Reserved != it.StockTotal || it.StockTotal != 30 {
 			t.Fatalf("%s: left %d reserved %d total %d", it.ID, it.StockLeft, it.Reserved, it.StockTotal)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/internal/batch"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/lua"
 )
 
 // Options tune a Store; zero values take the defaults.
@@ -128,14 +130,125 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Stor
 
 // Upsert creates or updates an item. created reports which.
 func (s *Store) Upsert(ctx context.Context, in Input) (Item, bool, error) {
-	if err := in.Validate(); err != nil {
+	res, err := s.UpsertMany(ctx, []Input{in})
+	if err != nil {
 		return Item{}, false, err
 	}
-	// The catalogue set is another slot: add first, so a crash leaves at worst an id that
-	// readers skip (no item hash), never an item missing from the catalogue.
-	if err := s.rdb.SAdd(ctx, s.keys.Catalog(), in.ID).Err(); err != nil {
-		return Item{}, false, fmt.Errorf("inventory: upsert %s: %w", in.ID, err)
+	return res[0].Item, res[0].Created, res[0].Err
+}
+
+// UpsertResult is what UpsertMany did with one Input.
+type UpsertResult struct {
+	Item    Item // as saved; with ErrInvalidState, as it is
+	Created bool
+	Err     error // ErrInvalid or ErrInvalidState (wrapped): this input was not saved
+}
+
+// upsertsPerPipeline is how many upserts UpsertMany sends in one pipeline: one round trip for
+// them all, while the Redis time each costs (~40 µs) keeps a pipeline's hold on Redis short.
+const upsertsPerPipeline = 128
+
+// UpsertMany is Upsert of every input in turn (an import), one result per input in their
+// order, at a cost that grows with the inputs alone. Each input is still its own
+// upsert_item.lua call in its item's slot, writing its outbox event in the same step, but the
+// calls go out in pipelines of upsertsPerPipeline, one pipeline at a time, and the snapshot
+// takes all the saved items in one copy, not one copy of the catalogue per item. A pipeline
+// never holds two inputs of one item, so a later row of an item runs after the earlier one,
+// as one by one. A non-nil error is Redis failing (no result is reported then): the inputs
+// before the failed pipeline are saved, those in it may be, and none after it is sent.
+func (s *Store) UpsertMany(ctx context.Context, ins []Input) ([]UpsertResult, error) {
+	res := make([]UpsertResult, len(ins))
+	var batch []int              // the next pipeline's inputs (indexes into ins)
+	inBatch := map[string]bool{} // and their items
+	var saved []Item
+	defer func() { s.update(saved...) }() // also what was saved before a failure
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		items, err := s.upsertBatch(ctx, ins, batch, res)
+		saved = append(saved, items...)
+		batch = batch[:0]
+		clear(inBatch)
+		return err
 	}
+	for i, in := range ins {
+		if err := in.Validate(); err != nil {
+			res[i].Err = err
+			continue
+		}
+		if inBatch[in.ID] || len(batch) == upsertsPerPipeline {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		batch = append(batch, i)
+		inBatch[in.ID] = true
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// upsertBatch runs upsert_item.lua for ins[i] of every i in batch (valid inputs of distinct
+// items) in one pipeline, fills their results and returns the items the replies carry.
+func (s *Store) upsertBatch(ctx context.Context, ins []Input, batch []int, res []UpsertResult) ([]Item, error) {
+	ids := make([]any, len(batch))
+	calls := make([]lua.Call, len(batch))
+	for j, i := range batch {
+		ids[j] = ins[i].ID
+		calls[j] = s.upsertCall(ins[i])
+	}
+	// The catalogue set is another slot: add first, so a crash leaves at worst ids that
+	// readers skip (no item hash), never an item missing from the catalogue.
+	if err := s.rdb.SAdd(ctx, s.keys.Catalog(), ids...).Err(); err != nil {
+		return nil, fmt.Errorf("inventory: upsert %s: %w", ins[batch[0]].ID, err)
+	}
+	var items []Item
+	var failed error
+	for j, cmd := range upsertItemScript.RunEach(ctx, s.rdb, calls) {
+		id := ins[batch[j]].ID
+		reply, err := cmd.Slice()
+		var it Item
+		if err == nil {
+			it, err = upsertedItem(id, reply)
+		}
+		if err != nil {
+			// The first failure is the answer; the items of the others are still kept.
+			if failed == nil {
+				failed = fmt.Errorf("inventory: upsert %s: %w", id, err)
+			}
+			continue
+		}
+		items = append(items, it)
+		it.Status = it.StatusAt(time.Now())
+		r := &res[batch[j]]
+		r.Item = it
+		switch reply[0] {
+		case "invalid_state":
+			r.Err = fmt.Errorf("%w: stock differs from the current total %d; use the stock route", ErrInvalidState, it.StockTotal)
+		case "created":
+			r.Created = true
+		}
+	}
+	return items, failed
+}
+
+// upsertedItem reads the item from upsert_item.lua's reply {outcome, HGETALL of the item}.
+func upsertedItem(id string, reply []any) (Item, error) {
+	if len(reply) != 2 {
+		return Item{}, errNoReply
+	}
+	it, err := itemFromHash(id, pairs(reply[1]))
+	if err != nil {
+		return Item{}, errNoReply
+	}
+	return it, nil
+}
+
+// upsertCall is upsert_item.lua's call for in.
+func (s *Store) upsertCall(in Input) lua.Call {
 	k := s.keys.Item(in.ID)
 	stock := ""
 	if in.Stock != nil {
@@ -148,23 +261,11 @@ func (s *Store) Upsert(ctx context.Context, in Input) (Item, bool, error) {
 	} else if q := in.Queue; q != nil {
 		qRate, qMax, qTTL = q.AdmitPerSecond, q.MaxActive, q.PassTTLSeconds
 	}
-	res, err := upsertItemScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock()},
-		in.ID, in.Name, in.Category, in.PriceCents, stock, in.PerUserLimit,
-		msOrZero(in.StartsAt), msOrZero(in.EndsAt), qRate, qMax, qTTL).Slice()
-	if err != nil {
-		return Item{}, false, fmt.Errorf("inventory: upsert %s: %w", in.ID, err)
+	return lua.Call{
+		Keys: []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock()},
+		Args: []any{in.ID, in.Name, in.Category, in.PriceCents, stock, in.PerUserLimit,
+			msOrZero(in.StartsAt), msOrZero(in.EndsAt), qRate, qMax, qTTL},
 	}
-	it, err := s.remember(in.ID, res[1])
-	if err != nil {
-		return Item{}, false, err
-	}
-	switch res[0] {
-	case "invalid_state":
-		return it, false, fmt.Errorf("%w: stock differs from the current total %d; use the stock route", ErrInvalidState, it.StockTotal)
-	case "created":
-		return it, true, nil
-	}
-	return it, false, nil
 }
 
 // AdjustStock adds (or, negative, withdraws) unsold stock.
@@ -614,23 +715,35 @@ func (s *Store) remember(id string, reply any) (Item, error) {
 	return it, nil
 }
 
-// update replaces an item in the snapshot (copy on write) when it is newer.
-func (s *Store) update(it Item) {
-	if it.StockLeft > 0 {
-		s.soldOut.Delete(it.ID)
+// update puts items into the snapshot (one copy on write for them all), each unless the
+// snapshot already holds a newer version of it.
+func (s *Store) update(items ...Item) {
+	if len(items) == 0 {
+		return
+	}
+	for _, it := range items {
+		if it.StockLeft > 0 {
+			s.soldOut.Delete(it.ID)
+		}
 	}
 	s.swap(false, func(base map[string]Item) map[string]Item {
 		if base == nil {
 			return nil
 		}
-		if old, ok := base[it.ID]; ok && old.Version > it.Version {
+		next, copied := base, false
+		for _, it := range items {
+			if cur, ok := next[it.ID]; ok && cur.Version > it.Version {
+				continue
+			}
+			if !copied {
+				next, copied = make(map[string]Item, len(base)+len(items)), true
+				maps.Copy(next, base)
+			}
+			next[it.ID] = it
+		}
+		if !copied {
 			return nil
 		}
-		next := make(map[string]Item, len(base)+1)
-		for k, v := range base {
-			next[k] = v
-		}
-		next[it.ID] = it
 		return next
 	})
 }

@@ -150,6 +150,41 @@ func (s *Store) SetCategory(ctx context.Context, item, category string) error {
 	return fmt.Errorf("ranking: recategorize %s: %w", item, errStale)
 }
 
+// SetCategories is SetCategory for many items (item -> category), as an import needs it: the
+// categories they are ranked under are read in pipelines, and only rated items ranked under
+// another category are moved. It returns the first error; the other items are still moved.
+func (s *Store) SetCategories(ctx context.Context, categories map[string]string) error {
+	ids := make([]string, 0, len(categories))
+	for id := range categories {
+		ids = append(ids, id)
+	}
+	var first error
+	for len(ids) > 0 {
+		n := min(len(ids), readsPerPipeline)
+		pipe := s.rdb.Pipeline()
+		seen := make([]*redis.StringCmd, n)
+		for i, id := range ids[:n] {
+			seen[i] = pipe.HGet(ctx, s.keys.ItemRatingStats(id), "cat")
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("ranking: recategorize %d items: %w", len(categories), err)
+		}
+		for i, id := range ids[:n] {
+			// Never rated (redis.Nil), or already under its category: nothing to move.
+			if cat, err := seen[i].Result(); err == nil && cat != categories[id] {
+				if err := s.SetCategory(ctx, id, categories[id]); err != nil && first == nil {
+					first = err
+				}
+			}
+		}
+		ids = ids[n:]
+	}
+	return first
+}
+
+// readsPerPipeline bounds the commands of one pipeline of reads (SetCategories).
+const readsPerPipeline = 1000
+
 // SetSold records an item's total units paid on the best-sellers board. The value is
 // absolute, and the board keeps the largest one it was told (paid orders are final, so a
 // smaller total is a late report); calls are idempotent in any order.
