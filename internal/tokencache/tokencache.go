@@ -80,8 +80,9 @@ func (c *Cache[V]) Get(tok string) *Entry[V] {
 
 // Put stores a token whose check held and returns its entry, with fill setting down what the
 // check found before any other goroutine can see the entry (V may hold atomic fields, so it is
-// filled in place, not copied in). Put takes an empty way, else the way holding the same token
-// or one stale reports true for (nil: none), else a round-robin victim.
+// filled in place, not copied in). Put takes the way holding the same token, so a token put
+// again never fills a second way; else an empty way or one stale reports true for (nil: none);
+// else a round-robin victim.
 func (c *Cache[V]) Put(tok string, fill func(*V), stale func(*Entry[V]) bool) *Entry[V] {
 	h := hash(tok)
 	e := &Entry[V]{hash: h, Token: tok}
@@ -90,11 +91,11 @@ func (c *Cache[V]) Put(tok string, fill func(*V), stale func(*Entry[V]) bool) *E
 	way := -1
 	for i := range s.entry {
 		old := s.entry[i].Load()
-		if old == nil {
-			way = i
+		if old == nil || old.Token == tok {
+			way = i // ways fill in order and are never emptied: tok is in no later way
 			break
 		}
-		if way < 0 && (old.Token == tok || (stale != nil && stale(old))) {
+		if way < 0 && stale != nil && stale(old) {
 			way = i
 		}
 	}

@@ -68,6 +68,28 @@ func TestEvictsInsteadOfConfusing(t *testing.T) {
 	}
 }
 
+// A token put again (two requests of a new token checked at once; a ticket re-signed to the
+// same bytes on every poll read from Redis) takes its own way back instead of a second one:
+// Get answers the latest entry, and the set still holds as many tokens as it has ways.
+func TestPutAgainKeepsOneWay(t *testing.T) {
+	var c Cache[string]
+	tok := func(i int) string { return "t" + strconv.Itoa(i) + ".same-tail-same-tail-same-tail" }
+	put(&c, tok(0), "first")
+	put(&c, tok(1), "u1")
+	put(&c, tok(0), "again")
+	if e := c.Get(tok(0)); e == nil || e.Value != "again" {
+		t.Fatalf("Get after a second Put = %+v; want the second entry", e)
+	}
+	for i := 2; i < ways; i++ {
+		put(&c, tok(i), "u"+strconv.Itoa(i))
+	}
+	for i := range ways {
+		if c.Get(tok(i)) == nil {
+			t.Fatalf("token %d of %d evicted from a set of %d ways", i, ways, ways)
+		}
+	}
+}
+
 // The waiting line: 20,000 shoppers' tokens (random signatures) all stay cached. With
 // four ways about 130 sets overflowed and their shoppers, polling in turn, evicted one another.
 func TestHoldsTwentyThousandShoppers(t *testing.T) {
