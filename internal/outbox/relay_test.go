@@ -536,7 +536,10 @@ func TestStalledRelayHoldsOnlyItsOwnEntries(t *testing.T) {
 	held := pub.holding()
 
 	const bound = 200
-	live, _ := e.relay(outbox.Options{Consumer: "live", Max: bound})
+	// The stalled relay's entries stay its own however long this takes on a busy machine: past
+	// the default ClaimIdle (30 s) the live relay would take them over and the counts below
+	// would be another test's.
+	live, _ := e.relay(outbox.Options{Consumer: "live", Max: bound, ClaimIdle: time.Hour})
 	start(t, live)
 	e.sell(3000, 16)
 	for live.Stats().Published < int64(e.events-held) {
