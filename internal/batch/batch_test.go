@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// TestInFlight: at most inFlight runs of one key at once; a newcomer goes
-// out at once while fewer are running, else waits and rides in the next call with everyone
-// else who queued meanwhile; every call runs exactly once. The runs are held open by the test,
-// so what is asserted is the schedule, not timing.
 type call struct{ n int }
 
+// TestInFlight: at most inFlight runs of one key at once; a newcomer goes out at once while
+// fewer are running, else waits and rides in the next run with everyone else who queued
+// meanwhile; every call runs exactly once. The runs are held open by the test, so what is
+// asserted is the schedule, not timing.
 func TestInFlight(t *testing.T) {
 	type run struct {
 		calls   []*call
@@ -42,7 +42,7 @@ func TestInFlight(t *testing.T) {
 		case r := <-started:
 			return r
 		case <-time.After(10 * time.Second):
-			t.Fatal("no script call started")
+			t.Fatal("no run started")
 			return run{}
 		}
 	}
@@ -52,19 +52,19 @@ func TestInFlight(t *testing.T) {
 	b.Submit("x", c2) // one call running: the second goes out at once, alone
 	r2 := next()
 	if len(r1.calls) != 1 || r1.calls[0] != c1 || len(r2.calls) != 1 || r2.calls[0] != c2 {
-		t.Fatalf("first calls: %d, %d purchases", len(r1.calls), len(r2.calls))
+		t.Fatalf("first runs: %d, %d calls", len(r1.calls), len(r2.calls))
 	}
 	b.Submit("x", c3) // two running: these wait
 	b.Submit("x", c4)
 	select {
 	case r := <-started:
-		t.Fatalf("a third call started with %d purchases while two ran", len(r.calls))
+		t.Fatalf("a third run started with %d calls while two ran", len(r.calls))
 	default:
 	}
 	close(r1.release)
 	r3 := next()
 	if len(r3.calls) != 2 || r3.calls[0] != c3 || r3.calls[1] != c4 {
-		t.Fatalf("the queued purchases went out as %d", len(r3.calls))
+		t.Fatalf("the queued calls went out as %d", len(r3.calls))
 	}
 	close(r2.release)
 	close(r3.release)
@@ -89,7 +89,7 @@ func TestInFlight(t *testing.T) {
 	}
 	for _, c := range []*call{c1, c2, c3, c4} {
 		if seen[c] != 1 {
-			t.Fatalf("a purchase ran %d times", seen[c])
+			t.Fatalf("a call ran %d times", seen[c])
 		}
 	}
 }
