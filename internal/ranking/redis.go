@@ -152,7 +152,8 @@ func (s *Store) SetCategory(ctx context.Context, item, category string) error {
 
 // SetCategories is SetCategory for many items (item -> category), as an import needs it: the
 // categories they are ranked under are read in pipelines, and only rated items ranked under
-// another category are moved. It returns the first error; the other items are still moved.
+// another category are moved. It returns the first error; a failed move does not stop the
+// others, a failed read of the categories does (those items move at their next rating).
 func (s *Store) SetCategories(ctx context.Context, categories map[string]string) error {
 	ids := make([]string, 0, len(categories))
 	for id := range categories {
