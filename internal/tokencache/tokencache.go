@@ -5,7 +5,7 @@
 // forged token never matches an entry.
 //
 // A Cache is a fixed table of 8-way sets of atomic pointers rather than a sync.Map: a lookup is
-// one short hash, one 64-byte line of the set's hashes and the one pointer whose hash matches,
+// one short hash, the set's 64 bytes of hashes and the one pointer whose hash matches,
 // with no lock, no interface boxing and no trie walk (sync.Map.Load was 6-7% of a sold-out
 // answer). The set is chosen by hashing only the token's last bytes, which for our tokens are
 // the signature and so already spread evenly; whatever a client sends there, it can only land
@@ -30,9 +30,10 @@ type Cache[V any] struct {
 	clock atomic.Uint32 // victim choice when a set is full
 }
 
-// set keeps its ways' hashes apart from their entries, so a lookup reads one line of hashes and
-// follows only the pointer whose hash matches. A reader may see a hash from an older entry than
-// the pointer beside it: the hash only filters, the entry's own hash and token decide.
+// set keeps its ways' hashes apart from their entries, so a lookup reads 64 bytes of hashes (one
+// or two cache lines: Go does not align the table) and follows only the pointer whose hash
+// matches. A reader may see a hash from an older entry than the pointer beside it: the hash
+// only filters, the entry's own hash and token decide.
 type set[V any] struct {
 	hash  [ways]atomic.Uint64
 	entry [ways]atomic.Pointer[Entry[V]]
