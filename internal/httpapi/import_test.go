@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/testenv"
 )
 
 // importFixture is a CSV file of a few thousand rows mixing good rows, rows the parser refuses,
@@ -150,7 +150,7 @@ func TestImportLargeFile(t *testing.T) {
 		}
 
 		// Redis: every item as imported, changed once per saved row, with an event for each.
-		events := outboxEvents(t, a)
+		events := testenv.OutboxEvents(t, a.rdb, a.keys, "item.upserted")
 		for id, want := range f.items {
 			it, err := a.inv.Get(ctx, id)
 			if err != nil {
@@ -172,24 +172,6 @@ func TestImportLargeFile(t *testing.T) {
 			t.Fatalf("round %d: the catalogue set holds %d ids, want %d", round, n, len(f.items))
 		}
 	}
-}
-
-// outboxEvents counts the item.upserted events in the outbox streams, by item.
-func outboxEvents(t *testing.T, a *testAPI) map[string]int {
-	t.Helper()
-	out := map[string]int{}
-	for n := range keyspace.Shards {
-		entries, err := a.rdb.XRange(context.Background(), a.keys.Shard(n).Outbox(), "-", "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if e.Values["type"] == "item.upserted" {
-				out[fmt.Sprint(e.Values["item"])]++
-			}
-		}
-	}
-	return out
 }
 
 // A Redis failure during an import (one item's key holds a string: WRONGTYPE) fails the

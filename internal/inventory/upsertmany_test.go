@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashsale/flashsale/internal/inventory"
-	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -75,7 +72,7 @@ func TestUpsertMany(t *testing.T) {
 	if _, now, _ := s.Catalogue(ctx); now != gen+1 {
 		t.Errorf("the snapshot moved %d generations, want 1", now-gen)
 	}
-	events := itemEvents(t, rdb, keys)
+	events := testenv.OutboxEvents(t, rdb, keys, "item.upserted")
 	for id, in := range want {
 		cached, err := s.Lookup(ctx, id)
 		if err != nil {
@@ -133,22 +130,4 @@ func TestUpsertManyRedisFailure(t *testing.T) {
 	if saved == 0 || saved == len(ins)-1 {
 		t.Fatalf("%d of %d items saved: want those before the failure, not those after it", saved, len(ins))
 	}
-}
-
-// itemEvents counts the item.upserted events in the outbox streams, by item.
-func itemEvents(t *testing.T, rdb redis.UniversalClient, keys keyspace.Space) map[string]int {
-	t.Helper()
-	out := map[string]int{}
-	for n := range keyspace.Shards {
-		entries, err := rdb.XRange(context.Background(), keys.Shard(n).Outbox(), "-", "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if e.Values["type"] == "item.upserted" {
-				out[fmt.Sprint(e.Values["item"])]++
-			}
-		}
-	}
-	return out
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -85,4 +86,23 @@ func DeletePrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
 	if err != nil && !strings.Contains(err.Error(), "closed") {
 		t.Logf("testenv: cleanup of %s*: %v", prefix, err)
 	}
+}
+
+// OutboxEvents counts the events of one type (e.g. "item.upserted") in every shard's outbox
+// stream, by item.
+func OutboxEvents(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space, typ string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for n := range keyspace.Shards {
+		entries, err := rdb.XRange(context.Background(), keys.Shard(n).Outbox(), "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.Values["type"] == typ {
+				out[fmt.Sprint(e.Values["item"])]++
+			}
+		}
+	}
+	return out
 }
