@@ -40,6 +40,8 @@ cleanup() {
   kill "$api" 2>/dev/null && wait "$api" 2>/dev/null || true
   # The run's keys only: everything under its random prefix.
   redis-cli -h 127.0.0.1 -p 6379 --scan --pattern "${prefix}*" | xargs -r -n 500 redis-cli -h 127.0.0.1 -p 6379 unlink >/dev/null
+  # K6_API_LOG=file keeps the api's log of the run (to look into a failed request).
+  if [ -n "${K6_API_LOG:-}" ]; then cp "$log" "$K6_API_LOG"; fi
   rm -f "$log"
 }
 trap cleanup EXIT
