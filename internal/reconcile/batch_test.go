@@ -195,7 +195,10 @@ func TestBusySaleNoDrift(t *testing.T) {
 					return
 				default:
 				}
-				o := e.buy(items[rng.IntN(len(items))], user, 1+rng.Int64N(2))
+				o, ok := e.tryBuy(items[rng.IntN(len(items))], user, 1+rng.Int64N(2))
+				if !ok {
+					return
+				}
 				switch rng.IntN(3) {
 				case 0:
 					_, _ = e.ord.Pay(e.ctx, user, o.ID)

@@ -72,7 +72,8 @@ func (e *env) startPipeline() {
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	relay := outbox.New(e.rdb, e.keys, outbox.NewWriter(e.brokers, topic), outbox.Options{
+	w := outbox.NewWriter(e.brokers, topic)
+	relay := outbox.New(e.rdb, e.keys, w, outbox.Options{
 		Block: 50 * time.Millisecond,
 	})
 	cons := record.NewConsumer(gdb, record.ConsumerOptions{
@@ -85,6 +86,7 @@ func (e *env) startPipeline() {
 	e.t.Cleanup(func() {
 		cancel()
 		wg.Wait()
+		_ = w.Close()
 		if db, err := gdb.DB(); err == nil {
 			db.Close()
 		}
@@ -111,11 +113,23 @@ func (e *env) item(id string, stock, limit int64) {
 
 func (e *env) buy(item, user string, qty int64) orders.Order {
 	e.t.Helper()
+	o, ok := e.tryBuy(item, user, qty)
+	if !ok {
+		e.t.FailNow()
+	}
+	return o
+}
+
+// tryBuy is buy for other goroutines than the test's (FailNow may only run on the test's
+// own): a failed purchase is reported and ok is false.
+func (e *env) tryBuy(item, user string, qty int64) (orders.Order, bool) {
+	e.t.Helper()
 	res, err := e.inv.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: item, UserID: user, Quantity: qty})
 	if err != nil {
-		e.t.Fatalf("buy %s by %s: %v", item, user, err)
+		e.t.Errorf("buy %s by %s: %v", item, user, err)
+		return orders.Order{}, false
 	}
-	return res.Order
+	return res.Order, true
 }
 
 // drain waits until every outbox stream is empty and the consumer has committed everything.

@@ -297,7 +297,9 @@ func TestRestoreRefusesLiveItem(t *testing.T) {
 			case <-stop:
 				return
 			default:
-				e.buy("A", "bob", 1)
+				if _, ok := e.tryBuy("A", "bob", 1); !ok {
+					return
+				}
 			}
 		}
 	}()
