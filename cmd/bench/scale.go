@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/kafkabroker"
+	"github.com/flashsale/flashsale/internal/metrics"
 )
 
 // The scale rows (issue 15): what flashsale costs Redis with a large catalogue and several api
@@ -292,7 +292,7 @@ func (s *scaleRun) waitPublished(ctx context.Context, n int64) error {
 	for {
 		var sum float64
 		for _, adm := range s.admins {
-			v, err := scrape(adm, "flashsale_relay_published_events_total")
+			v, err := metrics.Scrape("http://"+adm, "flashsale_relay_published_events_total")
 			if err != nil {
 				return err
 			}
@@ -533,23 +533,6 @@ func (s *scaleRun) commandStats(ctx context.Context) (map[string]int64, error) {
 		m[name] = v
 	}
 	return m, nil
-}
-
-// scrape reads one unlabelled series from a /metrics listener (absent reads 0).
-func scrape(addr, series string) (float64, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, sc.Err()
 }
 
 // plural is "1 api", "3 apis".

@@ -2,9 +2,11 @@ package metrics_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -212,5 +214,17 @@ func TestExpirerDrainedSumsSources(t *testing.T) {
 	a.Add(1)
 	if got := testutil.ToFloat64(metrics.ExpirerDrained) - before; got != 8 {
 		t.Fatalf("expirer counter moved by %v, want 8", got)
+	}
+}
+
+func TestScrape(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "# HELP x_total x\nx_total 3\nx_total{result=\"applied\"} 42\nx_total_other 7\n")
+	}))
+	defer srv.Close()
+	for series, want := range map[string]float64{`x_total{result="applied"}`: 42, "x_total": 3, "absent_total": 0} {
+		if got, err := metrics.Scrape(srv.URL, series); err != nil || got != want {
+			t.Errorf("Scrape(%s) = %v, %v; want %v", series, got, err, want)
+		}
 	}
 }

@@ -6,7 +6,6 @@
 package procs
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -15,11 +14,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/metrics"
 )
 
 // Binaries are the api and reconciler executables of this module.
@@ -167,24 +167,8 @@ func (p *Proc) Exited() bool {
 	}
 }
 
-// Metric reads one sample from a /metrics page (base is the listener's URL): series is the
-// whole series as printed, labels included (e.g. `flashsale_consumer_events_total{result="applied"}`);
-// absent reads 0.
-func Metric(base, series string) (float64, error) {
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, sc.Err()
-}
+// Metric reads one sample from a /metrics page (metrics.Scrape).
+func Metric(base, series string) (float64, error) { return metrics.Scrape(base, series) }
 
 // Parallel runs f over xs with n goroutines.
 func Parallel[T any](n int, xs []T, f func(T)) {
