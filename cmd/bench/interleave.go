@@ -8,13 +8,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
-// interleaveRounds is how many turns the api and its baselines take in a full run. The
-// machine is shared (other builds and tests come and go within seconds), so a baseline
-// measured a minute before its row can meet a different machine; in turns of dur/rounds
-// each, a change in the machine's load falls on both sides alike and the ratio holds.
+// interleaveRounds is how many turns the api and its baselines take in a full run (the
+// default of -rounds). The machine is shared (other builds and tests come and go within
+// seconds), so a baseline measured a minute before its row can meet a different machine; in
+// turns of dur/rounds each, a change in the machine's load falls on both sides alike and the
+// ratio holds. Each row's turn-by-turn ratios are printed, so a reader sees how much of a
+// ratio is the machine's moment.
 const interleaveRounds = 4
 
 // measure runs the api's load and each baseline's load in turns (the order rotating every
@@ -22,7 +25,7 @@ const interleaveRounds = 4
 // first turn, a short one on the later turns), and returns the merged
 // results. With -profile it takes one CPU profile of the api across all its turns.
 func (b *bench) measure(ctx context.Context, prof string, api load, bases ...load) (result, []result, error) {
-	rounds := interleaveRounds
+	rounds := max(1, b.opt.rounds)
 	turnWarm := min(b.opt.warmup(), 300*time.Millisecond)
 	if b.opt.short {
 		rounds = 1
@@ -63,6 +66,9 @@ func (b *bench) measure(ctx context.Context, prof string, api load, bases ...loa
 	for k := range loads {
 		merged[k] = merge(parts[k])
 	}
+	if len(bases) > 0 && rounds > 1 {
+		progress(b.out, "%s: rate over the first baseline's, turn by turn: %s", prof, turnRatios(parts[0], parts[1]))
+	}
 	return merged[0], merged[1:], nil
 }
 
@@ -88,6 +94,18 @@ func (b *bench) profile(name, adm string, d time.Duration) chan struct{} {
 		_, _ = io.Copy(f, resp.Body)
 	}()
 	return done
+}
+
+// turnRatios lists each round's rate ratio of a over b: how much of a row's ratio is the
+// machine's moment.
+func turnRatios(a, b []result) string {
+	var s []string
+	for i := range min(len(a), len(b)) {
+		if r := b[i].rate(); r > 0 {
+			s = append(s, fmt.Sprintf("%.2f", a[i].rate()/r))
+		}
+	}
+	return strings.Join(s, " ")
 }
 
 // merge adds up the turns of one load: counts and measured time add, latencies pool.

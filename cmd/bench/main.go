@@ -49,6 +49,7 @@ func main() {
 	var opt options
 	flag.BoolVar(&opt.short, "short", false, "run every row tiny (CI smoke: rows, not numbers)")
 	flag.DurationVar(&opt.dur, "duration", 8*time.Second, "measured time per row")
+	flag.IntVar(&opt.rounds, "rounds", interleaveRounds, "turns the api and its baselines take in each row (the row's time is split between them)")
 	flag.IntVar(&opt.conns, "conns", 64, "keep-alive connections of the load generator")
 	flag.IntVar(&opt.users, "users", 20000, "distinct shoppers (tokens) buying")
 	flag.IntVar(&opt.rows, "rows", 200000, "rows for the reconciler and CopyFrom rows")
@@ -68,6 +69,7 @@ func main() {
 type options struct {
 	short      bool
 	dur        time.Duration
+	rounds     int
 	conns      int
 	users      int
 	rows       int

@@ -67,7 +67,7 @@ func (s *scaleRun) relayRows(ctx context.Context, api *child) error {
 		return err
 	}
 	rate, dur := s.b.opt.relayRate()
-	rounds := interleaveRounds
+	rounds := max(1, s.b.opt.rounds)
 	if s.b.opt.short {
 		rounds = 1
 	}
