@@ -10,7 +10,9 @@
 --
 -- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] orders hash   KEYS[4] held hash
 -- KEYS[5] paidby hash   KEYS[6] shard outbox stream   KEYS[7] shard change log
--- KEYS[8] shard clock
+-- KEYS[8] shard clock   KEYS[9] the item's restoring mark (set here, deleted by restore_finish.lua:
+--         meanwhile upsert_item.lua refuses to create the item, which would sell it at seq 0
+--         beside the orders being restored, under their ids)
 -- ARGV[1] fencing number (integer >= 1)
 -- ARGV[2] the item's version the idle check saw ('' for no item hash), or '*' (forced: any)
 -- ARGV[3] the shard outbox's last id the idle check saw published ("<ms>-<seq>"; ignored
@@ -46,6 +48,7 @@ if expected ~= '*' then
   end
 end
 redis.call('SET', KEYS[1], n)
+redis.call('SET', KEYS[9], n)
 local f = redis.call('HMGET', KEYS[2], 'version', 'seq')
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 mark_changed(KEYS[7], KEYS[8], item_id)

@@ -6,7 +6,7 @@
 -- the check and the writes are atomic. (changed.lua is prepended.)
 --
 -- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] shard outbox stream
--- KEYS[4] shard change log   KEYS[5] shard clock
+-- KEYS[4] shard change log   KEYS[5] shard clock   KEYS[6] the item's restoring mark (deleted)
 -- ARGV[1] fencing number   ARGV[2] lowest stream id for new events ("<ms>-<seq>", > 0-0)
 -- ARGV[3] item id   then field, value pairs of the item hash
 -- Reply: {'ok'} | {'fenced', the fencing number stored}
@@ -26,6 +26,7 @@ for i = 4, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('DEL', KEYS[6])
 mark_changed(KEYS[4], KEYS[5], ARGV[3])
 -- An entry added and deleted in the same script is never seen by a reader; the stream keeps
 -- it as its last id, so the next XADD * is later. An error here means the stream's last id is

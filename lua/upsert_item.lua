@@ -3,6 +3,8 @@
 -- refused (stock moves through adjust_stock.lua, which races safely with purchases).
 --
 -- KEYS[1] item hash   KEYS[2] shard outbox stream   KEYS[3] shard change log   KEYS[4] shard clock
+-- KEYS[5] the item's restoring mark (restore_begin.lua): while it is set, the missing hash is
+--         a restore's, not a new item's, and a create is refused
 -- ARGV[1] item id  ARGV[2] name  ARGV[3] category  ARGV[4] price_cents (>=0)
 -- ARGV[5] stock (>=0, '' = keep / 0 on create)  ARGV[6] per_user_limit (>=1)
 -- ARGV[7] starts_at ms (>=0, 0 = live now)  ARGV[8] ends_at ms (0 = no end, else > starts_at)
@@ -10,6 +12,7 @@
 --   all 0 = no waiting room, all '' = keep the current one, else each >= 1 (item fields
 --   q_rate q_max q_ttl, read by the queue scripts and purchase.lua)
 -- Reply: {'created'|'updated', HGETALL of the item} or {'invalid_state', HGETALL} or
+--        {'restoring', {}} (nothing written) or
 --        an error reply for malformed arguments (nothing written).
 
 local price = tonumber(ARGV[4])
@@ -36,6 +39,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local total = tonumber(redis.call('HGET', KEYS[1], 'stock_total'))
 local outcome = 'updated'
 if total == nil then
+  if redis.call('EXISTS', KEYS[5]) == 1 then
+    return {'restoring', {}}
+  end
   outcome = 'created'
   if stock < 0 then stock = 0 end
   total = stock

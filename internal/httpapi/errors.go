@@ -69,6 +69,7 @@ var sentinels = []struct {
 	{queue.ErrNoQueue, http.StatusConflict, "no_queue"},
 	{queue.ErrNotJoined, http.StatusNotFound, "not_found"},
 	{outbox.ErrFull, http.StatusServiceUnavailable, "unavailable"},
+	{inventory.ErrRestoring, http.StatusServiceUnavailable, "unavailable"},
 }
 
 // fail answers err as a contract error: an *apiError as it is, a domain sentinel through the

@@ -25,6 +25,10 @@ var (
 	// ErrQueueRequired: the item has a waiting room and the purchase carried no valid,
 	// unspent pass of this shopper for it.
 	ErrQueueRequired = errors.New("this item sells only to shoppers admitted from its waiting room: join it and buy with your pass")
+	// ErrRestoring: a restore is rebuilding the item from the record (its hash is missing
+	// meanwhile); creating it now would sell it beside the orders being restored. Nothing
+	// was changed; try again once the restore finished.
+	ErrRestoring = errors.New("the item is being restored from the record; nothing was changed, try again")
 )
 
 // QueueSettings give an item a waiting room (docs/waiting-room.md); nil: none.

@@ -141,7 +141,7 @@ func (s *Store) Upsert(ctx context.Context, in Input) (Item, bool, error) {
 type UpsertResult struct {
 	Item    Item // as saved; with ErrInvalidState, as it is
 	Created bool
-	Err     error // ErrInvalid or ErrInvalidState (wrapped): this input was not saved
+	Err     error // ErrInvalid, ErrInvalidState or ErrRestoring (wrapped): this input was not saved
 }
 
 // upsertsPerPipeline is how many upserts UpsertMany sends in one pipeline: one round trip for
@@ -210,6 +210,10 @@ func (s *Store) upsertBatch(ctx context.Context, ins []Input, batch []int, res [
 	for j, cmd := range upsertItemScript.RunEach(ctx, s.rdb, calls) {
 		id := ins[batch[j]].ID
 		reply, err := cmd.Slice()
+		if err == nil && len(reply) > 0 && reply[0] == "restoring" {
+			res[batch[j]].Err = fmt.Errorf("%w: %s", ErrRestoring, id)
+			continue
+		}
 		var it Item
 		if err == nil {
 			it, err = upsertedItem(id, reply)
@@ -262,7 +266,7 @@ func (s *Store) upsertCall(in Input) lua.Call {
 		qRate, qMax, qTTL = q.AdmitPerSecond, q.MaxActive, q.PassTTLSeconds
 	}
 	return lua.Call{
-		Keys: []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock()},
+		Keys: []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()},
 		Args: []any{in.ID, in.Name, in.Category, in.PriceCents, stock, in.PerUserLimit,
 			msOrZero(in.StartsAt), msOrZero(in.EndsAt), qRate, qMax, qTTL},
 	}

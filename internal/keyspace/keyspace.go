@@ -170,6 +170,10 @@ func (s Space) Lock(name string) (key, fence string) {
 // item's slot so every restore script of the item can refuse a stale restorer.
 func (k Item) RestoreFence() string { return k.base + "restore:fence" }
 
+// Restoring marks an item a restore is rebuilding (from restore_begin.lua to
+// restore_finish.lua): upsert_item.lua must not take its missing hash for a new item.
+func (k Item) Restoring() string { return k.base + "restore:active" }
+
 // The waiting room of an item (internal/queue, docs/waiting-room.md). Every queue key is in
 // the item's slot, so joining, admitting and the purchase script's pass check each touch one
 // slot.

@@ -64,6 +64,9 @@ type Options struct {
 	// beforeBegin, when set, runs between a restore's checks and its first write (tests sell
 	// the item there).
 	beforeBegin func(ctx context.Context, item string)
+	// afterBegin, when set, runs after restore_begin.lua cleared the item and before its
+	// state is written back (tests re-create the item there).
+	afterBegin func(ctx context.Context, item string)
 }
 
 // Reconciler compares and repairs one key space against one Postgres record.

@@ -213,7 +213,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	if r.opt.beforeBegin != nil {
 		r.opt.beforeBegin(ctx, id)
 	}
-	reply, err := restoreBegin.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock()}, n, expected, pos, id).Slice()
+	reply, err := restoreBegin.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}, n, expected, pos, id).Slice()
 	if err != nil {
 		return out, err
 	}
@@ -225,6 +225,9 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	}
 	version, _ := reply[1].(int64)
 	oldSeq, _ := reply[2].(int64)
+	if r.opt.afterBegin != nil {
+		r.opt.afterBegin(ctx, id)
+	}
 	out.Seq = max(maxSeq, oldSeq)
 	for i := 0; i < len(puts); i += restoreChunk {
 		if err := r.put(ctx, k, n, puts[i:min(i+restoreChunk, len(puts))]); err != nil {
@@ -247,7 +250,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 		"stock_total", it.Total, "stock_left", out.StockLeft, "reserved", out.Reserved, "paid", out.Paid,
 		"per_user_limit", it.PerUser, "starts_at", ms(it.StartsAt), "ends_at", ms(it.EndsAt),
 		"seq", out.Seq, "version", version + 1}
-	reply, err = restoreFinish.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Outbox(), k.Changed(), k.Clock()}, args...).Slice()
+	reply, err = restoreFinish.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}, args...).Slice()
 	if err != nil {
 		return out, err
 	}

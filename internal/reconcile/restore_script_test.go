@@ -21,7 +21,7 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	rdb.HSet(ctx, k.Hash(), "stock_total", 5)
 	rdb.HSet(ctx, k.Orders(), "r.1", "u|1|1|paid|1|2")
 
-	beginKeys := []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock()}
+	beginKeys := []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}
 	for _, n := range []string{"inf", "nan", "1.5", "0", "x"} {
 		if err := restoreBegin.Run(ctx, rdb, beginKeys, n, "*", "", "r").Err(); err == nil {
 			t.Errorf("restore_begin, fence %q: script accepted it", n)
@@ -90,7 +90,7 @@ func TestRestoreBeginReplies(t *testing.T) {
 			}
 			before := rdb.Exists(ctx, k.Hash(), k.Orders(), k.Held()).Val()
 			got, err := restoreBegin.Run(ctx, rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(),
-				k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock()}, 5, c.expected, pos, k.ID).Slice()
+				k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}, 5, c.expected, pos, k.ID).Slice()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +115,7 @@ func TestRestoreBeginReplies(t *testing.T) {
 	k := keys.Item("b")
 	rdb.HSet(ctx, k.Hash(), "version", 1)
 	if err := restoreBegin.Run(ctx, rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(),
-		k.PaidBy(), k.Outbox(), k.Changed(), k.Clock()}, 5).Err(); err == nil {
+		k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}, 5).Err(); err == nil {
 		t.Fatal("restore_begin without the expected version: accepted")
 	}
 	if rdb.Exists(ctx, k.Hash()).Val() != 1 || rdb.Exists(ctx, k.RestoreFence()).Val() != 0 {

@@ -545,3 +545,64 @@ func TestRestoredPastReservationExpiresOnce(t *testing.T) {
 		t.Fatalf("batch after the expiry: %v drift %v", err, rep)
 	}
 }
+
+// TestRestoreKeepsItemCreatedDuringIt: between restore_begin.lua (the item hash deleted) and
+// restore_finish.lua, an admin upsert of the item (a catalogue sync, an import) used to take the
+// missing hash for a new item and create it at seq 0: it sold at once, and its order ids
+// (A.1...) were the restored orders' ids, so restore_put.lua wrote the record's order over the
+// live one and restore_finish.lua wrote counters that did not count it. A live order must
+// survive a restore: the upsert is refused while the item is being rebuilt (nothing changed),
+// and the restore rebuilds exactly what was there.
+func TestRestoreKeepsItemCreatedDuringIt(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 4, 4)
+	alice := e.buy("A", "alice", 2)
+	e.drain()
+	users := []string{"alice", "bob"}
+	before := e.dump("A", users)
+
+	var late orders.Order
+	var created, sold bool
+	var upsertErr error
+	opt := reconcile.Options{QuietFor: 10 * time.Millisecond, ReservationTTL: time.Hour}
+	reconcile.SetAfterBegin(&opt, func(ctx context.Context, item string) {
+		stock := int64(4)
+		_, created, upsertErr = e.inv.Upsert(ctx, inventory.Input{ID: item, Name: "item " + item,
+			Category: "c", PriceCents: 250, Stock: &stock, PerUserLimit: 4})
+		if upsertErr == nil {
+			late, sold = e.tryBuy(item, "bob", 2)
+		}
+	})
+	rec := e.reconciler(opt)
+	res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{Items: []string{"A"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sold {
+		// The shopper was answered 201: the order must be in Redis as sold.
+		got, err := e.ord.Get(e.ctx, "bob", late.ID)
+		if err != nil || got.UserID != "bob" || got.Quantity != 2 {
+			t.Fatalf("bob's order %s, sold while the item was restored (created %v), is gone after the restore: %+v %v",
+				late.ID, created, got, err)
+		}
+	}
+	if upsertErr == nil {
+		t.Fatalf("an upsert created item A while a restore rebuilt it (created %v, sold %v); restore: %+v", created, sold, res)
+	}
+	if !errors.Is(upsertErr, inventory.ErrRestoring) {
+		t.Fatalf("upsert during the restore: %v, want inventory.ErrRestoring", upsertErr)
+	}
+	if len(res.Restored) != 1 {
+		t.Fatalf("restore: %+v", res)
+	}
+	e.sameState("A", before, e.dump("A", users))
+	if got, err := e.ord.Get(e.ctx, "alice", alice.ID); err != nil || got.Quantity != 2 {
+		t.Fatalf("alice's order after the restore: %+v %v", got, err)
+	}
+	// Once restored, the item is updated as usual.
+	stock := int64(4)
+	if _, created, err := e.inv.Upsert(e.ctx, inventory.Input{ID: "A", Name: "renamed", Category: "c",
+		PriceCents: 250, Stock: &stock, PerUserLimit: 4}); err != nil || created {
+		t.Fatalf("upsert after the restore: created %v, %v", created, err)
+	}
+}
