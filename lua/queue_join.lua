@@ -18,10 +18,12 @@ local n = #ARGV / 2
 if n < 1 or n ~= math.floor(n) then
   return redis.error_reply('ERR queue_join: ARGV does not describe a batch')
 end
+-- The score must be plain decimal digits: ZADD is sent the string, and tonumber also reads
+-- forms ZADD refuses (' 5'), which would fail the batch half-way through its writes.
 for i = 1, n do
   local user, score = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
-  if not string.match(user, '^[%w_-]+$') or #user > 64 or not score or score < 0
-    or score >= AFTER_START or score ~= math.floor(score) then
+  if not string.match(user, '^[%w_-]+$') or #user > 64 or not string.match(ARGV[2 * i], '^%d+$')
+    or not score or score >= AFTER_START then
     return redis.error_reply('ERR queue_join: bad user or score')
   end
 end

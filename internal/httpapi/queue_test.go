@@ -152,3 +152,26 @@ func TestBadPassesNeverReachTheScript(t *testing.T) {
 		t.Errorf("stock moved: %d", it.StockLeft)
 	}
 }
+
+// TestSpentPassOfOneItemLeavesAnotherItemsPass: pass ids are numbered per item ("<user>.<n>"),
+// so a shopper first in two lines holds a pass with the same id on each. Buying one item
+// spends that item's pass only: the other item's pass still buys (it is neither spent nor
+// another item's), on the instance that saw the first one spent.
+func TestSpentPassOfOneItemLeavesAnotherItemsPass(t *testing.T) {
+	a := newTestAPI(t, nil)
+	a.queuedItem("one", 5, 60)
+	a.queuedItem("two", 5, 60)
+	tok := a.token("alice")
+	passOne := a.admitted("one", "alice")["pass"].(string)
+	passTwo := a.admitted("two", "alice")["pass"].(string)
+	if r := a.do("POST", "/api/items/one/purchase", tok, nil, "Queue-Pass", passOne); r.Status != 201 {
+		t.Fatalf("buy one with its pass: %d %s", r.Status, r.Raw)
+	}
+	if r := a.do("POST", "/api/items/two/purchase", tok, nil, "Queue-Pass", passTwo); r.Status != 201 {
+		t.Fatalf("buy two with its own, unspent pass after spending one's: %d %s", r.Status, r.Raw)
+	}
+	// Each pass is still refused where it was spent.
+	if r := a.do("POST", "/api/items/two/purchase", tok, nil, "Queue-Pass", passTwo); r.Status != 403 || r.code() != "queue_required" {
+		t.Errorf("two's spent pass again: %d %s", r.Status, r.Raw)
+	}
+}

@@ -73,7 +73,7 @@ type Store struct {
 
 	joins *batch.Batcher[joinCall]
 	lines sync.Map // item id -> *line: what this instance last learnt of each line (view.go)
-	spent sync.Map // pass id -> expiry (time.Time): passes this instance saw spent
+	spent sync.Map // spentKey -> expiry (time.Time): passes this instance saw spent
 
 	checked ticketCache // ticket tokens whose signature held, so a repeated poll skips the HMAC
 
@@ -114,7 +114,7 @@ func (s *Store) CheckPass(pass, item, user string, replay bool, now time.Time) (
 	if now.UnixMilli() >= c.expiresMS {
 		return "", fmt.Errorf("%w (the pass has expired: join again)", inventory.ErrQueueRequired)
 	}
-	if _, gone := s.spent.Load(c.id); gone {
+	if _, gone := s.spent.Load(spentKey{c.item, c.id}); gone {
 		return "", fmt.Errorf("%w (the pass has been used)", inventory.ErrQueueRequired)
 	}
 	return c.id, nil
@@ -124,9 +124,13 @@ func (s *Store) CheckPass(pass, item, user string, replay bool, now time.Time) (
 // refuses the pass from memory from now until it expires.
 func (s *Store) Spent(pass string) {
 	if c, ok := s.signer.verifyPass(pass); ok {
-		s.spent.Store(c.id, time.UnixMilli(c.expiresMS))
+		s.spent.Store(spentKey{c.item, c.id}, time.UnixMilli(c.expiresMS))
 	}
 }
+
+// spentKey names a spent pass: pass ids are numbered per item ("<user>.<n>"), so a shopper
+// first in two lines holds the same id on both, and spending one must not refuse the other.
+type spentKey struct{ item, id string }
 
 // forgetSpent drops remembered spent passes past their expiry (they are refused as expired).
 func (s *Store) forgetSpent(now time.Time) {
