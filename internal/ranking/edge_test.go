@@ -177,6 +177,8 @@ func TestScriptsRefuseMalformedArguments(t *testing.T) {
 		"mean nan": with(5, "nan"), "mean 6": with(5, "6"), "weight -1": with(6, "-1"),
 		"weight inf": with(6, "inf"), "size 0": with(7, "0"), "size inf": with(7, "inf"),
 		"no user": with(1, ""), "category keys missing": with(3, "phones"),
+		"mode x": append(slices.Clone(good), "x"), "mode ''": append(slices.Clone(good), ""),
+		"ten args": append(slices.Clone(good), "restore", "x"),
 	} {
 		if err := rate.Run(ctx, e.rdb, keys, args...).Err(); err == nil {
 			t.Errorf("rate %s: accepted", name)
@@ -224,6 +226,43 @@ func TestOutboxEntry(t *testing.T) {
 	at, _ := strconv.ParseInt(fmt.Sprint(v["at"]), 10, 64)
 	if v["type"] != "rating.set" || v["item"] != "it" || v["user"] != "alice" || v["stars"] != "2" || at <= 0 || len(v) != 5 {
 		t.Fatalf("entry %v", v)
+	}
+}
+
+// Restore (restore's replay of a recorded rating) writes only a rating the user does not have,
+// never replacing stars set since, and emits no rating.set: the record already holds it.
+func TestRestoreFillsOnlyMissingRatings(t *testing.T) {
+	e := newEnv(t, ranking.Options{Size: 10, PriorMean: 3, PriorWeight: 0})
+	for _, u := range []string{"alice", "bob"} {
+		e.buyer("it", u, 1)
+	}
+	e.rate("it", "books", "alice", 5)
+	events := e.rdb.XLen(ctx, e.keys.RankOutbox()).Val()
+	r, restored, err := e.rank.Restore(ctx, "it", "books", "alice", 2) // her older recorded stars
+	if err != nil || restored || r.Count != 1 || r.Average != 5 {
+		t.Fatalf("restore over alice's live 5: %+v restored %v %v", r, restored, err)
+	}
+	r, restored, err = e.rank.Restore(ctx, "it", "books", "bob", 2)
+	if err != nil || !restored || r.Count != 2 || r.Average != 3.5 {
+		t.Fatalf("restore of bob's missing 2: %+v restored %v %v", r, restored, err)
+	}
+	if got := e.rdb.HGetAll(ctx, e.keys.ItemRatings("it")).Val(); got["alice"] != "5" || got["bob"] != "2" || len(got) != 2 {
+		t.Fatalf("ratings %v", got)
+	}
+	if n := e.rdb.XLen(ctx, e.keys.RankOutbox()).Val(); n != events {
+		t.Fatalf("restore wrote %d rating.set entries", n-events)
+	}
+	for _, cat := range []string{"", "books"} {
+		if got := e.topRated(cat, 10); len(got) != 1 || got[0].ItemID != "it" || got[0].Score != 3.5 {
+			t.Fatalf("top-rated %q: %v", cat, got)
+		}
+	}
+	// A shopper's rating after the replay replaces the replayed stars as usual.
+	if r := e.rate("it", "books", "bob", 4); r.Count != 2 || r.Average != 4.5 {
+		t.Fatalf("bob re-rates: %+v", r)
+	}
+	if _, _, err := e.rank.Restore(ctx, "it", "books", "carol", 3); !errors.Is(err, ranking.ErrNotABuyer) {
+		t.Fatalf("restore of a non-buyer's rating: %v", err)
 	}
 }
 

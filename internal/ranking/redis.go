@@ -54,13 +54,29 @@ func (s *Store) Size() int { return s.opt.Size }
 // rating by the same user, and moves the item on its boards. The user must have paid for the
 // item (ErrNotABuyer). The caller checks that the item exists.
 func (s *Store) Rate(ctx context.Context, item, category, user string, stars int) (Rating, error) {
+	r, _, err := s.rate(ctx, item, category, user, stars, "set")
+	return r, err
+}
+
+// Restore is Rate for restore's replay of a rating from the record: it sets user's stars only
+// if the user has no rating of the item now, checked and written in one script, so it never
+// replaces a rating set since (the shopper's newer stars stand), and it emits no rating.set
+// (the record already holds the rating). It reports whether it wrote the rating; the Rating
+// is the item's either way.
+func (s *Store) Restore(ctx context.Context, item, category, user string, stars int) (Rating, bool, error) {
+	r, kept, err := s.rate(ctx, item, category, user, stars, "restore")
+	return r, err == nil && !kept, err
+}
+
+// rate runs rate.lua in mode "set" or "restore"; kept reports a restore that found a rating.
+func (s *Store) rate(ctx context.Context, item, category, user string, stars int, mode string) (Rating, bool, error) {
 	switch {
 	case !keyspace.ValidID(item) || !keyspace.ValidID(user):
-		return Rating{}, fmt.Errorf("%w: bad item or user id", ErrInvalid)
+		return Rating{}, false, fmt.Errorf("%w: bad item or user id", ErrInvalid)
 	case stars < MinStars || stars > MaxStars:
-		return Rating{}, fmt.Errorf("%w: stars must be an integer from 1 to 5", ErrInvalid)
+		return Rating{}, false, fmt.Errorf("%w: stars must be an integer from 1 to 5", ErrInvalid)
 	case len(category) > MaxCategory:
-		return Rating{}, fmt.Errorf("%w: category is at most 64 bytes", ErrInvalid)
+		return Rating{}, false, fmt.Errorf("%w: category is at most 64 bytes", ErrInvalid)
 	}
 	stats := s.keys.ItemRatingStats(item)
 	// One round trip for both reads (two slots: the buyer check is in the item's slot, so it
@@ -69,37 +85,37 @@ func (s *Store) Rate(ctx context.Context, item, category, user string, stars int
 	paidCmd := pipe.HGet(ctx, s.keys.Item(item).PaidBy(), user)
 	catCmd := pipe.HGet(ctx, stats, "cat")
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return Rating{}, fmt.Errorf("ranking: rate %s: %w", item, err)
+		return Rating{}, false, fmt.Errorf("ranking: rate %s: %w", item, err)
 	}
 	if paid, _ := strconv.ParseInt(paidCmd.Val(), 10, 64); paid <= 0 {
-		return Rating{}, fmt.Errorf("ranking: rate %s: %w", item, ErrNotABuyer)
+		return Rating{}, false, fmt.Errorf("ranking: rate %s: %w", item, ErrNotABuyer)
 	}
 	seen := catCmd.Val()
 	for range maxStale {
 		keys := []string{s.keys.ItemRatings(item), stats, s.keys.RankOutbox()}
 		keys = append(keys, s.boardKeys(category, seen)...)
 		args := []any{item, user, stars, category, seen, fmtFloat(s.opt.PriorMean),
-			fmtFloat(s.opt.PriorWeight), s.opt.Size}
+			fmtFloat(s.opt.PriorWeight), s.opt.Size, mode}
 		reply, err := rateScript.Run(ctx, s.rdb, keys, args...).Slice()
 		if err != nil {
-			return Rating{}, fmt.Errorf("ranking: rate %s: %w", item, err)
+			return Rating{}, false, fmt.Errorf("ranking: rate %s: %w", item, err)
 		}
 		if len(reply) == 2 && reply[0] == "stale" {
 			seen, _ = reply[1].(string)
 			continue
 		}
-		if len(reply) != 3 || reply[0] != "ok" {
-			return Rating{}, fmt.Errorf("ranking: rate %s: unexpected reply %v", item, reply)
+		if len(reply) != 3 || (reply[0] != "ok" && reply[0] != "kept") {
+			return Rating{}, false, fmt.Errorf("ranking: rate %s: unexpected reply %v", item, reply)
 		}
 		avgS, _ := reply[1].(string)
 		avg, err := strconv.ParseFloat(avgS, 64)
 		count, ok := reply[2].(int64)
 		if err != nil || !ok {
-			return Rating{}, fmt.Errorf("ranking: rate %s: unexpected reply %v", item, reply)
+			return Rating{}, false, fmt.Errorf("ranking: rate %s: unexpected reply %v", item, reply)
 		}
-		return Rating{ItemID: item, Average: avg, Count: count}, nil
+		return Rating{ItemID: item, Average: avg, Count: count}, reply[0] == "kept", nil
 	}
-	return Rating{}, fmt.Errorf("ranking: rate %s: %w", item, errStale)
+	return Rating{}, false, fmt.Errorf("ranking: rate %s: %w", item, errStale)
 }
 
 // boardKeys lists the category boards a rating or a move touches after the overall board:

@@ -10,3 +10,10 @@ func SetBeforeBegin(o *Options, f func(ctx context.Context, item string)) { o.be
 
 // SetAfterBegin makes Restore call f after an item's restore_begin.lua, before its writes.
 func SetAfterBegin(o *Options, f func(ctx context.Context, item string)) { o.afterBegin = f }
+
+// SetBeforeRatings makes Restore call f after an item is back on sale, before its ratings are
+// replayed.
+func SetBeforeRatings(o *Options, f func(ctx context.Context, item string)) { o.beforeRatings = f }
+
+// SetAfterRating makes Restore call f after each recorded rating of an item it replayed.
+func SetAfterRating(o *Options, f func(ctx context.Context, item, user string)) { o.afterRating = f }

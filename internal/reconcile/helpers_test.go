@@ -132,13 +132,13 @@ func (e *env) tryBuy(item, user string, qty int64) (orders.Order, bool) {
 	return res.Order, true
 }
 
-// drain waits until every outbox stream is empty and the consumer has committed everything.
+// drain waits until every outbox stream (the items' and the ranking slot's) is empty and the consumer has committed everything.
 func (e *env) drain() {
 	e.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ids, _ := e.rdb.SMembers(e.ctx, e.keys.Catalog()).Result()
-		var backlog int64
+		backlog := e.rdb.XLen(e.ctx, e.keys.RankOutbox()).Val()
 		for _, id := range ids {
 			backlog += e.rdb.XLen(e.ctx, e.keys.Item(id).Outbox()).Val()
 		}

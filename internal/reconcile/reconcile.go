@@ -67,6 +67,10 @@ type Options struct {
 	// afterBegin, when set, runs after restore_begin.lua cleared the item and before its
 	// state is written back (tests re-create the item there).
 	afterBegin func(ctx context.Context, item string)
+	// beforeRatings, when set, runs after the item is back on sale and before its ratings are
+	// replayed; afterRating after each recorded rating the replay handled (tests rate there).
+	beforeRatings func(ctx context.Context, item string)
+	afterRating   func(ctx context.Context, item, user string)
 }
 
 // Reconciler compares and repairs one key space against one Postgres record.

@@ -337,13 +337,17 @@ func (r *Reconciler) checkIdle(ctx context.Context, id string) (version, pos str
 }
 
 // restoreRatings replays the record's ratings of an item through the ranking store (which
-// rebuilds the boards), when Redis has none for it, and puts its paid units on best sellers.
+// rebuilds the boards) and puts its paid units on best sellers. The item is on sale again, so
+// shoppers may rate it meanwhile: each recorded rating is written only if its user has none in
+// Redis now (ranking.Store.Restore, one script), so a newer live rating stands and a live rating
+// of one user does not keep the others' from coming back; ratings Redis kept are left as they
+// are. The replay emits no events: the record already holds what it writes. It returns the
+// number of ratings written.
 func (r *Reconciler) restoreRatings(ctx context.Context, id, category string, paid int64) (int, error) {
-	if err := r.opt.Ranking.SetSold(ctx, id, paid); err != nil {
-		return 0, err
+	if r.opt.beforeRatings != nil {
+		r.opt.beforeRatings(ctx, id)
 	}
-	exists, err := r.rdb.Exists(ctx, r.keys.ItemRatingStats(id)).Result()
-	if err != nil || exists > 0 {
+	if err := r.opt.Ranking.SetSold(ctx, id, paid); err != nil {
 		return 0, err
 	}
 	ratings, err := r.db.Ratings(ctx, id)
@@ -352,11 +356,14 @@ func (r *Reconciler) restoreRatings(ctx context.Context, id, category string, pa
 	}
 	n := 0
 	for _, x := range ratings {
-		if _, err := r.opt.Ranking.Rate(ctx, id, category, x.User, x.Stars); err != nil {
+		if _, restored, err := r.opt.Ranking.Restore(ctx, id, category, x.User, x.Stars); err != nil {
 			slog.Warn("restore: rating not replayed", "item", id, "user", x.User, "err", err)
-			continue
+		} else if restored {
+			n++
 		}
-		n++
+		if r.opt.afterRating != nil {
+			r.opt.afterRating(ctx, id, x.User)
+		}
 	}
 	return n, nil
 }
