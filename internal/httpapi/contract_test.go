@@ -99,6 +99,12 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "purchase quantity 0", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":0}`, status: 400, code: "invalid_request"},
 		{name: "purchase quantity negative", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":-2}`, status: 400, code: "invalid_request"},
 		{name: "purchase quantity huge", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1e30}`, status: 400, code: "invalid_request"},
+		{name: "purchase quantity over the bound", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1000000001}`, status: 400, code: "invalid_request", check: func(t *testing.T, r reply) {
+			// The message names the range, not just its lower end.
+			if msg := r.Body["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "1000000000") {
+				t.Errorf("message %q does not say the bound", msg)
+			}
+		}},
 		{name: "purchase quantity fraction", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1.5}`, status: 400, code: "invalid_request"},
 		{name: "purchase quantity string", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":"2"}`, status: 400, code: "invalid_request"},
 		{name: "purchase unknown field", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1,"price":0}`, status: 400, code: "invalid_request"},
