@@ -48,6 +48,7 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "login empty user", method: "POST", path: "/api/login", body: `{"user":""}`, status: 400, code: "invalid_request"},
 		{name: "login unknown field", method: "POST", path: "/api/login", body: `{"user":"x","admin":true}`, status: 400, code: "invalid_request"},
 		{name: "login bad JSON", method: "POST", path: "/api/login", body: `{"user":`, status: 400, code: "invalid_request"},
+		{name: "login stray closing brace", method: "POST", path: "/api/login", body: `{"user":"carol"}}`, status: 400, code: "invalid_request"},
 		{name: "login too large", method: "POST", path: "/api/login", body: `{"user":"` + strings.Repeat("a", 70<<10) + `"}`, status: 413, code: "too_large"},
 		// Catalogue.
 		{name: "items", method: "GET", path: "/api/items", status: 200, check: func(t *testing.T, r reply) {
@@ -98,11 +99,20 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "purchase quantity 0", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":0}`, status: 400, code: "invalid_request"},
 		{name: "purchase quantity negative", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":-2}`, status: 400, code: "invalid_request"},
 		{name: "purchase quantity huge", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1e30}`, status: 400, code: "invalid_request"},
+		{name: "purchase quantity over the bound", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1000000001}`, status: 400, code: "invalid_request", check: func(t *testing.T, r reply) {
+			// The message names the range, not just its lower end.
+			if msg := r.Body["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "1000000000") {
+				t.Errorf("message %q does not say the bound", msg)
+			}
+		}},
 		{name: "purchase quantity fraction", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1.5}`, status: 400, code: "invalid_request"},
 		{name: "purchase quantity string", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":"2"}`, status: 400, code: "invalid_request"},
 		{name: "purchase unknown field", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1,"price":0}`, status: 400, code: "invalid_request"},
 		{name: "purchase bad JSON", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":`, status: 400, code: "invalid_request"},
 		{name: "purchase trailing data", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1} {}`, status: 400, code: "invalid_request"},
+		{name: "purchase stray closing brace", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1}}`, status: 400, code: "invalid_request"},
+		{name: "purchase stray closing bracket", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1} ]`, status: 400, code: "invalid_request"},
+		{name: "purchase empty object, stray brace", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{}}`, status: 400, code: "invalid_request"},
 		{name: "purchase bad idempotency key", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{}`, headers: []string{"Idempotency-Key", strings.Repeat("k", 65)}, status: 400, code: "invalid_request"},
 		{name: "purchase unknown item", method: "POST", path: "/api/items/nope/purchase", token: alice, body: `{}`, status: 404, code: "not_found"},
 		{name: "purchase not started", method: "POST", path: "/api/items/later/purchase", token: alice, body: `{}`, status: 409, code: "sale_not_started"},

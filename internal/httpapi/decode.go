@@ -46,8 +46,12 @@ func strictUnmarshal(b []byte, v any) error {
 		}
 		return errInvalid(fmt.Sprintf("malformed JSON: %v", err))
 	}
-	if dec.More() {
-		return errInvalid("malformed JSON: trailing data after the object")
+	// Only JSON whitespace may follow the value. (Decoder.More is no test for that: it reports
+	// false before a stray '}' or ']', so `{"quantity":2}}` would pass as valid.)
+	for _, c := range b[dec.InputOffset():] {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return errInvalid("malformed JSON: trailing data after the object")
+		}
 	}
 	return nil
 }

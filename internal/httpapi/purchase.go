@@ -106,7 +106,7 @@ func purchaseQuantity(c *gin.Context) (int64, error) {
 		}
 	}
 	if qty < 1 || qty > 1e9 {
-		return 0, errInvalid("quantity must be at least 1")
+		return 0, errInvalid("quantity must be a whole number from 1 to 1000000000")
 	}
 	return qty, nil
 }
