@@ -197,6 +197,11 @@ func Parse(getenv func(string) string) (Config, error) {
 	if c.ReservationTTL < time.Millisecond || c.IdempotencyTTL < time.Millisecond || c.TokenTTL < time.Second {
 		return Config{}, fmt.Errorf("config: reservation and idempotency TTLs must be at least 1ms, the token TTL at least 1s")
 	}
+	// A replay must find its order for as long as the order can be paid; a shorter idempotency
+	// TTL would let a retry inside the payment window take stock a second time.
+	if c.IdempotencyTTL < c.ReservationTTL {
+		return Config{}, fmt.Errorf("config: FLASHSALE_IDEMPOTENCY_TTL (%s) must be at least FLASHSALE_RESERVATION_TTL (%s)", c.IdempotencyTTL, c.ReservationTTL)
+	}
 	if c.HTTPReadTimeout < time.Millisecond || c.HTTPWriteTimeout < time.Millisecond || c.HTTPIdleTimeout < time.Millisecond {
 		return Config{}, fmt.Errorf("config: the HTTP read, write and idle timeouts must be at least 1ms")
 	}

@@ -81,6 +81,14 @@ func TestInvalid(t *testing.T) {
 			t.Errorf("%s: error %q", k, err)
 		}
 	}
+	// An idempotency key that lapses while its order can still be paid: a retry would buy again.
+	if _, err := Parse(env(map[string]string{"FLASHSALE_IDEMPOTENCY_TTL": "5m"})); err == nil ||
+		!strings.Contains(err.Error(), "FLASHSALE_IDEMPOTENCY_TTL") {
+		t.Errorf("an idempotency TTL under the 10m reservation TTL: %v", err)
+	}
+	if _, err := Parse(env(map[string]string{"FLASHSALE_IDEMPOTENCY_TTL": "10m"})); err != nil {
+		t.Errorf("an idempotency TTL equal to the reservation TTL: %v", err)
+	}
 	if _, err := Parse(env(map[string]string{"FLASHSALE_OUTBOX_MAX": "0"})); err == nil {
 		t.Error("FLASHSALE_OUTBOX_MAX=0 accepted")
 	}
