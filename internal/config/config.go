@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flashsale/flashsale/internal/jwtkeys"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
@@ -161,7 +162,7 @@ func Parse(getenv func(string) string) (Config, error) {
 	if c.JWTSecret != "" && (len(c.JWTSecret) < 32 || placeholder(c.JWTSecret)) {
 		return Config{}, fmt.Errorf("config: FLASHSALE_JWT_SECRET must be at least 32 bytes and not a placeholder (scripts/dotenv.sh makes one)")
 	}
-	if c.AdminToken != "" && (len(c.AdminToken) < 24 || placeholder(c.AdminToken)) {
+	if c.AdminToken != "" && (utf8.RuneCountInString(c.AdminToken) < 24 || placeholder(c.AdminToken)) {
 		return Config{}, fmt.Errorf("config: FLASHSALE_ADMIN_TOKEN must be at least 24 characters and not a placeholder (scripts/dotenv.sh makes one)")
 	}
 	for _, s := range c.QueueSecrets {

@@ -184,3 +184,13 @@ func TestMaskedDSNHidesEveryPassword(t *testing.T) {
 		}
 	}
 }
+
+// The contract counts the admin token in characters (24), the JWT secret in bytes (32).
+func TestAdminTokenLengthInCharacters(t *testing.T) {
+	if _, err := Parse(env(map[string]string{"FLASHSALE_ADMIN_TOKEN": strings.Repeat("ä", 12)})); err == nil {
+		t.Error("an admin token of 12 characters (24 bytes) accepted")
+	}
+	if _, err := Parse(env(map[string]string{"FLASHSALE_ADMIN_TOKEN": strings.Repeat("ä", 24)})); err != nil {
+		t.Errorf("an admin token of 24 characters refused: %v", err)
+	}
+}
