@@ -12,10 +12,12 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flashsale/flashsale/internal/jwtkeys"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
@@ -160,7 +162,7 @@ func Parse(getenv func(string) string) (Config, error) {
 	if c.JWTSecret != "" && (len(c.JWTSecret) < 32 || placeholder(c.JWTSecret)) {
 		return Config{}, fmt.Errorf("config: FLASHSALE_JWT_SECRET must be at least 32 bytes and not a placeholder (scripts/dotenv.sh makes one)")
 	}
-	if c.AdminToken != "" && (len(c.AdminToken) < 24 || placeholder(c.AdminToken)) {
+	if c.AdminToken != "" && (utf8.RuneCountInString(c.AdminToken) < 24 || placeholder(c.AdminToken)) {
 		return Config{}, fmt.Errorf("config: FLASHSALE_ADMIN_TOKEN must be at least 24 characters and not a placeholder (scripts/dotenv.sh makes one)")
 	}
 	for _, s := range c.QueueSecrets {
@@ -252,13 +254,36 @@ func (c Config) Masked() Config {
 	if c.Kafka.Password != "" {
 		c.Kafka.Password = "***"
 	}
-	if u, err := url.Parse(c.PostgresDSN); err == nil {
-		c.PostgresDSN = u.Redacted()
-	} else {
-		c.PostgresDSN = "***" // unparsable: it may hold anything
-	}
+	c.PostgresDSN = maskDSN(c.PostgresDSN)
 	return c
 }
+
+// maskDSN hides the passwords of a Postgres DSN in both forms pgx takes: a URL (the user
+// info's password, and password or sslpassword query parameters) or keyword=value pairs
+// (password, sslpassword; a value bare or single-quoted).
+func maskDSN(dsn string) string {
+	if !strings.Contains(dsn, "://") {
+		return dsnPassword.ReplaceAllString(dsn, "${1}=xxxxx")
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "***" // unparsable: it may hold anything
+	}
+	if u.RawQuery != "" {
+		params := strings.Split(u.RawQuery, "&")
+		for i, p := range params {
+			k, _, _ := strings.Cut(p, "=")
+			if key, err := url.QueryUnescape(k); err != nil || strings.HasSuffix(strings.ToLower(key), "password") {
+				params[i] = k + "=xxxxx"
+			}
+		}
+		u.RawQuery = strings.Join(params, "&")
+	}
+	return u.Redacted()
+}
+
+// dsnPassword is a password setting of a keyword=value DSN and its value.
+var dsnPassword = regexp.MustCompile(`(?i)\b(\w*password)\s*=\s*(?:'(?:[^'\\]|\\.)*'?|\S*)`)
 
 // LogValue logs the configuration as structured fields, secrets masked, durations as text.
 func (c Config) LogValue() slog.Value {

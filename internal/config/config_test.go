@@ -164,3 +164,33 @@ func TestJWTKeys(t *testing.T) {
 		t.Errorf("the key file's kids and the audience are not logged: %s", buf.String())
 	}
 }
+
+// pgx takes a DSN as a URL or as keyword=value pairs, and a password in the URL's user info
+// or in a (ssl)password setting of either form: the logged config shows none of them.
+func TestMaskedDSNHidesEveryPassword(t *testing.T) {
+	for _, c := range []struct{ dsn, want string }{
+		{"postgres://flash:pw-userinfo@db:5432/flashsale", "postgres://flash:xxxxx@db:5432/flashsale"},
+		{"postgres://flash@db/flashsale?sslmode=disable", "postgres://flash@db/flashsale?sslmode=disable"},
+		{"postgresql://flash@db/flashsale?password=pw-query&sslmode=require", "postgresql://flash@db/flashsale?password=xxxxx&sslmode=require"},
+		{"postgres://db/flashsale?sslpassword=pw-sslkey", "postgres://db/flashsale?sslpassword=xxxxx"},
+		{"host=db user=flash password=pw-keyword dbname=flashsale", "host=db user=flash password=xxxxx dbname=flashsale"},
+		{"host=db password = 'pw quoted \\' still' dbname=flashsale", "host=db password=xxxxx dbname=flashsale"},
+		{"host=db PassWord=pw-case sslpassword=pw-ssl2", "host=db PassWord=xxxxx sslpassword=xxxxx"},
+		{"postgres://flash:pw%zz@db/x", "***"},
+	} {
+		got := Config{PostgresDSN: c.dsn}.Masked().PostgresDSN
+		if got != c.want || strings.Contains(got, "pw") {
+			t.Errorf("Masked(%q) = %q, want %q", c.dsn, got, c.want)
+		}
+	}
+}
+
+// The contract counts the admin token in characters (24), the JWT secret in bytes (32).
+func TestAdminTokenLengthInCharacters(t *testing.T) {
+	if _, err := Parse(env(map[string]string{"FLASHSALE_ADMIN_TOKEN": strings.Repeat("ä", 12)})); err == nil {
+		t.Error("an admin token of 12 characters (24 bytes) accepted")
+	}
+	if _, err := Parse(env(map[string]string{"FLASHSALE_ADMIN_TOKEN": strings.Repeat("ä", 24)})); err != nil {
+		t.Errorf("an admin token of 24 characters refused: %v", err)
+	}
+}

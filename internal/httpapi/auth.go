@@ -41,8 +41,8 @@ func NewAuth(secret, adminToken string, ttl time.Duration) *Auth {
 // WithPolicy sets the token policy (call before serving). The parser is golang-jwt's, with its
 // own checks: the algorithms allowed (so "none" and algorithm swaps are refused before any key
 // is looked at), `exp` required, and `iss`/`aud` when set. Every token passes them before the
-// token cache may hold it, and the cache belongs to this Auth and its one policy, so a cached
-// token never skips a check.
+// token cache may hold it, and the cache is emptied here, so it holds only tokens the current
+// policy passed and a cached token never skips a check.
 func (a *Auth) WithPolicy(p TokenPolicy) *Auth {
 	methods := []string{"HS256"}
 	if p.Keys != nil {
@@ -56,6 +56,7 @@ func (a *Auth) WithPolicy(p TokenPolicy) *Auth {
 		opts = append(opts, jwt.WithAudience(p.Audience))
 	}
 	a.policy, a.parser = p, jwt.NewParser(opts...)
+	a.verified = tokenCache{}
 	return a
 }
 

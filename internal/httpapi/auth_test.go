@@ -17,6 +17,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/jwtkeys"
 )
 
@@ -150,5 +151,22 @@ func TestTokenCacheKeepsPolicy(t *testing.T) {
 	}
 	if r := strict.do("GET", "/api/orders", strict.token("alice"), nil); r.Status != http.StatusOK {
 		t.Fatalf("strict api's own minted token: %d %s (it must carry iss and aud)", r.Status, r.Raw)
+	}
+}
+
+// WithPolicy on an Auth that has already checked tokens: the tokens it cached under the old
+// policy are checked again under the new one, not answered from the cache.
+func TestWithPolicyForgetsCheckedTokens(t *testing.T) {
+	a := httpapi.NewAuth("policy-test-secret-0123456789abcdef", "policy-test-admin-token-0123", time.Hour)
+	tok, _, err := a.Mint("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.User(tok); err != nil {
+		t.Fatalf("loose policy: %v", err)
+	}
+	a.WithPolicy(httpapi.TokenPolicy{Issuer: "https://idp.test/", Audience: "flashsale"})
+	if u, err := a.User(tok); err == nil {
+		t.Fatalf("a token without iss/aud, cached under the old policy, accepted as %q under the new one", u)
 	}
 }
