@@ -282,6 +282,13 @@ func TestImportContract(t *testing.T) {
 			t.Errorf("the refused row %s was saved", id)
 		}
 	}
+	// A quote error in a row's first field is that row's error, not a panic (500).
+	header := "id,name,category,price_cents,stock,per_user_limit,starts_at,ends_at\n"
+	r = req("text/csv", header+"\"q1\"x,Q,c,1,1,1,,\n")
+	if r.Status != 200 || r.Body["created"] != 0.0 || r.Body["failed"] != 1.0 ||
+		r.Body["errors"].([]any)[0].(map[string]any)["line"] != 2.0 {
+		t.Fatalf("quote errors in the first field: %d %s", r.Status, r.Raw)
+	}
 	for _, bad := range []struct{ ct, body string }{
 		{"text/csv", "wrong,header\n1,2\n"},
 		{"text/csv", ""},

@@ -261,8 +261,9 @@ func parseCSV(b []byte) ([]importRow, error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := r.FieldPos(0)
 		if err != nil {
+			// No FieldPos here: a record that failed in its first field has none (it panics).
+			line := 0
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
 				line = pe.StartLine
@@ -273,6 +274,7 @@ func parseCSV(b []byte) ([]importRow, error) {
 			}
 			continue
 		}
+		line, _ := r.FieldPos(0)
 		row := importRow{line: line}
 		row.in, row.err = csvInput(rec)
 		rows = append(rows, row)
