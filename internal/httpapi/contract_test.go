@@ -177,6 +177,7 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "item NUL in name", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "a\u0000b", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
 		{name: "item newline in name", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "a\nb", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
 		{name: "item C1 control in category", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "category": "a\u0085b", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
+		{name: "item name not UTF-8", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: "{\"name\":\"a\xffb\",\"price_cents\":1,\"stock\":1,\"per_user_limit\":1}", status: 400, code: "invalid_request"},
 		{name: "item tab in category", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","category":"a\tb","price_cents":1,"stock":1,"per_user_limit":1}`, status: 400, code: "invalid_request"},
 		{name: "item bad id", method: "PUT", path: "/api/admin/items/bad$id", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
 		{name: "item unknown field", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1, "colour": "red"}, status: 400, code: "invalid_request"},
@@ -266,18 +267,19 @@ func TestImportContract(t *testing.T) {
 		`{"id":"j5","Name":"J5","price_cents":1,"per_user_limit":1},`+
 		`{"ID":"j6","name":"J6","price_cents":1,"per_user_limit":1},`+
 		`{"id":"j7","name":"J7","price_cents":1,"per_user_limit":1,"queue":{"admit_per_second":5,"max_active":5,"Pass_TTL_Seconds":60}},`+
-		`{"id":"j8","name":"J8","price_cents":1,"per_user_limit":1,"queue":{"admit_per_second":5,"max_active":5,"pass_ttl_seconds":60}}]`)
-	if r.Status != 200 || r.Body["created"] != 2.0 || len(r.Body["errors"].([]any)) != 6 {
+		`{"id":"j8","name":"J8","price_cents":1,"per_user_limit":1,"queue":{"admit_per_second":5,"max_active":5,"pass_ttl_seconds":60}},`+
+		"{\"id\":\"j9\",\"name\":\"J\xff9\",\"price_cents\":1,\"per_user_limit\":1}]") // not UTF-8: not JSON
+	if r.Status != 200 || r.Body["created"] != 2.0 || len(r.Body["errors"].([]any)) != 7 {
 		t.Fatalf("json import: %d %s", r.Status, r.Raw)
 	}
 	var jsonLines []float64
 	for _, e := range r.Body["errors"].([]any) {
 		jsonLines = append(jsonLines, e.(map[string]any)["line"].(float64))
 	}
-	if !slices.Equal(jsonLines, []float64{2, 3, 4, 5, 6, 7}) {
+	if !slices.Equal(jsonLines, []float64{2, 3, 4, 5, 6, 7, 9}) {
 		t.Fatalf("json errors use 1-based positions: %s", r.Raw)
 	}
-	for _, id := range []string{"j5", "j6", "j7"} {
+	for _, id := range []string{"j5", "j6", "j7", "j9"} {
 		if _, err := a.inv.Get(t.Context(), id); err == nil {
 			t.Errorf("the refused row %s was saved", id)
 		}

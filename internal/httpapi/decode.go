@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 )
@@ -41,6 +42,11 @@ func decodeJSON(c *gin.Context, limit int64, v any) error {
 }
 
 func strictUnmarshal(b []byte, v any) error {
+	// JSON text is UTF-8 (RFC 8259); encoding/json would turn a bad byte into U+FFFD and save
+	// a name other than the one sent.
+	if !utf8.Valid(b) {
+		return errInvalid("malformed JSON: the body is not UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
