@@ -291,6 +291,12 @@ func TestImportContract(t *testing.T) {
 		r.Body["errors"].([]any)[0].(map[string]any)["line"] != 2.0 {
 		t.Fatalf("quote errors in the first field: %d %s", r.Status, r.Raw)
 	}
+	// After a row with a quote error the file goes on: good rows load, bad ones are reported.
+	r = req("text/csv", header+"q3,A\"B,c,1,1,1,,\nq4,Four,c,1,1,1,,\nq5,Five,c,x,1,1,,\n")
+	if r.Status != 200 || r.Body["created"] != 1.0 || r.Body["failed"] != 2.0 ||
+		r.Body["errors"].([]any)[1].(map[string]any)["line"] != 4.0 {
+		t.Fatalf("rows after a quote error: %d %s", r.Status, r.Raw)
+	}
 	for _, bad := range []struct{ ct, body string }{
 		{"text/csv", "wrong,header\n1,2\n"},
 		{"text/csv", ""},
@@ -322,7 +328,7 @@ func TestImportContract(t *testing.T) {
 		ids = append(ids, fmt.Sprint(it.(map[string]any)["id"]))
 	}
 	slices.Sort(ids)
-	if want := []string{"c1", "c8", "dup", "j1", "j8"}; !slices.Equal(ids, want) {
+	if want := []string{"c1", "c8", "dup", "j1", "j8", "q4"}; !slices.Equal(ids, want) {
 		t.Fatalf("items after imports: %v, want %v", ids, want)
 	}
 }
