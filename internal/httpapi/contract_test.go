@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,7 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "login unknown field", method: "POST", path: "/api/login", body: `{"user":"x","admin":true}`, status: 400, code: "invalid_request"},
 		{name: "login bad JSON", method: "POST", path: "/api/login", body: `{"user":`, status: 400, code: "invalid_request"},
 		{name: "login stray closing brace", method: "POST", path: "/api/login", body: `{"user":"carol"}}`, status: 400, code: "invalid_request"},
+		{name: "login name in another case", method: "POST", path: "/api/login", body: `{"User":"carol"}`, status: 400, code: "invalid_request"},
 		{name: "login too large", method: "POST", path: "/api/login", body: `{"user":"` + strings.Repeat("a", 70<<10) + `"}`, status: 413, code: "too_large"},
 		// Catalogue.
 		{name: "items", method: "GET", path: "/api/items", status: 200, check: func(t *testing.T, r reply) {
@@ -108,6 +110,10 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "purchase quantity fraction", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1.5}`, status: 400, code: "invalid_request"},
 		{name: "purchase quantity string", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":"2"}`, status: 400, code: "invalid_request"},
 		{name: "purchase unknown field", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1,"price":0}`, status: 400, code: "invalid_request"},
+		// JSON names are case-sensitive: encoding/json alone would buy 2 here.
+		{name: "purchase Quantity", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"Quantity":2}`, status: 400, code: "invalid_request"},
+		{name: "purchase QUANTITY", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"QUANTITY":1}`, status: 400, code: "invalid_request"},
+		{name: "purchase quantity and Quantity", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1,"Quantity":2}`, status: 400, code: "invalid_request"},
 		{name: "purchase bad JSON", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":`, status: 400, code: "invalid_request"},
 		{name: "purchase trailing data", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1} {}`, status: 400, code: "invalid_request"},
 		{name: "purchase stray closing brace", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1}}`, status: 400, code: "invalid_request"},
@@ -171,9 +177,14 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "item NUL in name", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "a\u0000b", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
 		{name: "item newline in name", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "a\nb", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
 		{name: "item C1 control in category", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "category": "a\u0085b", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
+		{name: "item name not UTF-8", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: "{\"name\":\"a\xffb\",\"price_cents\":1,\"stock\":1,\"per_user_limit\":1}", status: 400, code: "invalid_request"},
 		{name: "item tab in category", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","category":"a\tb","price_cents":1,"stock":1,"per_user_limit":1}`, status: 400, code: "invalid_request"},
 		{name: "item bad id", method: "PUT", path: "/api/admin/items/bad$id", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
 		{name: "item unknown field", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1, "colour": "red"}, status: 400, code: "invalid_request"},
+		{name: "item Name", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"Name":"X","price_cents":1,"stock":1,"per_user_limit":1}`, status: 400, code: "invalid_request"},
+		{name: "item PRICE_CENTS", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","PRICE_CENTS":1,"stock":1,"per_user_limit":1}`, status: 400, code: "invalid_request"},
+		{name: "item Queue", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","price_cents":1,"stock":1,"per_user_limit":1,"Queue":{"admit_per_second":5,"max_active":5,"pass_ttl_seconds":60}}`, status: 400, code: "invalid_request"},
+		{name: "item queue Max_active", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","price_cents":1,"stock":1,"per_user_limit":1,"queue":{"admit_per_second":5,"Max_active":5,"pass_ttl_seconds":60}}`, status: 400, code: "invalid_request"},
 		{name: "item id mismatch", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"id": "x2", "name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
 		// Admin: stock.
 		{name: "restock", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{"delta":5}`, status: 200, check: func(t *testing.T, r reply) {
@@ -186,6 +197,9 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "delta zero", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{"delta":0}`, status: 400, code: "invalid_request"},
 		{name: "delta missing", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{}`, status: 400, code: "invalid_request"},
 		{name: "delta fraction", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{"delta":1.5}`, status: 400, code: "invalid_request"},
+		{name: "delta in another case", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{"Delta":5}`, status: 400, code: "invalid_request"},
+		{name: "update with a wrongly cased queue name", method: "PUT", path: "/api/admin/items/phone", token: testAdminToken, body: `{"name":"Item phone","category":"phones","price_cents":1,"per_user_limit":9,"queue":{"ADMIT_PER_SECOND":5,"max_active":5,"pass_ttl_seconds":60}}`, status: 400, code: "invalid_request"},
+		{name: "update with a wrongly cased name", method: "PUT", path: "/api/admin/items/phone", token: testAdminToken, body: `{"name":"Item phone","Category":"tablets","price_cents":1999,"per_user_limit":9}`, status: 400, code: "invalid_request"},
 		{name: "stock of unknown item", method: "POST", path: "/api/admin/items/nope/stock", token: testAdminToken, body: `{"delta":1}`, status: 404, code: "not_found"},
 	}
 	for _, tc := range cases {
@@ -202,7 +216,8 @@ func TestPurchasePathContract(t *testing.T) {
 
 	// Bad input changed nothing: phone has 15 loaded, 2 withdrawn, 10 reserved.
 	it, err := a.inv.Get(t.Context(), "phone")
-	if err != nil || it.StockTotal != 13 || it.StockLeft != 3 || it.Reserved != 10 {
+	if err != nil || it.StockTotal != 13 || it.StockLeft != 3 || it.Reserved != 10 ||
+		it.PriceCents != 1999 || it.Category != "phones" || it.Queue != nil {
 		t.Fatalf("phone after the table: %+v %v", it, err)
 	}
 	if _, err := a.inv.Get(t.Context(), "x1"); err == nil {
@@ -244,12 +259,43 @@ func TestImportContract(t *testing.T) {
 		t.Errorf("want 6 errors: %s", r.Raw)
 	}
 
-	r = req("application/json", `[{"id":"j1","name":"J","price_cents":1,"stock":3,"per_user_limit":1},{"id":"j2","name":"","price_cents":1,"per_user_limit":1},{"id":"j3","name":"J3","price_cents":1,"per_user_limit":1,"oops":1},{"id":"j4","name":"a\u0000b","price_cents":1,"per_user_limit":1}]`)
-	if r.Status != 200 || r.Body["created"] != 1.0 || len(r.Body["errors"].([]any)) != 3 {
+	r = req("application/json", `[{"id":"j1","name":"J","price_cents":1,"stock":3,"per_user_limit":1},`+
+		`{"id":"j2","name":"","price_cents":1,"per_user_limit":1},`+
+		`{"id":"j3","name":"J3","price_cents":1,"per_user_limit":1,"oops":1},`+
+		`{"id":"j4","name":"a\u0000b","price_cents":1,"per_user_limit":1},`+
+		// Names are case-sensitive: a row with a differently cased name is bad, nested ones too.
+		`{"id":"j5","Name":"J5","price_cents":1,"per_user_limit":1},`+
+		`{"ID":"j6","name":"J6","price_cents":1,"per_user_limit":1},`+
+		`{"id":"j7","name":"J7","price_cents":1,"per_user_limit":1,"queue":{"admit_per_second":5,"max_active":5,"Pass_TTL_Seconds":60}},`+
+		`{"id":"j8","name":"J8","price_cents":1,"per_user_limit":1,"queue":{"admit_per_second":5,"max_active":5,"pass_ttl_seconds":60}},`+
+		"{\"id\":\"j9\",\"name\":\"J\xff9\",\"price_cents\":1,\"per_user_limit\":1}]") // not UTF-8: not JSON
+	if r.Status != 200 || r.Body["created"] != 2.0 || len(r.Body["errors"].([]any)) != 7 {
 		t.Fatalf("json import: %d %s", r.Status, r.Raw)
 	}
-	if e := r.Body["errors"].([]any)[0].(map[string]any); e["line"] != 2.0 {
+	var jsonLines []float64
+	for _, e := range r.Body["errors"].([]any) {
+		jsonLines = append(jsonLines, e.(map[string]any)["line"].(float64))
+	}
+	if !slices.Equal(jsonLines, []float64{2, 3, 4, 5, 6, 7, 9}) {
 		t.Fatalf("json errors use 1-based positions: %s", r.Raw)
+	}
+	for _, id := range []string{"j5", "j6", "j7", "j9"} {
+		if _, err := a.inv.Get(t.Context(), id); err == nil {
+			t.Errorf("the refused row %s was saved", id)
+		}
+	}
+	// A quote error in a row's first field is that row's error, not a panic (500).
+	header := "id,name,category,price_cents,stock,per_user_limit,starts_at,ends_at\n"
+	r = req("text/csv", header+"\"q1\"x,Q,c,1,1,1,,\n")
+	if r.Status != 200 || r.Body["created"] != 0.0 || r.Body["failed"] != 1.0 ||
+		r.Body["errors"].([]any)[0].(map[string]any)["line"] != 2.0 {
+		t.Fatalf("quote errors in the first field: %d %s", r.Status, r.Raw)
+	}
+	// After a row with a quote error the file goes on: good rows load, bad ones are reported.
+	r = req("text/csv", header+"q3,A\"B,c,1,1,1,,\nq4,Four,c,1,1,1,,\nq5,Five,c,x,1,1,,\n")
+	if r.Status != 200 || r.Body["created"] != 1.0 || r.Body["failed"] != 2.0 ||
+		r.Body["errors"].([]any)[1].(map[string]any)["line"] != 4.0 {
+		t.Fatalf("rows after a quote error: %d %s", r.Status, r.Raw)
 	}
 	for _, bad := range []struct{ ct, body string }{
 		{"text/csv", "wrong,header\n1,2\n"},
@@ -277,14 +323,12 @@ func TestImportContract(t *testing.T) {
 	if r := a.do("POST", "/api/admin/items/import", a.token("eve"), "[]"); r.Status != 403 {
 		t.Errorf("shopper import: %d", r.Status)
 	}
-	items := a.do("GET", "/api/items", "", nil).Body["items"].([]any)
-	if len(items) != 5 { // dup, c1, c8, j1 + ... dup counted once
-		names := []string{}
-		for _, it := range items {
-			names = append(names, fmt.Sprint(it.(map[string]any)["id"]))
-		}
-		if len(items) != 4 {
-			t.Fatalf("items after imports: %v", names)
-		}
+	var ids []string
+	for _, it := range a.do("GET", "/api/items", "", nil).Body["items"].([]any) {
+		ids = append(ids, fmt.Sprint(it.(map[string]any)["id"]))
+	}
+	slices.Sort(ids)
+	if want := []string{"c1", "c8", "dup", "j1", "j8", "q4"}; !slices.Equal(ids, want) {
+		t.Fatalf("items after imports: %v, want %v", ids, want)
 	}
 }

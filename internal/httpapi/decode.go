@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 )
@@ -38,6 +42,11 @@ func decodeJSON(c *gin.Context, limit int64, v any) error {
 }
 
 func strictUnmarshal(b []byte, v any) error {
+	// JSON text is UTF-8 (RFC 8259); encoding/json would turn a bad byte into U+FFFD and save
+	// a name other than the one sent.
+	if !utf8.Valid(b) {
+		return errInvalid("malformed JSON: the body is not UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -53,5 +62,135 @@ func strictUnmarshal(b []byte, v any) error {
 			return errInvalid("malformed JSON: trailing data after the object")
 		}
 	}
+	// encoding/json matched names case-insensitively ({"Quantity":2} filled Quantity); JSON
+	// and the contract do not: every name, nested ones too, must be one of v's exactly.
+	n := nameCheck{b: b}
+	return n.value(jsonNamesOf(reflect.TypeOf(v)))
+}
+
+// jsonNames are the exact member names a struct type accepts; each maps to the names of its
+// own value when that is a struct too (nil for any other value, whose names are not checked).
+type jsonNames map[string]jsonNames
+
+var jsonNamesCache sync.Map // reflect.Type -> jsonNames
+
+// jsonNamesOf reads t's json tags (through pointers), once per type; nil if t is no struct.
+// (No embedded structs or recursive types: the request bodies have neither.)
+func jsonNamesOf(t reflect.Type) jsonNames {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	if n, ok := jsonNamesCache.Load(t); ok {
+		return n.(jsonNames)
+	}
+	names := jsonNames{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		names[name] = jsonNamesOf(f.Type)
+	}
+	jsonNamesCache.Store(t, names)
+	return names
+}
+
+// nameCheck walks JSON that encoding/json has just accepted, so it checks names, not syntax.
+type nameCheck struct {
+	b []byte
+	i int
+}
+
+// value moves past the value at i, checking the names of an object against names (none when
+// names is nil).
+func (s *nameCheck) value(names jsonNames) error {
+	s.space()
+	switch s.b[s.i] {
+	case '{':
+		s.i++
+		for {
+			s.space()
+			switch s.b[s.i] {
+			case '}':
+				s.i++
+				return nil
+			case ',':
+				s.i++
+				continue
+			}
+			start := s.i
+			raw, escaped := s.str()
+			var inner jsonNames
+			if names != nil {
+				var ok bool
+				if escaped {
+					var name string
+					_ = json.Unmarshal(s.b[start:s.i], &name) // valid: the decoder has read it
+					inner, ok = names[name]
+				} else {
+					inner, ok = names[string(raw)] // a map index of a converted []byte does not copy
+				}
+				if !ok {
+					return errInvalid(fmt.Sprintf("malformed JSON: unknown field %q (names are case-sensitive)", clip(string(raw), 64)))
+				}
+			}
+			s.space()
+			s.i++ // ':'
+			if err := s.value(inner); err != nil {
+				return err
+			}
+		}
+	case '[':
+		s.i++
+		for {
+			s.space()
+			switch s.b[s.i] {
+			case ']':
+				s.i++
+				return nil
+			case ',':
+				s.i++
+			default:
+				if err := s.value(nil); err != nil {
+					return err
+				}
+			}
+		}
+	case '"':
+		s.str()
+	default: // a number, true, false or null
+		for s.i < len(s.b) && !strings.ContainsRune(",}] \t\n\r", rune(s.b[s.i])) {
+			s.i++
+		}
+	}
 	return nil
+}
+
+// str moves past the string at i and returns what is between its quotes, and whether that
+// holds an escape.
+func (s *nameCheck) str() (raw []byte, escaped bool) {
+	s.i++
+	start := s.i
+	for s.b[s.i] != '"' {
+		if s.b[s.i] == '\\' {
+			escaped = true
+			s.i++
+		}
+		s.i++
+	}
+	s.i++
+	return s.b[start : s.i-1], escaped
+}
+
+func (s *nameCheck) space() {
+	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
+		s.i++
+	}
 }

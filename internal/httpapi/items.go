@@ -261,18 +261,25 @@ func parseCSV(b []byte) ([]importRow, error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := r.FieldPos(0)
 		if err != nil {
+			// No FieldPos here: a record that failed in its first field has none (it panics).
+			// The reader goes on at the line after the broken record, so the rows after it are
+			// read as written. A stray quote that stretched a record over several lines leaves a
+			// newline in one of its fields, which no field's check lets through: such a record is
+			// reported (with the lines it took), never loaded.
+			line, msg := 0, "unreadable CSV row"
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
 				line = pe.StartLine
+				msg = fmt.Sprintf("unreadable CSV row: %v", pe.Err)
+				if pe.Line > pe.StartLine {
+					msg += fmt.Sprintf(" (lines %d to %d)", pe.StartLine, pe.Line)
+				}
 			}
-			rows = append(rows, importRow{line: line, err: fmt.Errorf("unreadable CSV row")})
-			if errors.As(err, &pe) && pe.Err != csv.ErrFieldCount {
-				return rows, nil // the rest of the file cannot be trusted
-			}
+			rows = append(rows, importRow{line: line, err: errors.New(msg)})
 			continue
 		}
+		line, _ := r.FieldPos(0)
 		row := importRow{line: line}
 		row.in, row.err = csvInput(rec)
 		rows = append(rows, row)

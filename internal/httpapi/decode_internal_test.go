@@ -1,0 +1,96 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+// BenchmarkStrictUnmarshal: the strict decode of bodies that miss quickQuantity's short cut (a
+// purchase body of another shape) and of a full item body (PUT, one JSON import row).
+// Run: go test -run='^$' -bench=StrictUnmarshal ./internal/httpapi/
+func BenchmarkStrictUnmarshal(b *testing.B) {
+	purchase := []byte(`{"quantity": 10000000000}`)
+	item := []byte(`{"id":"tv","name":"Big TV","category":"screens","price_cents":45000,"stock":5,"per_user_limit":2,` +
+		`"starts_at":"2026-01-01T00:00:00Z","ends_at":"2027-01-01T00:00:00Z","queue":{"admit_per_second":50,"max_active":200,"pass_ttl_seconds":120}}`)
+	b.Run("purchase", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var body struct {
+				Quantity *int64 `json:"quantity"`
+			}
+			if err := strictUnmarshal(purchase, &body); err != nil || *body.Quantity != 1e10 {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("item", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var body itemBody
+			if err := strictUnmarshal(item, &body); err != nil || body.Queue.MaxActive != 200 {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// strictUnmarshal takes JSON names exactly as the struct's tags spell them, nested ones too;
+// encoding/json alone matches them case-insensitively.
+func TestStrictUnmarshalNames(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		ok   bool
+	}{
+		{`{"name":"X","queue":{"admit_per_second":1,"max_active":2,"pass_ttl_seconds":3}}`, true},
+		{`{"name":"X","queue":null}`, true},
+		{` { "qu\u0065ue" : { "max_active" : 2 } , "name" : "a\"}b" } `, true}, // an escaped name is the same name
+		{`{"name":"[{\"}","category":"]},\\"}`, true},                          // brackets, quotes and backslashes in strings
+		{`{}`, true},
+		{`{"Name":"X"}`, false},
+		{`{"NAME":"X"}`, false},
+		{`{"name":"X","price_Cents":1}`, false},
+		{`{"name":"X","Queue":{"admit_per_second":1}}`, false},
+		{`{"queue":{"admit_per_second":1,"Max_Active":2}}`, false},
+		{`{"queue":{"max_\u0041ctive":2}}`, false}, // escapes are read: this is Max "A"ctive
+		{`{"name":"X","name":"Y","Name":"Z"}`, false},
+	} {
+		var body itemBody
+		err := strictUnmarshal([]byte(c.body), &body)
+		if (err == nil) != c.ok {
+			t.Errorf("strictUnmarshal(%s) = %v, want ok %v", c.body, err, c.ok)
+		}
+	}
+}
+
+// FuzzStrictUnmarshal: the name check never panics, and what strictUnmarshal accepts holds
+// only the struct's exact names.
+func FuzzStrictUnmarshal(f *testing.F) {
+	for _, s := range []string{`{"name":"X","queue":{"max_active":2}}`, `{"Name":1}`, `null`, `{"queue":[{"a":"\""}]}`, ` {} `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var body itemBody
+		if strictUnmarshal(b, &body) != nil {
+			return
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal(b, &m) != nil {
+			return // null
+		}
+		names := jsonNamesOf(reflect.TypeOf(body))
+		for k, v := range m {
+			if _, ok := names[k]; !ok {
+				t.Fatalf("accepted %q with the name %q", b, k)
+			}
+			var q map[string]json.RawMessage
+			if k == "queue" && json.Unmarshal(v, &q) == nil {
+				for k := range q {
+					if _, ok := names["queue"][k]; !ok {
+						t.Fatalf("accepted %q with the queue name %q", b, k)
+					}
+				}
+			}
+		}
+	})
+}
