@@ -108,6 +108,7 @@ type catalogueReplies struct {
 
 type encodedCatalogue struct {
 	gen   uint64
+	seq   uint64                    // numbers the encodings in the order they were made (the stream keeps the newest)
 	src   map[string]inventory.Item // the snapshot encoded (snapshots are never modified)
 	at    time.Time                 // the time its statuses were taken at
 	until time.Time                 // the first status change by time; zero: none
@@ -217,9 +218,13 @@ func (r *catalogueReplies) get(ctx context.Context, inv *inventory.Store) (*enco
 	if e := r.cur.Load(); e.fresh(gen, now) {
 		return e, nil
 	}
-	e, err := encodeCatalogue(snap, gen, now, r.cur.Load())
+	prev := r.cur.Load()
+	e, err := encodeCatalogue(snap, gen, now, prev)
 	if err != nil {
 		return nil, err
+	}
+	if prev != nil {
+		e.seq = prev.seq + 1
 	}
 	r.cur.Store(e)
 	return e, nil
