@@ -16,10 +16,12 @@ import (
 )
 
 // sseStream is one open GET /api/items/stream read in the background: every items event's
-// catalogue arrives on items (stock_left by item id).
+// catalogue arrives on items (stock_left by item id); done closes when the stream ends, with
+// what ended it in err.
 type sseStream struct {
 	items chan map[string]int64
 	done  chan struct{}
+	err   error
 }
 
 func openSSE(t *testing.T, base string) *sseStream {
@@ -28,11 +30,13 @@ func openSSE(t *testing.T, base string) *sseStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { resp.Body.Close() })
 	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
 		t.Fatalf("stream: %d", resp.StatusCode)
 	}
 	s := &sseStream{items: make(chan map[string]int64, 100), done: make(chan struct{})}
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop); resp.Body.Close(); <-s.done })
 	go func() {
 		defer close(s.done)
 		sc := bufio.NewScanner(resp.Body)
@@ -49,15 +53,20 @@ func openSSE(t *testing.T, base string) *sseStream {
 				} `json:"items"`
 			}
 			if err := json.Unmarshal([]byte(data), &body); err != nil {
-				t.Errorf("items event data is not the catalogue: %v", err)
+				s.err = fmt.Errorf("items event data is not the catalogue: %w", err)
 				return
 			}
 			m := map[string]int64{}
 			for _, it := range body.Items {
 				m[it.ID] = it.StockLeft
 			}
-			s.items <- m
+			select {
+			case s.items <- m:
+			case <-stop:
+				return
+			}
 		}
+		s.err = sc.Err()
 	}()
 	return s
 }
@@ -81,7 +90,7 @@ func (s *sseStream) await(id string, want int64) error {
 				return nil
 			}
 		case <-s.done:
-			return fmt.Errorf("stream ended while waiting for %s at %d", id, want)
+			return fmt.Errorf("stream ended while waiting for %s at %d: %v", id, want, s.err)
 		case <-deadline:
 			return fmt.Errorf("no items event with %s at %d (last event: %v)", id, want, last)
 		}
