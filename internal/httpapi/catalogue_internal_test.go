@@ -162,3 +162,33 @@ func TestSameEncodingCoversEveryField(t *testing.T) {
 		t.Error("equal times and waiting rooms behind other pointers must count as the same")
 	}
 }
+
+// The pages a generation keeps are bounded in bytes, not only in number: any valid id is a
+// cursor, so a client asking ?limit=1000 with ever new cursors would otherwise make one
+// generation hold maxCachedPages pages of 1,000 items each (~1-2 GB). Past the bound a page is
+// still answered, only not kept.
+func TestCachedPagesAreBoundedInBytes(t *testing.T) {
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	snap := map[string]inventory.Item{}
+	for i := range 1100 {
+		id := fmt.Sprintf("i%04d", i)
+		snap[id] = inventory.Item{ID: id, Name: strings.Repeat("n", 200), Category: "c", PriceCents: 1,
+			StockTotal: 1, StockLeft: 1, PerUserLimit: 1}
+	}
+	e, err := encodeCatalogue(snap, 1, now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bound = maxCachedPageBytes
+	for i := range 150 {
+		q := pageQuery{limit: 1000, cursor: fmt.Sprintf("i%04d", i)}
+		if got := e.page(q).plain; len(got) < 1000*200 || !strings.HasPrefix(string(got), `{"items":[`) {
+			t.Fatalf("page %v: %d bytes", q, len(got))
+		}
+	}
+	var kept int
+	e.pages.Range(func(_, v any) bool { kept += len(v.(*listBody).plain); return true })
+	if kept > bound {
+		t.Fatalf("one generation keeps %d MiB of pages, over %d MiB", kept>>20, bound>>20)
+	}
+}

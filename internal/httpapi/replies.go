@@ -108,6 +108,7 @@ type catalogueReplies struct {
 
 type encodedCatalogue struct {
 	gen   uint64
+	seq   uint64                    // numbers the encodings in the order they were made (the stream keeps the newest)
 	src   map[string]inventory.Item // the snapshot encoded (snapshots are never modified)
 	at    time.Time                 // the time its statuses were taken at
 	until time.Time                 // the first status change by time; zero: none
@@ -121,6 +122,7 @@ type encodedCatalogue struct {
 	cat                        map[string]string // id -> category
 	pages                      sync.Map          // pageQuery -> *listBody: the paged or filtered lists asked for so far
 	npage                      atomic.Int32      // entries in pages (bounded by maxCachedPages)
+	pageBytes                  atomic.Int64      // their plain bytes (bounded by maxCachedPageBytes)
 }
 
 // listBody is one encoded list reply and, once a client that accepts gzip asked for it, its
@@ -147,9 +149,14 @@ func (b *listBody) gzipped() []byte {
 	return b.gz
 }
 
-// maxCachedPages bounds the paged lists kept per snapshot generation; past it a page is
-// encoded per request (from the items' cached bodies: a copy, not a marshal).
-const maxCachedPages = 4096
+// maxCachedPages and maxCachedPageBytes bound the paged lists kept per snapshot generation;
+// past either a page is encoded per request (from the items' cached bodies: a copy, not a
+// marshal). The bytes matter as much as the number: any valid id is a cursor, so without them
+// ?limit=1000 with ever new cursors would keep 4096 pages of 1,000 items (~1.4 GB).
+const (
+	maxCachedPages     = 4096
+	maxCachedPageBytes = 32 << 20
+)
 
 // pageQuery is one GET /api/items?limit=&cursor=&category= request.
 type pageQuery struct {
@@ -192,10 +199,23 @@ func (e *encodedCatalogue) page(q pageQuery) *listBody {
 	}
 	b = append(b, '}')
 	body := &listBody{plain: b}
-	if e.npage.Add(1) <= maxCachedPages {
+	if e.npage.Add(1) <= maxCachedPages && e.reservePageBytes(len(b)) {
 		e.pages.Store(q, body)
 	}
 	return body
+}
+
+// reservePageBytes takes n bytes of the generation's page budget, if they fit.
+func (e *encodedCatalogue) reservePageBytes(n int) bool {
+	for {
+		used := e.pageBytes.Load()
+		if used+int64(n) > maxCachedPageBytes {
+			return false
+		}
+		if e.pageBytes.CompareAndSwap(used, used+int64(n)) {
+			return true
+		}
+	}
 }
 
 func (e *encodedCatalogue) fresh(gen uint64, now time.Time) bool {
@@ -217,9 +237,13 @@ func (r *catalogueReplies) get(ctx context.Context, inv *inventory.Store) (*enco
 	if e := r.cur.Load(); e.fresh(gen, now) {
 		return e, nil
 	}
-	e, err := encodeCatalogue(snap, gen, now, r.cur.Load())
+	prev := r.cur.Load()
+	e, err := encodeCatalogue(snap, gen, now, prev)
 	if err != nil {
 		return nil, err
+	}
+	if prev != nil {
+		e.seq = prev.seq + 1
 	}
 	r.cur.Store(e)
 	return e, nil

@@ -63,8 +63,13 @@ type streamHub struct {
 	subs    map[*subscriber]struct{}
 	latest  *frame // the newest items event (a new subscriber's first)
 	list    []byte // the catalogue latest was framed from
+	seq     uint64 // and its encoding's number (encodedCatalogue.seq): an older one never replaces it
 	closed  bool
 	dropped int64 // subscribers dropped for falling behind (tests, logs)
+
+	// beforeJoin, set only by tests, runs in a stream's handler after it read the catalogue
+	// for its first event and before it joins the hub.
+	beforeJoin func()
 }
 
 func newStreamHub(opt StreamOptions) *streamHub {
@@ -79,11 +84,21 @@ func itemsFrame(list []byte) *frame {
 	return &frame{b: b}
 }
 
-// observe frames list when it differs from the newest frame and returns that frame (and
-// whether it is new).
-func (h *streamHub) observe(list []byte) (*frame, bool) {
+// observe frames list (the encoding numbered seq) when it differs from the newest frame and
+// returns that frame (and whether it is new). An encoding older than the newest frame's (a
+// handler or the hub read the catalogue before another read a newer one) changes nothing:
+// the stream never goes back to an earlier catalogue.
+func (h *streamHub) observe(list []byte, seq uint64) (*frame, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.observeLocked(list, seq)
+}
+
+func (h *streamHub) observeLocked(list []byte, seq uint64) (*frame, bool) {
+	if h.latest != nil && seq < h.seq {
+		return h.latest, false
+	}
+	h.seq = seq
 	// The same cached encoding (the usual case: nothing changed) is the same slice; only a
 	// re-encoding needs the byte compare (a 10,000-item catalogue is ~2 MB).
 	if h.latest != nil && (sameSlice(h.list, list) || bytes.Equal(h.list, list)) {
@@ -98,16 +113,23 @@ func sameSlice(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-// subscribe registers a stream; ok is false after Close.
-func (h *streamHub) subscribe() (sub *subscriber, ok bool) {
+// join registers a stream that read the catalogue list (the encoding numbered seq) and
+// returns its first event: the newest frame, taken in the same step as the registration, so
+// every later frame is broadcast to it and no earlier one is missed. ok is false after Close.
+func (h *streamHub) join(list []byte, seq uint64) (sub *subscriber, first *frame, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return nil, false
+		return nil, nil, false
 	}
-	sub = &subscriber{queue: make(chan *frame, h.opt.Queue), gone: make(chan struct{})}
+	first, _ = h.observeLocked(list, seq)
+	return h.addLocked(), first, true
+}
+
+func (h *streamHub) addLocked() *subscriber {
+	sub := &subscriber{queue: make(chan *frame, h.opt.Queue), gone: make(chan struct{})}
 	h.subs[sub] = struct{}{}
-	return sub, true
+	return sub
 }
 
 func (h *streamHub) unsubscribe(sub *subscriber) {
@@ -123,6 +145,10 @@ func (h *streamHub) unsubscribe(sub *subscriber) {
 func (h *streamHub) broadcast(f *frame) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.broadcastLocked(f)
+}
+
+func (h *streamHub) broadcastLocked(f *frame) {
 	for sub := range h.subs {
 		select {
 		case sub.queue <- f:
@@ -132,6 +158,19 @@ func (h *streamHub) broadcast(f *frame) {
 			h.dropped++
 		}
 	}
+}
+
+// sendLatest broadcasts the newest frame unless it is sent already, and returns the frame
+// sent last. The newest frame is read in the same step as the fan-out: a stream that joined
+// with a newer frame than the hub observed is never sent the older one after it.
+func (h *streamHub) sendLatest(sent *frame) *frame {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.latest == nil || h.latest == sent {
+		return sent
+	}
+	h.broadcastLocked(h.latest)
+	return h.latest
 }
 
 // Close ends every stream and refuses new ones (the server is shutting down).
@@ -151,11 +190,11 @@ func (h *streamHub) counts() (subscribers int, dropped int64) {
 	return len(h.subs), h.dropped
 }
 
-// run watches the encoded catalogue (current) while streams are open, until ctx ends: a
-// changed catalogue is sent at most once per MinGap (the newest one when several came in
-// between), a heartbeat comment when nothing was sent for Heartbeat. It closes the hub when it
-// returns.
-func (h *streamHub) run(ctx context.Context, current func(ctx context.Context) ([]byte, error)) {
+// run watches the encoded catalogue (current: the list and its encoding's number) while
+// streams are open, until ctx ends: a changed catalogue is sent at most once per MinGap (the
+// newest one when several came in between), a heartbeat comment when nothing was sent for
+// Heartbeat. It closes the hub when it returns.
+func (h *streamHub) run(ctx context.Context, current func(ctx context.Context) (list []byte, seq uint64, err error)) {
 	defer h.Close()
 	t := time.NewTicker(h.opt.Check)
 	defer t.Stop()
@@ -175,12 +214,13 @@ func (h *streamHub) run(ctx context.Context, current func(ctx context.Context) (
 			lastWrite = now
 			continue
 		}
-		if list, err := current(ctx); err == nil {
-			latest, _ := h.observe(list)
-			if latest != sent && now.Sub(lastSent) >= h.opt.MinGap {
-				h.broadcast(latest)
-				sent, lastSent, lastWrite = latest, now, now
-				continue
+		if list, seq, err := current(ctx); err == nil {
+			h.observe(list, seq)
+			if now.Sub(lastSent) >= h.opt.MinGap {
+				if f := h.sendLatest(sent); f != sent {
+					sent, lastSent, lastWrite = f, now, now
+					continue
+				}
 			}
 		}
 		if now.Sub(lastWrite) >= h.opt.Heartbeat {
@@ -193,12 +233,12 @@ func (h *streamHub) run(ctx context.Context, current func(ctx context.Context) (
 // RunStreams feeds the catalogue streams until ctx ends, then ends them. The app runs it
 // beside the server and also calls CloseStreams when the server shuts down.
 func (s *Server) RunStreams(ctx context.Context) {
-	s.stream.run(ctx, func(ctx context.Context) ([]byte, error) {
+	s.stream.run(ctx, func(ctx context.Context) ([]byte, uint64, error) {
 		e, err := s.catalogue.get(ctx, s.Inventory)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		return e.list, nil
+		return e.list, e.seq, nil
 	})
 }
 
@@ -222,8 +262,10 @@ func (s *Server) streamItems(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	first, _ := s.stream.observe(e.list)
-	sub, ok := s.stream.subscribe()
+	if s.stream.beforeJoin != nil {
+		s.stream.beforeJoin()
+	}
+	sub, first, ok := s.stream.join(e.list, e.seq)
 	if !ok {
 		fail(c, errShuttingDown)
 		return

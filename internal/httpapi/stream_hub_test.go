@@ -18,8 +18,9 @@ func TestStreamHubFanOutAndDropsSlowSubscribers(t *testing.T) {
 	frames := map[*frame]bool{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.run(ctx, func(context.Context) ([]byte, error) {
-		return []byte(`{"items":[{"v":` + string(rune('0'+version.Load()%10)) + `}]}`), nil
+	var seq atomic.Uint64
+	go h.run(ctx, func(context.Context) ([]byte, uint64, error) {
+		return []byte(`{"items":[{"v":` + string(rune('0'+version.Load()%10)) + `}]}`), seq.Add(1), nil
 	})
 
 	slow, _ := h.subscribe()
@@ -73,9 +74,8 @@ func TestStreamHubIdleWithoutSubscribers(t *testing.T) {
 	var asked, version atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.run(ctx, func(context.Context) ([]byte, error) {
-		asked.Add(1)
-		return []byte(`{"items":[{"v":` + string(rune('0'+version.Load()%10)) + `}]}`), nil
+	go h.run(ctx, func(context.Context) ([]byte, uint64, error) {
+		return []byte(`{"items":[{"v":` + string(rune('0'+version.Load()%10)) + `}]}`), uint64(asked.Add(1)), nil
 	})
 	// A window, not a wait for an outcome: a hub that watches anyway asks ~200 times in it.
 	time.Sleep(200 * time.Millisecond)
@@ -95,4 +95,15 @@ func TestStreamHubIdleWithoutSubscribers(t *testing.T) {
 	if asked.Load() == 0 {
 		t.Fatal("the hub did not ask for the catalogue with a stream open")
 	}
+}
+
+// subscribe registers a stream without a first event (the hub's own tests); ok is false after
+// Close.
+func (h *streamHub) subscribe() (sub *subscriber, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, false
+	}
+	return h.addLocked(), true
 }
