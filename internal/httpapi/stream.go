@@ -192,8 +192,8 @@ func (h *streamHub) counts() (subscribers int, dropped int64) {
 
 // run watches the encoded catalogue (current: the list and its encoding's number) while
 // streams are open, until ctx ends: a changed catalogue is sent at most once per MinGap (the
-// newest one when several came in between), a heartbeat comment when nothing was sent for
-// Heartbeat. It closes the hub when it returns.
+// newest one when several came in between), a heartbeat comment before Heartbeat passes with
+// nothing sent. It closes the hub when it returns.
 func (h *streamHub) run(ctx context.Context, current func(ctx context.Context) (list []byte, seq uint64, err error)) {
 	defer h.Close()
 	t := time.NewTicker(h.opt.Check)
@@ -223,7 +223,9 @@ func (h *streamHub) run(ctx context.Context, current func(ctx context.Context) (
 				}
 			}
 		}
-		if now.Sub(lastWrite) >= h.opt.Heartbeat {
+		// On the last check before the deadline, not the first after it: waiting for that one
+		// would leave up to one Check more than Heartbeat between two lines.
+		if now.Sub(lastWrite)+h.opt.Check >= h.opt.Heartbeat {
 			h.broadcast(heartbeatFrame)
 			lastWrite = now
 		}
