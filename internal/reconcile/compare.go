@@ -187,7 +187,7 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 			return
 		}
 		seen++
-		if x.user != o.User || x.qty != o.Qty || x.status != o.Status {
+		if x.user != o.User || x.qty != o.Qty || x.price != o.Price || x.status != o.Status {
 			c.orders[id] = true
 		}
 		delete(ro, id)
@@ -259,6 +259,10 @@ func orderDrift(item, id string, ro *redisOrder, po *pgOrder) []Drift {
 		out = append(out, Drift{Kind: KindOrderQuantity, ItemID: item, OrderID: id, Field: "quantity",
 			Redis: strconv.FormatInt(ro.qty, 10), Postgres: strconv.FormatInt(po.Qty, 10)})
 	}
+	if ro.price != po.Price {
+		out = append(out, Drift{Kind: KindOrderPrice, ItemID: item, OrderID: id, Field: "price_cents",
+			Redis: strconv.FormatInt(ro.price, 10), Postgres: strconv.FormatInt(po.Price, 10)})
+	}
 	return out
 }
 
@@ -323,7 +327,7 @@ func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, [
 					// reported once, as itself, not again as the sums it is part of.
 					pc.add(pp, -1)
 					if ro != nil {
-						pc.add(&pgOrder{User: ro.user, Qty: ro.qty, Status: ro.status}, 1)
+						pc.add(&pgOrder{User: ro.user, Qty: ro.qty, Price: ro.price, Status: ro.status}, 1)
 					}
 				}
 			}

@@ -16,7 +16,7 @@ const (
 	whyExtraOrder = "Redis has no such order: repair only brings Postgres up to Redis; if Redis lost data, run restore"
 	whyExtraItem  = "Redis has no such item: if Redis lost it, run restore"
 	whyFinal      = "the record already holds a final status; an order's status never moves back or sideways"
-	whyFirst      = "the record keeps the user and quantity of an order's first event; correct it by hand"
+	whyFirst      = "the record keeps the user, quantity and price of an order's first event; correct it by hand"
 	whyCounters   = "Redis's counters disagree with its own orders; that is not fixable from Redis"
 	whyStill      = "still differs after its events were re-emitted and applied"
 )
@@ -46,7 +46,7 @@ func (r *Reconciler) repair(ctx context.Context, drift []Drift) (*Repair, error)
 			} else {
 				refused[d.key()] = whyFinal
 			}
-		case KindOrderUser, KindOrderQuantity:
+		case KindOrderUser, KindOrderQuantity, KindOrderPrice:
 			refused[d.key()] = whyFirst
 		case KindOrderExtra:
 			refused[d.key()] = whyExtraOrder

@@ -18,6 +18,7 @@ const (
 	KindOrderStatus   = "order_status"
 	KindOrderUser     = "order_user"
 	KindOrderQuantity = "order_quantity"
+	KindOrderPrice    = "order_price"
 )
 
 // Drift is one confirmed disagreement: it held after every event that was in flight when it was

@@ -41,6 +41,7 @@ func (q *Queries) Close() { q.db.Close() }
 type OrderState struct {
 	User   string
 	Qty    int64
+	Price  int64 // price_cents
 	Status string
 }
 
@@ -140,7 +141,7 @@ func (q *Queries) ItemTotal(ctx context.Context, id string) (int64, bool, error)
 
 // EachOrder streams the item's orders to f.
 func (q *Queries) EachOrder(ctx context.Context, item string, f func(id string, o OrderState)) error {
-	rows, err := q.db.Query(ctx, `SELECT id, user_id, quantity, status FROM orders WHERE item_id = $1`, item)
+	rows, err := q.db.Query(ctx, `SELECT id, user_id, quantity, price_cents, status FROM orders WHERE item_id = $1`, item)
 	if err != nil {
 		return fmt.Errorf("record: orders of %s: %w", item, err)
 	}
@@ -148,7 +149,7 @@ func (q *Queries) EachOrder(ctx context.Context, item string, f func(id string, 
 	var id string
 	var o OrderState
 	for rows.Next() {
-		if err := rows.Scan(&id, &o.User, &o.Qty, &o.Status); err != nil {
+		if err := rows.Scan(&id, &o.User, &o.Qty, &o.Price, &o.Status); err != nil {
 			return fmt.Errorf("record: orders of %s: %w", item, err)
 		}
 		f(id, o)
@@ -177,7 +178,7 @@ func (q *Queries) ItemState(ctx context.Context, item string, ids []string) (Ite
 		if len(ids) == 0 {
 			return nil
 		}
-		rows, err := tx.Query(ctx, `SELECT id, user_id, quantity, status FROM orders WHERE id = ANY($1)`, ids)
+		rows, err := tx.Query(ctx, `SELECT id, user_id, quantity, price_cents, status FROM orders WHERE id = ANY($1)`, ids)
 		if err != nil {
 			return err
 		}
@@ -185,7 +186,7 @@ func (q *Queries) ItemState(ctx context.Context, item string, ids []string) (Ite
 		for rows.Next() {
 			var id string
 			var o OrderState
-			if err := rows.Scan(&id, &o.User, &o.Qty, &o.Status); err != nil {
+			if err := rows.Scan(&id, &o.User, &o.Qty, &o.Price, &o.Status); err != nil {
 				return err
 			}
 			orders[id] = o
