@@ -92,6 +92,9 @@ func (r *Reconciler) run(ctx context.Context, opt BatchOptions) (*Report, error)
 	}
 	rep.Drift, rep.Unverified, rep.Rounds = drift, unverified, rounds
 	if opt.Repair && len(drift) > 0 {
+		if r.opt.beforeRepair != nil {
+			r.opt.beforeRepair(ctx)
+		}
 		if rep.Repair, err = r.repair(ctx, drift); err != nil {
 			return rep, err
 		}

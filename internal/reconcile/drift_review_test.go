@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -30,5 +31,45 @@ func TestOrderPriceDrift(t *testing.T) {
 	}
 	if rep.Repair == nil || len(rep.Repair.NotFixed) != 1 || rep.Repair.Reemitted != 0 || !rep.DriftRemains() {
 		t.Fatalf("repair %+v", rep.Repair)
+	}
+}
+
+// An order that changes between the batch's confirmation and its repair is not re-emitted:
+// its own event carries the change to the record, and a re-emission beside it would record
+// the change twice (two stock returns of one cancelled order).
+func TestRepairSkipsOrderChangedSinceConfirmed(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 100, 10)
+	o := e.buy("A", "alice", 2)
+	e.drain()
+	// The order's event never reached the record.
+	e.exec(`DELETE FROM stock_movements WHERE order_id = $1`, o.ID)
+	e.exec(`DELETE FROM orders WHERE id = $1`, o.ID)
+
+	opt := reconcile.Options{}
+	reconcile.SetBeforeRepair(&opt, func(context.Context) {
+		if _, err := e.ord.Cancel(e.ctx, "alice", o.ID); err != nil {
+			t.Error(err)
+		}
+	})
+	rep, err := e.reconciler(opt).Batch(e.ctx, reconcile.BatchOptions{Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := driftKeys(rep.Drift); !slices.Equal(got, []string{"order_missing_in_postgres A " + o.ID + " "}) {
+		t.Fatalf("drift %q", got)
+	}
+	e.drain()
+	var status string
+	if err := e.db.QueryRow(e.ctx, `SELECT status FROM orders WHERE id = $1`, o.ID).Scan(&status); err != nil || status != "cancelled" {
+		t.Fatalf("order in the record: %q %v", status, err)
+	}
+	var returns, sum int64
+	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FILTER (WHERE kind = 'returned'), coalesce(sum(delta), 0)
+		FROM stock_movements WHERE order_id = $1`, o.ID).Scan(&returns, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if returns != 1 {
+		t.Fatalf("the record holds %d stock returns of one cancelled order (net %+d units)", returns, sum)
 	}
 }
