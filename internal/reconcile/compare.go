@@ -35,7 +35,7 @@ func (r *Reconciler) Batch(ctx context.Context, opt BatchOptions) (*Report, erro
 		if r.opt.afterStart != nil {
 			r.opt.afterStart(ctx)
 		}
-		rep, err = r.run(ctx, opt)
+		rep, err = r.run(ctx, opt, n)
 		if rep != nil {
 			rep.RunID, rep.FencingToken, rep.StartedAt = id, n, started
 			rep.FinishedAt = time.Now().UTC()
@@ -60,7 +60,7 @@ type candidate struct {
 	orders map[string]bool
 }
 
-func (r *Reconciler) run(ctx context.Context, opt BatchOptions) (*Report, error) {
+func (r *Reconciler) run(ctx context.Context, opt BatchOptions, n int64) (*Report, error) {
 	rep := &Report{Drift: []Drift{}, Unverified: []Unverified{}}
 	redisIDs, err := r.catalog(ctx)
 	if err != nil {
@@ -95,7 +95,7 @@ func (r *Reconciler) run(ctx context.Context, opt BatchOptions) (*Report, error)
 		if r.opt.beforeRepair != nil {
 			r.opt.beforeRepair(ctx)
 		}
-		if rep.Repair, err = r.repair(ctx, drift); err != nil {
+		if rep.Repair, err = r.repair(ctx, drift, n); err != nil {
 			return rep, err
 		}
 	}

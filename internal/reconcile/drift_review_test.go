@@ -2,8 +2,10 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/flashsale/flashsale/internal/reconcile"
 )
@@ -71,5 +73,57 @@ func TestRepairSkipsOrderChangedSinceConfirmed(t *testing.T) {
 	}
 	if returns != 1 {
 		t.Fatalf("the record holds %d stock returns of one cancelled order (net %+d units)", returns, sum)
+	}
+}
+
+// A runner that stalls between confirming its drift and repairing it, past its lock's TTL,
+// while a newer runner repairs the same drift, re-emits nothing when it wakes: its fencing
+// number is older, so the record does not get the order's events twice.
+func TestStalledRepairFenced(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 100, 10)
+	o := e.buy("A", "alice", 2)
+	e.drain()
+	e.exec(`DELETE FROM stock_movements WHERE order_id = $1`, o.ID)
+	e.exec(`DELETE FROM orders WHERE id = $1`, o.ID)
+
+	stalled := make(chan struct{})
+	release := make(chan struct{})
+	// A TTL far beyond the test: the stalled runner's refresh loop never runs meanwhile (a
+	// stop-the-world pause stops it too), so only the fencing number can stop its writes.
+	opt := reconcile.Options{LockTTL: time.Hour}
+	reconcile.SetBeforeRepair(&opt, func(context.Context) {
+		close(stalled)
+		<-release
+	})
+	var staleErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, staleErr = e.reconciler(opt).Batch(e.ctx, reconcile.BatchOptions{Repair: true})
+	}()
+	waitStarted(t, stalled, done, &staleErr)
+	key, _ := e.keys.Lock(reconcile.LockName)
+	e.rdb.Del(e.ctx, key) // the lock expired during the stall
+
+	fresh, err := e.reconciler(reconcile.Options{}).Batch(e.ctx, reconcile.BatchOptions{Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.Repair == nil || len(fresh.Repair.Fixed) != 1 {
+		t.Fatalf("fresh repair %+v", fresh.Repair)
+	}
+	close(release)
+	<-done
+	if !errors.Is(staleErr, reconcile.ErrFenced) {
+		t.Fatalf("stale runner: %v; want ErrFenced", staleErr)
+	}
+	e.drain()
+	var reserved int
+	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FROM stock_movements WHERE order_id = $1 AND kind = 'reserved'`, o.ID).Scan(&reserved); err != nil {
+		t.Fatal(err)
+	}
+	if reserved != 1 {
+		t.Fatalf("the record holds %d reservations of one order", reserved)
 	}
 }

@@ -28,7 +28,8 @@ type reemit struct{ item, mode, order, status string }
 
 // repair re-emits the events of every drift that events can fix, waits until they are
 // applied, and checks each drift again: what still differs is reported as not fixed.
-func (r *Reconciler) repair(ctx context.Context, drift []Drift) (*Repair, error) {
+// n is the batch's fencing number: a newer batch or restore of an item refuses its re-emits.
+func (r *Reconciler) repair(ctx context.Context, drift []Drift, n int64) (*Repair, error) {
 	rep := &Repair{Fixed: []Drift{}, NotFixed: []NotFixed{}}
 	var plan []reemit
 	planned := map[reemit]bool{}
@@ -67,9 +68,12 @@ func (r *Reconciler) repair(ctx context.Context, drift []Drift) (*Repair, error)
 	changed := map[string]bool{} // order ids
 	for _, a := range plan {
 		k := r.keys.Item(a.item)
-		reply, err := reemitScript.Run(ctx, r.rdb, []string{k.Hash(), k.Orders(), k.Outbox()}, a.item, a.mode, a.order, a.status).Slice()
+		reply, err := reemitScript.Run(ctx, r.rdb, []string{k.Hash(), k.Orders(), k.Outbox(), k.RestoreFence()}, a.item, a.mode, a.order, a.status, n).Slice()
 		if err != nil {
 			return rep, fmt.Errorf("reconcile: re-emit %s %s: %w", a.item, a.order, err)
+		}
+		if len(reply) == 2 && reply[0] == "fenced" {
+			return rep, fmt.Errorf("reconcile: re-emit %s %s: %w (fencing number %d, item's is %v)", a.item, a.order, ErrFenced, n, reply[1])
 		}
 		if len(reply) == 2 && reply[0] == "changed" {
 			changed[a.order] = true
