@@ -163,7 +163,7 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 		return nil, st, err
 	}
 	st.backlog = snap.backlog
-	total, inPG, err := r.pgItemTotal(ctx, item)
+	total, attrs, inPG, err := r.pgItemTotal(ctx, item)
 	if err != nil {
 		return nil, st, err
 	}
@@ -173,7 +173,7 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 	}
 	st.rows = len(ro) + 2
 	c := candidate{item: item, orders: map[string]bool{}}
-	pc := pgCounters{exists: inPG, total: total}
+	pc := pgCounters{exists: inPG, total: total, attrs: attrs}
 	seen := 0
 	err = r.pgEachOrder(ctx, item, func(id string, o pgOrder) {
 		st.rows++
@@ -236,6 +236,19 @@ func counterDrift(item string, rc redisCounters, pc pgCounters) []Drift {
 		if f.rv != f.pv {
 			out = append(out, Drift{Kind: KindStock, ItemID: item, Field: f.name,
 				Redis: strconv.FormatInt(f.rv, 10), Postgres: strconv.FormatInt(f.pv, 10)})
+		}
+	}
+	ra, pa := rc.attrs, pc.attrs
+	for _, f := range []struct{ name, rv, pv string }{
+		{"name", ra.Name, pa.Name},
+		{"category", ra.Category, pa.Category},
+		{"price_cents", strconv.FormatInt(ra.Price, 10), strconv.FormatInt(pa.Price, 10)},
+		{"per_user_limit", strconv.FormatInt(ra.PerUser, 10), strconv.FormatInt(pa.PerUser, 10)},
+		{"starts_at", strconv.FormatInt(ra.StartsAtMs, 10), strconv.FormatInt(pa.StartsAtMs, 10)},
+		{"ends_at", strconv.FormatInt(ra.EndsAtMs, 10), strconv.FormatInt(pa.EndsAtMs, 10)},
+	} {
+		if f.rv != f.pv {
+			out = append(out, Drift{Kind: KindItemAttr, ItemID: item, Field: f.name, Redis: f.rv, Postgres: f.pv})
 		}
 	}
 	return out

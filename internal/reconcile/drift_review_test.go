@@ -127,3 +127,36 @@ func TestStalledRepairFenced(t *testing.T) {
 		t.Fatalf("the record holds %d reservations of one order", reserved)
 	}
 }
+
+// An item whose attributes differ between Redis and the record (its price, say) is drift;
+// repair re-emits the item and the next run finds nothing.
+func TestItemAttributeDrift(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 100, 10)
+	e.item("B", 100, 10)
+	e.drain()
+	e.exec(`UPDATE items SET price_cents = 999, name = 'stale' WHERE id = 'A'`)
+	e.exec(`UPDATE items SET per_user_limit = 3, starts_at = now() WHERE id = 'B'`)
+
+	rec := e.reconciler(reconcile.Options{})
+	rep, err := rec.Batch(e.ctx, reconcile.BatchOptions{Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"item_attribute A  name",
+		"item_attribute A  price_cents",
+		"item_attribute B  per_user_limit",
+		"item_attribute B  starts_at",
+	}
+	if got := driftKeys(rep.Drift); !slices.Equal(got, want) {
+		t.Fatalf("drift\n got %q\nwant %q", got, want)
+	}
+	if rep.Repair == nil || len(rep.Repair.Fixed) != len(want) || rep.DriftRemains() {
+		t.Fatalf("repair %+v", rep.Repair)
+	}
+	again, err := rec.Batch(e.ctx, reconcile.BatchOptions{})
+	if err != nil || !again.Clean() {
+		t.Fatalf("after repair: %v drift %q", err, driftKeys(again.Drift))
+	}
+}

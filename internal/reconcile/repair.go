@@ -56,7 +56,7 @@ func (r *Reconciler) repair(ctx context.Context, drift []Drift, n int64) (*Repai
 			refused[d.key()] = whyExtraOrder
 		case KindItemExtra:
 			refused[d.key()] = whyExtraItem
-		case KindItemMissing:
+		case KindItemMissing, KindItemAttr:
 			add(reemit{d.ItemID, "item", "", ""})
 		case KindStock:
 			if d.Field == "stock_total" {
