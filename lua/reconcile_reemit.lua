@@ -3,25 +3,46 @@
 -- travel the normal path (relay -> Kafka -> consumer), so the consumer's rules still hold: a
 -- new event id is applied once, order status only moves forward, item attributes and stock
 -- total follow the newest stream position.
--- One script so the events are built from Redis's state at the moment they are appended:
--- an order paid between the batch's read and the repair is re-emitted as paid, never stale.
+-- One script so the events are built from Redis's state at the moment they are appended, and
+-- only for an order still in the status the batch confirmed as drift: an order that changed
+-- since (paid, cancelled, expired) has its own event on the way, and a re-emission beside it
+-- would record that change twice (two stock returns of one cancelled order).
+-- It is fenced like restore, on the item's restore fence: a batch that stalled past its lock
+-- between confirming its drift and repairing it re-emits nothing once a newer batch or restore
+-- has written to the item (a newer batch re-emits the same events itself).
 --
--- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] outbox stream
+-- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] outbox stream   KEYS[4] item's restore fence
 -- ARGV[1] item id   ARGV[2] mode   ARGV[3] order id ('' for mode item)
+-- ARGV[4] the order's status the batch confirmed (modes order and final)
+-- ARGV[5] the batch's fencing number (integer >= 1)
 --   mode order: order.reserved (at = its creation) then, if final, order.<status>
 --   mode final: only order.<status> of a final order
 --   mode item:  item.upserted with the item's attributes and stock_total
 -- Reply: {'reemitted', number of entries appended} | {'not_found', 0} | {'reserved', 0}
---        (mode final on an order still reserved: nothing to send)
+--        (mode final on an order still reserved: nothing to send) | {'changed', 0} (the
+--        order's status is no longer ARGV[4]: nothing sent) | {'fenced', the newer fencing
+--        number stored}
 -- Bad arguments: an error reply, nothing written.
 
-local item, mode, oid = ARGV[1], ARGV[2], ARGV[3]
+local item, mode, oid, expected, fence = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 if not item or item == '' or (mode ~= 'order' and mode ~= 'final' and mode ~= 'item') then
   return redis.error_reply('ERR reconcile_reemit: bad item or mode')
 end
 if mode ~= 'item' and (not oid or string.sub(oid, 1, #item + 1) ~= item .. '.') then
   return redis.error_reply('ERR reconcile_reemit: bad order id')
 end
+if mode ~= 'item' and (not expected or expected == '') then
+  return redis.error_reply('ERR reconcile_reemit: missing confirmed status')
+end
+-- tonumber also reads 'inf': stored, it would refuse every later batch and restore of the item.
+if not fence or fence < 1 or fence == math.huge or fence ~= math.floor(fence) then
+  return redis.error_reply('ERR reconcile_reemit: bad fencing number')
+end
+local stored = tonumber(redis.call('GET', KEYS[4]) or '0')
+if stored > fence then
+  return {'fenced', stored}
+end
+redis.call('SET', KEYS[4], fence)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -45,6 +66,9 @@ local user, qty, price, status, created, expires =
   string.match(packed, '^([^|]*)|(%d+)|(%d+)|(%a+)|(%d+)|(%d+)$')
 if not user then
   return {'not_found', 0}
+end
+if status ~= expected then
+  return {'changed', 0}
 end
 local n = 0
 if mode == 'order' then

@@ -35,7 +35,7 @@ func (r *Reconciler) Batch(ctx context.Context, opt BatchOptions) (*Report, erro
 		if r.opt.afterStart != nil {
 			r.opt.afterStart(ctx)
 		}
-		rep, err = r.run(ctx, opt)
+		rep, err = r.run(ctx, opt, n)
 		if rep != nil {
 			rep.RunID, rep.FencingToken, rep.StartedAt = id, n, started
 			rep.FinishedAt = time.Now().UTC()
@@ -60,7 +60,7 @@ type candidate struct {
 	orders map[string]bool
 }
 
-func (r *Reconciler) run(ctx context.Context, opt BatchOptions) (*Report, error) {
+func (r *Reconciler) run(ctx context.Context, opt BatchOptions, n int64) (*Report, error) {
 	rep := &Report{Drift: []Drift{}, Unverified: []Unverified{}}
 	redisIDs, err := r.catalog(ctx)
 	if err != nil {
@@ -92,7 +92,10 @@ func (r *Reconciler) run(ctx context.Context, opt BatchOptions) (*Report, error)
 	}
 	rep.Drift, rep.Unverified, rep.Rounds = drift, unverified, rounds
 	if opt.Repair && len(drift) > 0 {
-		if rep.Repair, err = r.repair(ctx, drift); err != nil {
+		if r.opt.beforeRepair != nil {
+			r.opt.beforeRepair(ctx)
+		}
+		if rep.Repair, err = r.repair(ctx, drift, n); err != nil {
 			return rep, err
 		}
 	}
@@ -160,7 +163,7 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 		return nil, st, err
 	}
 	st.backlog = snap.backlog
-	total, inPG, err := r.pgItemTotal(ctx, item)
+	total, attrs, inPG, err := r.pgItemTotal(ctx, item)
 	if err != nil {
 		return nil, st, err
 	}
@@ -170,7 +173,7 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 	}
 	st.rows = len(ro) + 2
 	c := candidate{item: item, orders: map[string]bool{}}
-	pc := pgCounters{exists: inPG, total: total}
+	pc := pgCounters{exists: inPG, total: total, attrs: attrs}
 	seen := 0
 	err = r.pgEachOrder(ctx, item, func(id string, o pgOrder) {
 		st.rows++
@@ -187,7 +190,7 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 			return
 		}
 		seen++
-		if x.user != o.User || x.qty != o.Qty || x.status != o.Status {
+		if x.user != o.User || x.qty != o.Qty || x.price != o.Price || x.status != o.Status {
 			c.orders[id] = true
 		}
 		delete(ro, id)
@@ -235,6 +238,19 @@ func counterDrift(item string, rc redisCounters, pc pgCounters) []Drift {
 				Redis: strconv.FormatInt(f.rv, 10), Postgres: strconv.FormatInt(f.pv, 10)})
 		}
 	}
+	ra, pa := rc.attrs, pc.attrs
+	for _, f := range []struct{ name, rv, pv string }{
+		{"name", ra.Name, pa.Name},
+		{"category", ra.Category, pa.Category},
+		{"price_cents", strconv.FormatInt(ra.Price, 10), strconv.FormatInt(pa.Price, 10)},
+		{"per_user_limit", strconv.FormatInt(ra.PerUser, 10), strconv.FormatInt(pa.PerUser, 10)},
+		{"starts_at", strconv.FormatInt(ra.StartsAtMs, 10), strconv.FormatInt(pa.StartsAtMs, 10)},
+		{"ends_at", strconv.FormatInt(ra.EndsAtMs, 10), strconv.FormatInt(pa.EndsAtMs, 10)},
+	} {
+		if f.rv != f.pv {
+			out = append(out, Drift{Kind: KindItemAttr, ItemID: item, Field: f.name, Redis: f.rv, Postgres: f.pv})
+		}
+	}
 	return out
 }
 
@@ -258,6 +274,10 @@ func orderDrift(item, id string, ro *redisOrder, po *pgOrder) []Drift {
 	if ro.qty != po.Qty {
 		out = append(out, Drift{Kind: KindOrderQuantity, ItemID: item, OrderID: id, Field: "quantity",
 			Redis: strconv.FormatInt(ro.qty, 10), Postgres: strconv.FormatInt(po.Qty, 10)})
+	}
+	if ro.price != po.Price {
+		out = append(out, Drift{Kind: KindOrderPrice, ItemID: item, OrderID: id, Field: "price_cents",
+			Redis: strconv.FormatInt(ro.price, 10), Postgres: strconv.FormatInt(po.Price, 10)})
 	}
 	return out
 }
@@ -323,7 +343,7 @@ func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, [
 					// reported once, as itself, not again as the sums it is part of.
 					pc.add(pp, -1)
 					if ro != nil {
-						pc.add(&pgOrder{User: ro.user, Qty: ro.qty, Status: ro.status}, 1)
+						pc.add(&pgOrder{User: ro.user, Qty: ro.qty, Price: ro.price, Status: ro.status}, 1)
 					}
 				}
 			}

@@ -5,6 +5,9 @@ import "context"
 // SetAfterStart makes Batch call f after it recorded the run's start (tests stall a runner).
 func SetAfterStart(o *Options, f func(ctx context.Context)) { o.afterStart = f }
 
+// SetBeforeRepair makes Batch call f after it confirmed its drift, before it re-emits.
+func SetBeforeRepair(o *Options, f func(ctx context.Context)) { o.beforeRepair = f }
+
 // SetBeforeBegin makes Restore call f between an item's idle check and its first write.
 func SetBeforeBegin(o *Options, f func(ctx context.Context, item string)) { o.beforeBegin = f }
 

@@ -16,7 +16,7 @@ type Record interface {
 	StartRun(ctx context.Context, job string, n int64, started time.Time) (int64, error)
 	FinishRun(ctx context.Context, job string, id, n int64, status string, drift []byte, errText *string) error
 	ItemIDs(ctx context.Context) ([]string, error)
-	ItemTotal(ctx context.Context, id string) (int64, bool, error)
+	ItemTotal(ctx context.Context, id string) (int64, record.ItemAttrs, bool, error)
 	EachOrder(ctx context.Context, item string, f func(id string, o record.OrderState)) error
 	ItemState(ctx context.Context, item string, ids []string) (record.ItemCounters, map[string]record.OrderState, error)
 	Item(ctx context.Context, id string) (record.ItemRecord, bool, error)
@@ -30,7 +30,11 @@ type pgOrder = record.OrderState
 type pgCounters struct {
 	exists                bool
 	total, reserved, paid int64
+	attrs                 itemAttrs
 }
+
+// itemAttrs are an item's attributes, as either side holds them.
+type itemAttrs = record.ItemAttrs
 
 func (c pgCounters) left() int64 { return c.total - c.reserved - c.paid }
 
@@ -76,7 +80,7 @@ func (r *Reconciler) finishRun(ctx context.Context, id, n int64, rep *Report, ru
 
 func (r *Reconciler) pgItems(ctx context.Context) ([]string, error) { return r.db.ItemIDs(ctx) }
 
-func (r *Reconciler) pgItemTotal(ctx context.Context, id string) (int64, bool, error) {
+func (r *Reconciler) pgItemTotal(ctx context.Context, id string) (int64, itemAttrs, bool, error) {
 	return r.db.ItemTotal(ctx, id)
 }
 
@@ -87,5 +91,5 @@ func (r *Reconciler) pgEachOrder(ctx context.Context, item string, f func(id str
 // pgState reads the item's counters and the given orders in one snapshot.
 func (r *Reconciler) pgState(ctx context.Context, item string, ids []string) (pgCounters, map[string]pgOrder, error) {
 	c, orders, err := r.db.ItemState(ctx, item, ids)
-	return pgCounters{exists: c.Exists, total: c.Total, reserved: c.Reserved, paid: c.Paid}, orders, err
+	return pgCounters{exists: c.Exists, total: c.Total, reserved: c.Reserved, paid: c.Paid, attrs: c.Attrs}, orders, err
 }

@@ -61,6 +61,9 @@ type Options struct {
 
 	// hooks for tests
 	afterStart func(ctx context.Context)
+	// beforeRepair, when set, runs after a batch confirmed its drift and before it re-emits
+	// (tests change an order or stall the runner there).
+	beforeRepair func(ctx context.Context)
 	// beforeBegin, when set, runs between a restore's checks and its first write (tests sell
 	// the item there).
 	beforeBegin func(ctx context.Context, item string)

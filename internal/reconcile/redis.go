@@ -36,6 +36,7 @@ func parseOrder(packed string) (redisOrder, bool) {
 type redisCounters struct {
 	exists                      bool
 	total, left, reserved, paid int64
+	attrs                       itemAttrs
 }
 
 // redisSnap is an atomic read of one item: counters, some orders and the outbox position
@@ -68,7 +69,8 @@ func (r *Reconciler) snapshot(ctx context.Context, item string, ids []string) (r
 	var om *redis.SliceCmd
 	var info *redis.XInfoStreamCmd
 	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		hm = p.HMGet(ctx, k.Hash(), "stock_total", "stock_left", "reserved", "paid")
+		hm = p.HMGet(ctx, k.Hash(), "stock_total", "stock_left", "reserved", "paid",
+			"name", "category", "price_cents", "per_user_limit", "starts_at", "ends_at")
 		if len(ids) > 0 {
 			om = p.HMGet(ctx, k.Orders(), ids...)
 		}
@@ -80,10 +82,13 @@ func (r *Reconciler) snapshot(ctx context.Context, item string, ids []string) (r
 	}
 	var s redisSnap
 	vals := hm.Val()
-	if len(vals) == 4 && vals[0] != nil {
+	if len(vals) == 10 && vals[0] != nil {
 		s.counters.exists = true
 		n := func(v any) int64 { x, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64); return x }
+		str := func(v any) string { x, _ := v.(string); return x }
 		s.counters.total, s.counters.left, s.counters.reserved, s.counters.paid = n(vals[0]), n(vals[1]), n(vals[2]), n(vals[3])
+		s.counters.attrs = itemAttrs{Name: str(vals[4]), Category: str(vals[5]), Price: n(vals[6]),
+			PerUser: n(vals[7]), StartsAtMs: n(vals[8]), EndsAtMs: n(vals[9])}
 	}
 	if om != nil {
 		s.orders = make(map[string]*redisOrder, len(ids))

@@ -16,16 +16,20 @@ const (
 	whyExtraOrder = "Redis has no such order: repair only brings Postgres up to Redis; if Redis lost data, run restore"
 	whyExtraItem  = "Redis has no such item: if Redis lost it, run restore"
 	whyFinal      = "the record already holds a final status; an order's status never moves back or sideways"
-	whyFirst      = "the record keeps the user and quantity of an order's first event; correct it by hand"
+	whyFirst      = "the record keeps the user, quantity and price of an order's first event; correct it by hand"
 	whyCounters   = "Redis's counters disagree with its own orders; that is not fixable from Redis"
 	whyStill      = "still differs after its events were re-emitted and applied"
+	whyChanged    = "the order changed after the drift was confirmed, so it was not re-emitted (its own event is on the way); the next run checks it again"
 )
 
-type reemit struct{ item, mode, order string }
+// reemit is one call of reconcile_reemit.lua; status is the order's status the batch
+// confirmed (the script sends nothing for an order no longer in it).
+type reemit struct{ item, mode, order, status string }
 
 // repair re-emits the events of every drift that events can fix, waits until they are
 // applied, and checks each drift again: what still differs is reported as not fixed.
-func (r *Reconciler) repair(ctx context.Context, drift []Drift) (*Repair, error) {
+// n is the batch's fencing number: a newer batch or restore of an item refuses its re-emits.
+func (r *Reconciler) repair(ctx context.Context, drift []Drift, n int64) (*Repair, error) {
 	rep := &Repair{Fixed: []Drift{}, NotFixed: []NotFixed{}}
 	var plan []reemit
 	planned := map[reemit]bool{}
@@ -39,33 +43,40 @@ func (r *Reconciler) repair(ctx context.Context, drift []Drift) (*Repair, error)
 	for _, d := range drift {
 		switch d.Kind {
 		case KindOrderMissing:
-			add(reemit{d.ItemID, "order", d.OrderID})
+			add(reemit{d.ItemID, "order", d.OrderID, d.Redis})
 		case KindOrderStatus:
 			if d.Postgres == "reserved" {
-				add(reemit{d.ItemID, "final", d.OrderID})
+				add(reemit{d.ItemID, "final", d.OrderID, d.Redis})
 			} else {
 				refused[d.key()] = whyFinal
 			}
-		case KindOrderUser, KindOrderQuantity:
+		case KindOrderUser, KindOrderQuantity, KindOrderPrice:
 			refused[d.key()] = whyFirst
 		case KindOrderExtra:
 			refused[d.key()] = whyExtraOrder
 		case KindItemExtra:
 			refused[d.key()] = whyExtraItem
-		case KindItemMissing:
-			add(reemit{d.ItemID, "item", ""})
+		case KindItemMissing, KindItemAttr:
+			add(reemit{d.ItemID, "item", "", ""})
 		case KindStock:
 			if d.Field == "stock_total" {
-				add(reemit{d.ItemID, "item", ""})
+				add(reemit{d.ItemID, "item", "", ""})
 			}
 			// stock_left, reserved and paid follow the orders: re-checked below.
 		}
 	}
+	changed := map[string]bool{} // order ids
 	for _, a := range plan {
 		k := r.keys.Item(a.item)
-		reply, err := reemitScript.Run(ctx, r.rdb, []string{k.Hash(), k.Orders(), k.Outbox()}, a.item, a.mode, a.order).Slice()
+		reply, err := reemitScript.Run(ctx, r.rdb, []string{k.Hash(), k.Orders(), k.Outbox(), k.RestoreFence()}, a.item, a.mode, a.order, a.status, n).Slice()
 		if err != nil {
 			return rep, fmt.Errorf("reconcile: re-emit %s %s: %w", a.item, a.order, err)
+		}
+		if len(reply) == 2 && reply[0] == "fenced" {
+			return rep, fmt.Errorf("reconcile: re-emit %s %s: %w (fencing number %d, item's is %v)", a.item, a.order, ErrFenced, n, reply[1])
+		}
+		if len(reply) == 2 && reply[0] == "changed" {
+			changed[a.order] = true
 		}
 		if len(reply) == 2 {
 			if n, ok := reply[1].(int64); ok {
@@ -108,6 +119,8 @@ func (r *Reconciler) repair(ctx context.Context, drift []Drift) (*Repair, error)
 			rep.NotFixed = append(rep.NotFixed, NotFixed{Drift: d, Reason: why})
 		case unsure[d.ItemID] != "":
 			rep.NotFixed = append(rep.NotFixed, NotFixed{Drift: d, Reason: unsure[d.ItemID]})
+		case left[d.key()] && changed[d.OrderID]:
+			rep.NotFixed = append(rep.NotFixed, NotFixed{Drift: d, Reason: whyChanged})
 		case left[d.key()] && d.Kind == KindStock && d.Field != "stock_total":
 			rep.NotFixed = append(rep.NotFixed, NotFixed{Drift: d, Reason: whyCounters})
 		case left[d.key()]:

@@ -12,12 +12,14 @@ import (
 const (
 	KindItemMissing   = "item_missing_in_postgres"
 	KindItemExtra     = "item_missing_in_redis"
-	KindStock         = "stock_counter" // Field: stock_total | stock_left | reserved | paid
+	KindStock         = "stock_counter"  // Field: stock_total | stock_left | reserved | paid
+	KindItemAttr      = "item_attribute" // Field: name | category | price_cents | per_user_limit | starts_at | ends_at (unix ms, 0 = none)
 	KindOrderMissing  = "order_missing_in_postgres"
 	KindOrderExtra    = "order_missing_in_redis"
 	KindOrderStatus   = "order_status"
 	KindOrderUser     = "order_user"
 	KindOrderQuantity = "order_quantity"
+	KindOrderPrice    = "order_price"
 )
 
 // Drift is one confirmed disagreement: it held after every event that was in flight when it was

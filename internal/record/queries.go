@@ -41,13 +41,32 @@ func (q *Queries) Close() { q.db.Close() }
 type OrderState struct {
 	User   string
 	Qty    int64
+	Price  int64 // price_cents
 	Status string
 }
 
-// ItemCounters are an item's stock figures derived from the record.
+// ItemCounters are an item's stock figures derived from the record, with its attributes.
 type ItemCounters struct {
 	Exists                bool
 	Total, Reserved, Paid int64
+	Attrs                 ItemAttrs
+}
+
+// ItemAttrs are an item's attributes as the item hash in Redis holds them (times in unix ms,
+// 0 = none), for comparisons.
+type ItemAttrs struct {
+	Name, Category       string
+	Price, PerUser       int64
+	StartsAtMs, EndsAtMs int64
+}
+
+// itemAttrsSQL selects an item's stock_total and attributes in ItemAttrs' terms.
+const itemAttrsSQL = `SELECT stock_total, name, category, price_cents, per_user_limit,
+	coalesce((extract(epoch FROM starts_at) * 1000)::bigint, 0),
+	coalesce((extract(epoch FROM ends_at) * 1000)::bigint, 0) FROM items WHERE id = $1`
+
+func scanItemAttrs(row pgx.Row, total *int64, a *ItemAttrs) error {
+	return row.Scan(total, &a.Name, &a.Category, &a.Price, &a.PerUser, &a.StartsAtMs, &a.EndsAtMs)
 }
 
 // fence raises the job's stored fencing number to n inside tx, or returns ErrFenced when a
@@ -125,22 +144,23 @@ func (q *Queries) ItemIDs(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// ItemTotal returns the item's stock_total and whether the record has it.
-func (q *Queries) ItemTotal(ctx context.Context, id string) (int64, bool, error) {
+// ItemTotal returns the item's stock_total and attributes, and whether the record has it.
+func (q *Queries) ItemTotal(ctx context.Context, id string) (int64, ItemAttrs, bool, error) {
 	var total int64
-	err := q.db.QueryRow(ctx, `SELECT stock_total FROM items WHERE id = $1`, id).Scan(&total)
+	var a ItemAttrs
+	err := scanItemAttrs(q.db.QueryRow(ctx, itemAttrsSQL, id), &total, &a)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
+		return 0, a, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("record: item %s: %w", id, err)
+		return 0, a, false, fmt.Errorf("record: item %s: %w", id, err)
 	}
-	return total, true, nil
+	return total, a, true, nil
 }
 
 // EachOrder streams the item's orders to f.
 func (q *Queries) EachOrder(ctx context.Context, item string, f func(id string, o OrderState)) error {
-	rows, err := q.db.Query(ctx, `SELECT id, user_id, quantity, status FROM orders WHERE item_id = $1`, item)
+	rows, err := q.db.Query(ctx, `SELECT id, user_id, quantity, price_cents, status FROM orders WHERE item_id = $1`, item)
 	if err != nil {
 		return fmt.Errorf("record: orders of %s: %w", item, err)
 	}
@@ -148,7 +168,7 @@ func (q *Queries) EachOrder(ctx context.Context, item string, f func(id string, 
 	var id string
 	var o OrderState
 	for rows.Next() {
-		if err := rows.Scan(&id, &o.User, &o.Qty, &o.Status); err != nil {
+		if err := rows.Scan(&id, &o.User, &o.Qty, &o.Price, &o.Status); err != nil {
 			return fmt.Errorf("record: orders of %s: %w", item, err)
 		}
 		f(id, o)
@@ -164,20 +184,21 @@ func (q *Queries) ItemState(ctx context.Context, item string, ids []string) (Ite
 	var c ItemCounters
 	orders := make(map[string]OrderState, len(ids))
 	err := pgx.BeginTxFunc(ctx, q.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var total *int64
-		if err := tx.QueryRow(ctx, `SELECT (SELECT stock_total FROM items WHERE id = $1),
-			coalesce(sum(quantity) FILTER (WHERE status = 'reserved'), 0),
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(quantity) FILTER (WHERE status = 'reserved'), 0),
 			coalesce(sum(quantity) FILTER (WHERE status = 'paid'), 0)
-			FROM orders WHERE item_id = $1`, item).Scan(&total, &c.Reserved, &c.Paid); err != nil {
+			FROM orders WHERE item_id = $1`, item).Scan(&c.Reserved, &c.Paid); err != nil {
 			return err
 		}
-		if total != nil {
-			c.Exists, c.Total = true, *total
+		switch err := scanItemAttrs(tx.QueryRow(ctx, itemAttrsSQL, item), &c.Total, &c.Attrs); {
+		case err == nil:
+			c.Exists = true
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
 		}
 		if len(ids) == 0 {
 			return nil
 		}
-		rows, err := tx.Query(ctx, `SELECT id, user_id, quantity, status FROM orders WHERE id = ANY($1)`, ids)
+		rows, err := tx.Query(ctx, `SELECT id, user_id, quantity, price_cents, status FROM orders WHERE id = ANY($1)`, ids)
 		if err != nil {
 			return err
 		}
@@ -185,7 +206,7 @@ func (q *Queries) ItemState(ctx context.Context, item string, ids []string) (Ite
 		for rows.Next() {
 			var id string
 			var o OrderState
-			if err := rows.Scan(&id, &o.User, &o.Qty, &o.Status); err != nil {
+			if err := rows.Scan(&id, &o.User, &o.Qty, &o.Price, &o.Status); err != nil {
 				return err
 			}
 			orders[id] = o
