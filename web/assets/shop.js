@@ -310,6 +310,7 @@
       await new Promise((resolve) => setTimeout(resolve, 500 * 2 ** attempt));
     }
     if (r.status !== 0 && r.status !== 503) c.pendingKey = null;
+    else refreshOrders(); // the order may exist: show it if it does
     c.inFlight = false;
     if (r.ok) {
       const o = r.data.order;

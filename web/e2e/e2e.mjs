@@ -619,6 +619,36 @@ async function main() {
       assert(t.state === 'sold_out' && t.position === null && t.poll_after_ms === null, `bob's ticket: ${JSON.stringify(t)}`);
     });
 
+    // ---- review-web: defects and checks found in review --------------------------------------
+
+    await step('a purchase whose outcome stays unknown (503 every time) says so, and Buy again reuses its key', async () => {
+      const c = card(bob, LOST_ITEM.id);
+      const url = `**/api/items/${LOST_ITEM.id}/purchase`;
+      const keys = [];
+      await bob.route(url, (route) => {
+        keys.push(route.request().headers()['idempotency-key']);
+        return route.fulfill({ status: 503, contentType: 'application/json',
+          body: JSON.stringify({ error: { code: 'unavailable', message: 'a backing service did not answer in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders' } }) });
+      });
+      await c.locator('input[type=number]').fill('1');
+      await c.locator('button[type=submit]').click();
+      const msg = await eventually(async () => {
+        assert(keys.length === 4 && !(await textOf(c.locator('button[type=submit]'))).includes('Buying'), `attempts so far: ${keys.length}`);
+        return textOf(c.locator('.msg'));
+      }, 'the retries end', 20_000);
+      await bob.unroute(url);
+      assert(!/nothing was changed/i.test(msg), `the page claims nothing changed although the outcome is unknown: "${msg}"`);
+      assert(/cannot tell/i.test(msg), `the page should say the outcome is unknown: "${msg}"`);
+      assert(new Set(keys).size === 1 && keys[0], `retries must share one key: ${JSON.stringify(keys)}`);
+      let again = '';
+      const spy = (req) => { if (req.method() === 'POST' && req.url().endsWith(`/api/items/${LOST_ITEM.id}/purchase`)) again = req.headers()['idempotency-key'] || ''; };
+      bob.on('request', spy);
+      await c.locator('button[type=submit]').click();
+      await expectText(c.locator('.msg'), /Reserved 1 ×/, 'purchase message on the second press');
+      bob.off('request', spy);
+      assert(again === keys[0], `the second press sent key ${again}, want ${keys[0]}`);
+    });
+
     await step('no script errors on any page', async () => {
       assert(pageErrors.length === 0, pageErrors.join('; '));
     });
