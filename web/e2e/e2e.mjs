@@ -649,6 +649,60 @@ async function main() {
       assert(again === keys[0], `the second press sent key ${again}, want ${keys[0]}`);
     });
 
+    const W_ITEM = { id: `e2e-drone-${run}`, name: `Drone ${run}`, category: 'drones' };
+    const WLINE = (p) => card(p, W_ITEM.id).locator('.line-status');
+    let erin = null;
+
+    await step('the waiting room backs off and says so when polls fail, then recovers', async () => {
+      const put = await apiJSON('PUT', `/api/admin/items/${W_ITEM.id}`, ADMIN,
+        { name: W_ITEM.name, category: W_ITEM.category, price_cents: 5000, stock: 5, per_user_limit: 1,
+          queue: { admit_per_second: 1, max_active: 1, pass_ttl_seconds: 300 } });
+      assert(put.status === 201, `create: ${put.status}`);
+      // gus holds the only pass, so the shoppers on the page wait behind him.
+      const gus = shopperToken(`gus-${run}`);
+      assert((await apiJSON('POST', `/api/items/${W_ITEM.id}/queue`, gus)).status === 200, 'gus joins');
+      await eventually(async () => {
+        const t = (await apiJSON('GET', `/api/items/${W_ITEM.id}/queue`, gus)).data.ticket;
+        assert(t.state === 'admitted', `gus: ${JSON.stringify(t)}`);
+      }, 'gus admitted', QWAIT);
+      erin = await (await browser.newContext(desktop)).newPage();
+      pages.erin = erin;
+      erin.on('pageerror', (e) => pageErrors.push(`erin: ${e.message}`));
+      await erin.goto(BASE + '/');
+      await erin.fill('#user', `erin-${run}`);
+      await erin.press('#user', 'Enter');
+      await expectText(erin.locator('#who-name'), new RegExp(`erin-${run}`), 'erin signed in');
+      const c = card(erin, W_ITEM.id);
+      await c.locator('button[type=submit]').click();
+      await expectText(WLINE(erin), /^Your place in line: 1\./, "erin's place");
+      const polls = [];
+      const url = `**/api/items/${W_ITEM.id}/queue`;
+      await erin.route(url, (route) => {
+        if (route.request().method() !== 'GET') return route.fallback();
+        polls.push(Date.now());
+        return route.abort('internetdisconnected');
+      });
+      await expectText(c.locator('.msg'), /can't reach the shop.*trying again in 2 s/i, 'first failed poll');
+      await expectText(c.locator('.msg'), /can't reach the shop.*trying again in 4 s/i, 'second failed poll: a longer wait');
+      assert(polls.length === 2, `${polls.length} polls failed, want 2`);
+      await erin.unroute(url);
+      await expectText(c.locator('.msg'), /^$/, 'the note goes once a poll answers', 15_000);
+      await expectText(WLINE(erin), /^Your place in line: 1\./, 'erin still in line');
+    });
+
+    await step('logging out forgets the waiting-room ticket: the next shopper can join the line', async () => {
+      const c = card(erin, W_ITEM.id);
+      await erin.click('#logout');
+      await expectText(c.locator('button[type=submit]'), /^Log in to join the line$/, 'logged-out button');
+      assert(await WLINE(erin).isHidden(), `the last shopper's place still shows: ${await textOf(WLINE(erin)).catch(() => '')}`);
+      await erin.fill('#user', `finn-${run}`);
+      await erin.press('#user', 'Enter');
+      await expectText(erin.locator('#who-name'), new RegExp(`finn-${run}`), 'finn signed in');
+      await expectText(c.locator('button[type=submit]'), /^Join the line$/, "finn's button");
+      await c.locator('button[type=submit]').click();
+      await expectText(WLINE(erin), /^Your place in line: 2\./, "finn's own place, behind erin");
+    });
+
     await step('no script errors on any page', async () => {
       assert(pageErrors.length === 0, pageErrors.join('; '));
     });
