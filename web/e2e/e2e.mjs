@@ -703,6 +703,46 @@ async function main() {
       await expectText(WLINE(erin), /^Your place in line: 2\./, "finn's own place, behind erin");
     });
 
+    await step('an upcoming item turns live at its start without a reload', async () => {
+      const SOON = { id: `e2e-lamp-${run}`, name: `Lamp ${run}` };
+      const starts = new Date(Math.ceil(Date.now() / 1000) * 1000 + 4000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+      const put = await apiJSON('PUT', `/api/admin/items/${SOON.id}`, ADMIN,
+        { name: SOON.name, category: 'lamps', price_cents: 1500, stock: 2, per_user_limit: 1, starts_at: starts });
+      assert(put.status === 201 && put.data.item.status === 'upcoming', `create: ${put.status} ${JSON.stringify(put.data)}`);
+      await alice.evaluate(() => { window.__noReload = 1; });
+      const c = card(alice, SOON.id);
+      await expectText(c.locator('.badge'), /^Live$/, 'live badge', 20_000);
+      await expectText(c.locator('button[type=submit]'), /^Buy$/, 'buy button');
+      assert(!(await c.locator('button[type=submit]').isDisabled()), 'buy is enabled once live');
+      assert(await alice.evaluate(() => window.__noReload) === 1, 'the page was reloaded');
+    });
+
+    await step('item names and categories from the admin are shown as text, never as HTML', async () => {
+      const X = { id: `e2e-xss-${run}`, name: `<img src=x id=pwn-${run}>Mug`, category: `<b id=pwnc-${run}>mugs</b>` };
+      const put = await apiJSON('PUT', `/api/admin/items/${X.id}`, ADMIN,
+        { name: X.name, category: X.category, price_cents: 800, stock: 1, per_user_limit: 1 });
+      assert(put.status === 201, `create: ${put.status}`);
+      await expectText(card(alice, X.id).locator('h3'), /^<img src=x/, 'name as text on the shop');
+      await expectText(admin.locator(`#catalogue tr[data-item="${X.id}"]`), /<img src=x/, 'name as text on the admin page');
+      for (const p of [alice, admin]) {
+        const found = await p.evaluate((r) => !!(document.getElementById('pwn-' + r) || document.getElementById('pwnc-' + r)), run);
+        assert(!found, 'markup from an item name became an element');
+      }
+    });
+
+    await step('admin: a negative restock withdraws units, and one below zero is refused with a reason', async () => {
+      const row = admin.locator(`#catalogue tr[data-item="${LIVE_ITEM.id}"]`);
+      const before = (await apiJSON('GET', `/api/items/${LIVE_ITEM.id}`)).data.item;
+      await row.locator('input[type=number]').fill('-1');
+      await row.locator('button:has-text("Restock")').click();
+      await expectText(admin.locator('#stock-msg'), new RegExp(`withdrew 1; now ${before.stock_left - 1} left`), 'withdraw message');
+      await row.locator('input[type=number]').fill('-100000');
+      await row.locator('button:has-text("Restock")').click();
+      await expectText(admin.locator('#stock-msg'), /Stock cannot go below zero/, 'below-zero message');
+      const after = (await apiJSON('GET', `/api/items/${LIVE_ITEM.id}`)).data.item;
+      assert(after.stock_left === before.stock_left - 1, `stock_left ${after.stock_left}, want ${before.stock_left - 1}`);
+    });
+
     await step('no script errors on any page', async () => {
       assert(pageErrors.length === 0, pageErrors.join('; '));
     });
