@@ -298,6 +298,7 @@
       c.pendingKey = newKey();
       c.pendingQty = qty;
     }
+    const hadFocus = document.activeElement === c.button;
     c.inFlight = true;
     updateButton(c);
     say(c.msg, '');
@@ -328,6 +329,18 @@
       handleAuth(r);
     }
     updateButton(c);
+    keepFocus(c, hadFocus);
+  }
+
+  // keepFocus gives the keyboard focus back after an action: a focused button that is
+  // disabled while it works drops the focus to the page's body, and a keyboard or screen
+  // reader user would start again from the top. It goes back to the button, or to the
+  // quantity when the button stays disabled (in line, rate limited).
+  function keepFocus(c, hadFocus) {
+    if (!hadFocus || !c.root.isConnected) return;
+    const a = document.activeElement;
+    if (a && a !== document.body) return; // something else took it on purpose (a new login)
+    (c.button.disabled ? c.qty : c.button).focus();
   }
 
   // ---- waiting room ------------------------------------------------------------------------
@@ -338,6 +351,7 @@
       $('user').focus();
       return;
     }
+    const hadFocus = document.activeElement === c.button;
     c.inFlight = true;
     updateButton(c);
     const r = await api('POST', `/api/items/${encodeURIComponent(c.id)}/queue`, { token: state.token });
@@ -348,6 +362,7 @@
       handleAuth(r);
     }
     updateButton(c);
+    keepFocus(c, hadFocus);
   }
 
   // pollLine asks for the ticket, sending its token so the api answers from memory. Only the

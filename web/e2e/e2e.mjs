@@ -743,6 +743,24 @@ async function main() {
       assert(after.stock_left === before.stock_left - 1, `stock_left ${after.stock_left}, want ${before.stock_left - 1}`);
     });
 
+    await step('a keyboard shopper keeps the focus on the card after pressing Buy', async () => {
+      const K = { id: `e2e-pen-${run}`, name: `Pen ${run}` };
+      const put = await apiJSON('PUT', `/api/admin/items/${K.id}`, ADMIN,
+        { name: K.name, category: 'pens', price_cents: 300, stock: 5, per_user_limit: 2 });
+      assert(put.status === 201, `create: ${put.status}`);
+      const c = card(alice, K.id);
+      await expectText(c.locator('.stock-text'), /^5 of 5 left$/, 'pen card');
+      await c.locator('button[type=submit]').focus();
+      await alice.keyboard.press('Enter');
+      await expectText(c.locator('.msg'), /Reserved 1 ×/, 'purchase message');
+      await expectText(c.locator('button[type=submit]'), /^Buy$/, 'button back');
+      const where = await alice.evaluate((id) => {
+        const a = document.activeElement;
+        return a && a.closest(`article.card[data-item="${id}"]`) ? a.tagName + ' ' + a.textContent : 'outside the card: ' + (a && a.tagName);
+      }, K.id);
+      assert(/^BUTTON Buy$/.test(where), `focus after the purchase: ${where}`);
+    });
+
     await step('no script errors on any page', async () => {
       assert(pageErrors.length === 0, pageErrors.join('; '));
     });
