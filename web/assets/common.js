@@ -102,6 +102,12 @@ window.flashsale = (() => {
         return `Too many requests. Please wait ${r.retryAfter || 1} s and try again.`;
       case 'unavailable':
         if (/not built yet/i.test(e.message || '')) return 'This part of the shop is not available yet.';
+        // The contract's second 503: the change may have been made. Saying "nothing was
+        // changed" here would be false; the same key makes trying again safe.
+        if (/outcome is unknown/i.test(e.message || '')) {
+          if (ctx.what === 'purchase') return 'The shop did not answer in time, so we cannot tell whether your purchase went through. Check My orders, or press Buy again: it will not buy twice.';
+          return 'The shop did not answer in time, so we cannot tell whether that went through. Check My orders before trying again.';
+        }
         return 'The shop is very busy right now and nothing was changed. Please try again.';
       default:
         return (e.message || 'Something went wrong') + (r.status ? ` (HTTP ${r.status})` : '') + '.';
@@ -111,7 +117,7 @@ window.flashsale = (() => {
   // Every code of the contract, so tests can check that describe has a sentence for each.
   const codes = ['invalid_request', 'unauthorized', 'forbidden', 'not_found', 'sold_out',
     'limit_exceeded', 'sale_not_started', 'sale_ended', 'invalid_state', 'order_expired',
-    'not_a_buyer', 'too_large', 'rate_limited', 'unavailable', 'network'];
+    'not_a_buyer', 'too_large', 'rate_limited', 'queue_required', 'no_queue', 'unavailable', 'network'];
 
   const currency = document.documentElement.dataset.currency || 'USD';
   const moneyFmt = new Intl.NumberFormat(undefined, { style: 'currency', currency });

@@ -78,6 +78,9 @@
     state.user = null;
     sessionStorage.removeItem('flashsale.token');
     sessionStorage.removeItem('flashsale.user');
+    // A waiting-room ticket and its pass are this shopper's: the next one to log in here
+    // must not inherit them (the api refuses them to anyone else, and the card would be stuck).
+    for (const c of state.cards.values()) if (c.ticket || c.pollFailures) forgetTicket(c);
     showLogin();
     if (message) say($('notice'), message, 'warn');
     $('user').focus();
@@ -113,6 +116,8 @@
     c.line = el('p', { class: 'line-status', role: 'status', 'aria-live': 'polite', hidden: true });
     c.ticket = null;
     c.pollTimer = 0;
+    c.pollSeq = 0; // the newest poll; an older one's answer is dropped
+    c.pollFailures = 0;
     c.form = el('form', { class: 'buy', 'aria-label': 'Buy' },
       el('label', { for: 'qty-' + id }, 'Quantity', c.qty), c.limit, c.button);
     c.form.addEventListener('submit', (ev) => {
@@ -293,6 +298,7 @@
       c.pendingKey = newKey();
       c.pendingQty = qty;
     }
+    const hadFocus = document.activeElement === c.button;
     c.inFlight = true;
     updateButton(c);
     say(c.msg, '');
@@ -310,6 +316,7 @@
       await new Promise((resolve) => setTimeout(resolve, 500 * 2 ** attempt));
     }
     if (r.status !== 0 && r.status !== 503) c.pendingKey = null;
+    else refreshOrders(); // the order may exist: show it if it does
     c.inFlight = false;
     if (r.ok) {
       const o = r.data.order;
@@ -322,6 +329,18 @@
       handleAuth(r);
     }
     updateButton(c);
+    keepFocus(c, hadFocus);
+  }
+
+  // keepFocus gives the keyboard focus back after an action: a focused button that is
+  // disabled while it works drops the focus to the page's body, and a keyboard or screen
+  // reader user would start again from the top. It goes back to the button, or to the
+  // quantity when the button stays disabled (in line, rate limited).
+  function keepFocus(c, hadFocus) {
+    if (!hadFocus || !c.root.isConnected) return;
+    const a = document.activeElement;
+    if (a && a !== document.body) return; // something else took it on purpose (a new login)
+    (c.button.disabled ? c.qty : c.button).focus();
   }
 
   // ---- waiting room ------------------------------------------------------------------------
@@ -332,27 +351,63 @@
       $('user').focus();
       return;
     }
+    const hadFocus = document.activeElement === c.button;
     c.inFlight = true;
     updateButton(c);
     const r = await api('POST', `/api/items/${encodeURIComponent(c.id)}/queue`, { token: state.token });
     c.inFlight = false;
-    if (r.ok) showTicket(c, r.data.ticket);
+    if (r.ok) { c.pollSeq++; showTicket(c, r.data.ticket); }
     else {
       say(c.msg, describe(r, { item: state.items.get(c.id), what: 'join' }), 'bad');
       handleAuth(r);
     }
     updateButton(c);
+    keepFocus(c, hadFocus);
   }
 
-  // pollLine asks for the ticket, sending its token so the api answers from memory.
+  // pollLine asks for the ticket, sending its token so the api answers from memory. Only the
+  // newest poll's answer counts (a join, a purchase or a logout starts afresh). A failed poll
+  // is tried again after a wait that doubles each time (2 s up to 30 s), and the shopper is
+  // told, so a crowd in line does not hammer a shop that is struggling.
   async function pollLine(c) {
     clearTimeout(c.pollTimer);
     if (!state.token || !c.ticket) return;
+    const seq = ++c.pollSeq;
     const r = await api('GET', `/api/items/${encodeURIComponent(c.id)}/queue`, {
       token: state.token, headers: { 'Queue-Ticket': c.ticket.token },
     });
-    if (r.ok) showTicket(c, r.data.ticket);
-    else c.pollTimer = setTimeout(() => pollLine(c), 3000);
+    if (seq !== c.pollSeq || !c.ticket) return;
+    if (r.ok) {
+      if (c.pollFailures) say(c.msg, '');
+      c.pollFailures = 0;
+      showTicket(c, r.data.ticket);
+      return;
+    }
+    if (r.status === 401) { handleAuth(r); return; }
+    if (r.status === 404 || r.status === 409) { // not in this line (any more), or no line at all
+      forgetTicket(c);
+      say(c.msg, r.status === 404 ? 'You are no longer in this line. Join again to get a place.' : describe(r, { what: 'join' }), 'warn');
+      updateButton(c);
+      return;
+    }
+    c.pollFailures = (c.pollFailures || 0) + 1;
+    let wait = Math.min(30000, 2000 * 2 ** (c.pollFailures - 1));
+    if (r.retryAfter) wait = Math.max(wait, r.retryAfter * 1000);
+    say(c.msg, (r.status === 0 ? "Can't reach the shop to check your place in line" : 'The shop is busy')
+      + `; trying again in ${Math.round(wait / 1000)} s. You keep your place.`, 'warn');
+    c.pollTimer = setTimeout(() => pollLine(c), wait);
+  }
+
+  // forgetTicket drops a card's ticket: it was another shopper's, or it is gone.
+  function forgetTicket(c) {
+    clearTimeout(c.pollTimer);
+    c.pollSeq++;
+    if (c.pollFailures) say(c.msg, '');
+    c.pollFailures = 0;
+    c.ticket = null;
+    c.line.hidden = true;
+    c.line.textContent = '';
+    delete c.line.dataset.state;
   }
 
   function showTicket(c, t) {

@@ -619,6 +619,148 @@ async function main() {
       assert(t.state === 'sold_out' && t.position === null && t.poll_after_ms === null, `bob's ticket: ${JSON.stringify(t)}`);
     });
 
+    // ---- review-web: defects and checks found in review --------------------------------------
+
+    await step('a purchase whose outcome stays unknown (503 every time) says so, and Buy again reuses its key', async () => {
+      const c = card(bob, LOST_ITEM.id);
+      const url = `**/api/items/${LOST_ITEM.id}/purchase`;
+      const keys = [];
+      await bob.route(url, (route) => {
+        keys.push(route.request().headers()['idempotency-key']);
+        return route.fulfill({ status: 503, contentType: 'application/json',
+          body: JSON.stringify({ error: { code: 'unavailable', message: 'a backing service did not answer in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders' } }) });
+      });
+      await c.locator('input[type=number]').fill('1');
+      await c.locator('button[type=submit]').click();
+      const msg = await eventually(async () => {
+        assert(keys.length === 4 && !(await textOf(c.locator('button[type=submit]'))).includes('Buying'), `attempts so far: ${keys.length}`);
+        return textOf(c.locator('.msg'));
+      }, 'the retries end', 20_000);
+      await bob.unroute(url);
+      assert(!/nothing was changed/i.test(msg), `the page claims nothing changed although the outcome is unknown: "${msg}"`);
+      assert(/cannot tell/i.test(msg), `the page should say the outcome is unknown: "${msg}"`);
+      assert(new Set(keys).size === 1 && keys[0], `retries must share one key: ${JSON.stringify(keys)}`);
+      let again = '';
+      const spy = (req) => { if (req.method() === 'POST' && req.url().endsWith(`/api/items/${LOST_ITEM.id}/purchase`)) again = req.headers()['idempotency-key'] || ''; };
+      bob.on('request', spy);
+      await c.locator('button[type=submit]').click();
+      await expectText(c.locator('.msg'), /Reserved 1 ×/, 'purchase message on the second press');
+      bob.off('request', spy);
+      assert(again === keys[0], `the second press sent key ${again}, want ${keys[0]}`);
+    });
+
+    const W_ITEM = { id: `e2e-drone-${run}`, name: `Drone ${run}`, category: 'drones' };
+    const WLINE = (p) => card(p, W_ITEM.id).locator('.line-status');
+    let erin = null;
+
+    await step('the waiting room backs off and says so when polls fail, then recovers', async () => {
+      const put = await apiJSON('PUT', `/api/admin/items/${W_ITEM.id}`, ADMIN,
+        { name: W_ITEM.name, category: W_ITEM.category, price_cents: 5000, stock: 5, per_user_limit: 1,
+          queue: { admit_per_second: 1, max_active: 1, pass_ttl_seconds: 300 } });
+      assert(put.status === 201, `create: ${put.status}`);
+      // gus holds the only pass, so the shoppers on the page wait behind him.
+      const gus = shopperToken(`gus-${run}`);
+      assert((await apiJSON('POST', `/api/items/${W_ITEM.id}/queue`, gus)).status === 200, 'gus joins');
+      await eventually(async () => {
+        const t = (await apiJSON('GET', `/api/items/${W_ITEM.id}/queue`, gus)).data.ticket;
+        assert(t.state === 'admitted', `gus: ${JSON.stringify(t)}`);
+      }, 'gus admitted', QWAIT);
+      erin = await (await browser.newContext(desktop)).newPage();
+      pages.erin = erin;
+      erin.on('pageerror', (e) => pageErrors.push(`erin: ${e.message}`));
+      await erin.goto(BASE + '/');
+      await erin.fill('#user', `erin-${run}`);
+      await erin.press('#user', 'Enter');
+      await expectText(erin.locator('#who-name'), new RegExp(`erin-${run}`), 'erin signed in');
+      const c = card(erin, W_ITEM.id);
+      await c.locator('button[type=submit]').click();
+      await expectText(WLINE(erin), /^Your place in line: 1\./, "erin's place");
+      const polls = [];
+      const url = `**/api/items/${W_ITEM.id}/queue`;
+      await erin.route(url, (route) => {
+        if (route.request().method() !== 'GET') return route.fallback();
+        polls.push(Date.now());
+        return route.abort('internetdisconnected');
+      });
+      await expectText(c.locator('.msg'), /can't reach the shop.*trying again in 2 s/i, 'first failed poll');
+      await expectText(c.locator('.msg'), /can't reach the shop.*trying again in 4 s/i, 'second failed poll: a longer wait');
+      assert(polls.length === 2, `${polls.length} polls failed, want 2`);
+      await erin.unroute(url);
+      await expectText(c.locator('.msg'), /^$/, 'the note goes once a poll answers', 15_000);
+      await expectText(WLINE(erin), /^Your place in line: 1\./, 'erin still in line');
+    });
+
+    await step('logging out forgets the waiting-room ticket: the next shopper can join the line', async () => {
+      const c = card(erin, W_ITEM.id);
+      await erin.click('#logout');
+      await expectText(c.locator('button[type=submit]'), /^Log in to join the line$/, 'logged-out button');
+      assert(await WLINE(erin).isHidden(), `the last shopper's place still shows: ${await textOf(WLINE(erin)).catch(() => '')}`);
+      await erin.fill('#user', `finn-${run}`);
+      await erin.press('#user', 'Enter');
+      await expectText(erin.locator('#who-name'), new RegExp(`finn-${run}`), 'finn signed in');
+      await expectText(c.locator('button[type=submit]'), /^Join the line$/, "finn's button");
+      await c.locator('button[type=submit]').click();
+      await expectText(WLINE(erin), /^Your place in line: 2\./, "finn's own place, behind erin");
+    });
+
+    await step('an upcoming item turns live at its start without a reload', async () => {
+      const SOON = { id: `e2e-lamp-${run}`, name: `Lamp ${run}` };
+      const starts = new Date(Math.ceil(Date.now() / 1000) * 1000 + 4000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+      const put = await apiJSON('PUT', `/api/admin/items/${SOON.id}`, ADMIN,
+        { name: SOON.name, category: 'lamps', price_cents: 1500, stock: 2, per_user_limit: 1, starts_at: starts });
+      assert(put.status === 201 && put.data.item.status === 'upcoming', `create: ${put.status} ${JSON.stringify(put.data)}`);
+      await alice.evaluate(() => { window.__noReload = 1; });
+      const c = card(alice, SOON.id);
+      await expectText(c.locator('.badge'), /^Live$/, 'live badge', 20_000);
+      await expectText(c.locator('button[type=submit]'), /^Buy$/, 'buy button');
+      assert(!(await c.locator('button[type=submit]').isDisabled()), 'buy is enabled once live');
+      assert(await alice.evaluate(() => window.__noReload) === 1, 'the page was reloaded');
+    });
+
+    await step('item names and categories from the admin are shown as text, never as HTML', async () => {
+      const X = { id: `e2e-xss-${run}`, name: `<img src=x id=pwn-${run}>Mug`, category: `<b id=pwnc-${run}>mugs</b>` };
+      const put = await apiJSON('PUT', `/api/admin/items/${X.id}`, ADMIN,
+        { name: X.name, category: X.category, price_cents: 800, stock: 1, per_user_limit: 1 });
+      assert(put.status === 201, `create: ${put.status}`);
+      await expectText(card(alice, X.id).locator('h3'), /^<img src=x/, 'name as text on the shop');
+      await expectText(admin.locator(`#catalogue tr[data-item="${X.id}"]`), /<img src=x/, 'name as text on the admin page');
+      for (const p of [alice, admin]) {
+        const found = await p.evaluate((r) => !!(document.getElementById('pwn-' + r) || document.getElementById('pwnc-' + r)), run);
+        assert(!found, 'markup from an item name became an element');
+      }
+    });
+
+    await step('admin: a negative restock withdraws units, and one below zero is refused with a reason', async () => {
+      const row = admin.locator(`#catalogue tr[data-item="${LIVE_ITEM.id}"]`);
+      const before = (await apiJSON('GET', `/api/items/${LIVE_ITEM.id}`)).data.item;
+      await row.locator('input[type=number]').fill('-1');
+      await row.locator('button:has-text("Restock")').click();
+      await expectText(admin.locator('#stock-msg'), new RegExp(`withdrew 1; now ${before.stock_left - 1} left`), 'withdraw message');
+      await row.locator('input[type=number]').fill('-100000');
+      await row.locator('button:has-text("Restock")').click();
+      await expectText(admin.locator('#stock-msg'), /Stock cannot go below zero/, 'below-zero message');
+      const after = (await apiJSON('GET', `/api/items/${LIVE_ITEM.id}`)).data.item;
+      assert(after.stock_left === before.stock_left - 1, `stock_left ${after.stock_left}, want ${before.stock_left - 1}`);
+    });
+
+    await step('a keyboard shopper keeps the focus on the card after pressing Buy', async () => {
+      const K = { id: `e2e-pen-${run}`, name: `Pen ${run}` };
+      const put = await apiJSON('PUT', `/api/admin/items/${K.id}`, ADMIN,
+        { name: K.name, category: 'pens', price_cents: 300, stock: 5, per_user_limit: 2 });
+      assert(put.status === 201, `create: ${put.status}`);
+      const c = card(alice, K.id);
+      await expectText(c.locator('.stock-text'), /^5 of 5 left$/, 'pen card');
+      await c.locator('button[type=submit]').focus();
+      await alice.keyboard.press('Enter');
+      await expectText(c.locator('.msg'), /Reserved 1 ×/, 'purchase message');
+      await expectText(c.locator('button[type=submit]'), /^Buy$/, 'button back');
+      const where = await alice.evaluate((id) => {
+        const a = document.activeElement;
+        return a && a.closest(`article.card[data-item="${id}"]`) ? a.tagName + ' ' + a.textContent : 'outside the card: ' + (a && a.tagName);
+      }, K.id);
+      assert(/^BUTTON Buy$/.test(where), `focus after the purchase: ${where}`);
+    });
+
     await step('no script errors on any page', async () => {
       assert(pageErrors.length === 0, pageErrors.join('; '));
     });
