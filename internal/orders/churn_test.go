@@ -120,22 +120,7 @@ func TestAllowanceAndReplaysUnderChurn(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, it := range items {
-		for {
-			n, err := e.rdb.HGet(ctx, e.keys.Item(it).Hash(), "reserved").Int64()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d units still reserved", it, n)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	e.waitNoneReserved(ctx, items)
 	stop()
 	xwg.Wait()
 	close(watchDone)

@@ -195,22 +195,7 @@ func TestLifecycleRace(t *testing.T) {
 	wg.Wait()
 
 	// Every reservation left must expire with no further request.
-	deadline := time.Now().Add(30 * time.Second)
-	for _, it := range items {
-		for {
-			n, err := e.rdb.HGet(ctx, e.keys.Item(it).Hash(), "reserved").Int64()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d units still reserved", it, n)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	e.waitNoneReserved(ctx, items)
 	stopExpirers()
 	xwg.Wait()
 	close(stopWatch)

@@ -225,3 +225,25 @@ func sameMap(t testing.TB, what string, got, want map[string]int64) {
 }
 
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
+
+// waitNoneReserved waits until no unit of items is reserved: every reservation left has
+// expired with no further request (the expirers are running).
+func (e *env) waitNoneReserved(ctx context.Context, items []string) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, it := range items {
+		for {
+			n, err := e.rdb.HGet(ctx, e.keys.Item(it).Hash(), "reserved").Int64()
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				e.t.Fatalf("%s: %d units still reserved", it, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
