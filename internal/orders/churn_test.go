@@ -36,32 +36,19 @@ func TestAllowanceAndReplaysUnderChurn(t *testing.T) {
 		xwg.Add(1)
 		go func() { defer xwg.Done(); x.Run(xctx) }()
 	}
-	watchDone := make(chan struct{})
-	var watch sync.WaitGroup
-	watch.Add(1)
-	go func() {
-		defer watch.Done()
-		for {
-			select {
-			case <-watchDone:
-				return
-			default:
-			}
-			for _, it := range items {
-				held, err := e.rdb.HGetAll(ctx, e.keys.Item(it).Held()).Result()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				for u, v := range held {
-					if n, _ := strconv.Atoi(v); n > limit || n <= 0 {
-						t.Errorf("%s: %s holds %d (limit %d)", it, u, n, limit)
-					}
-				}
-			}
-			time.Sleep(time.Millisecond)
+	stopWatch := watchItems(items, func(it string) bool {
+		held, err := e.rdb.HGetAll(ctx, e.keys.Item(it).Held()).Result()
+		if err != nil {
+			t.Error(err)
+			return false
 		}
-	}()
+		for u, v := range held {
+			if n, _ := strconv.Atoi(v); n > limit || n <= 0 {
+				t.Errorf("%s: %s holds %d (limit %d)", it, u, n, limit)
+			}
+		}
+		return true
+	})
 
 	type keyOf struct{ user, item, key string }
 	var mu sync.Mutex
@@ -123,8 +110,7 @@ func TestAllowanceAndReplaysUnderChurn(t *testing.T) {
 	e.waitNoneReserved(ctx, items)
 	stop()
 	xwg.Wait()
-	close(watchDone)
-	watch.Wait()
+	stopWatch()
 
 	total := 0
 	for _, it := range items {

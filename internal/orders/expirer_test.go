@@ -86,34 +86,21 @@ func TestLifecycleRace(t *testing.T) {
 	}
 
 	// Counters are consistent at every instant, not just at the end.
-	stopWatch := make(chan struct{})
-	var watch sync.WaitGroup
-	watch.Add(1)
-	go func() {
-		defer watch.Done()
-		for {
-			select {
-			case <-stopWatch:
-				return
-			default:
-			}
-			for _, it := range items {
-				v, err := e.rdb.HMGet(ctx, e.keys.Item(it).Hash(), "stock_total", "stock_left", "reserved", "paid").Result()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				n := make([]int64, 4)
-				for i := range v {
-					n[i], _ = strconv.ParseInt(v[i].(string), 10, 64)
-				}
-				if n[1]+n[2]+n[3] != n[0] || n[1] < 0 || n[2] < 0 {
-					t.Errorf("%s mid-race: left %d + reserved %d + paid %d != total %d", it, n[1], n[2], n[3], n[0])
-				}
-			}
-			time.Sleep(time.Millisecond)
+	stopWatch := watchItems(items, func(it string) bool {
+		v, err := e.rdb.HMGet(ctx, e.keys.Item(it).Hash(), "stock_total", "stock_left", "reserved", "paid").Result()
+		if err != nil {
+			t.Error(err)
+			return false
 		}
-	}()
+		n := make([]int64, 4)
+		for i := range v {
+			n[i], _ = strconv.ParseInt(v[i].(string), 10, 64)
+		}
+		if n[1]+n[2]+n[3] != n[0] || n[1] < 0 || n[2] < 0 {
+			t.Errorf("%s mid-race: left %d + reserved %d + paid %d != total %d", it, n[1], n[2], n[3], n[0])
+		}
+		return true
+	})
 
 	xctx, stopExpirers := context.WithCancel(ctx)
 	var expirers []*orders.Expirer
@@ -198,8 +185,7 @@ func TestLifecycleRace(t *testing.T) {
 	e.waitNoneReserved(ctx, items)
 	stopExpirers()
 	xwg.Wait()
-	close(stopWatch)
-	watch.Wait()
+	stopWatch()
 
 	var drained int64
 	for _, x := range expirers {

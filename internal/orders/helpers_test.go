@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,4 +247,30 @@ func (e *env) waitNoneReserved(ctx context.Context, items []string) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+}
+
+// watchItems runs check on every item over and over until the returned stop is called (stop
+// waits for the round in progress): for invariants that must hold at every instant of a race,
+// not only at its end. A check that returns false (a Redis error it reported) ends the watch.
+func watchItems(items []string, check func(item string) bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for _, it := range items {
+				if !check(it) {
+					return
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
