@@ -54,11 +54,17 @@ func (r *Reconciler) Batch(ctx context.Context, opt BatchOptions) (*Report, erro
 	return rep, err
 }
 
-// candidate is an item whose first pass saw a difference, with the orders that differed.
+// candidate is an item whose first pass saw a difference: in its counters or attributes
+// (counters), in the orders listed, or in the ratings of the users listed.
 type candidate struct {
-	item   string
-	orders map[string]bool
+	item     string
+	counters bool
+	orders   map[string]bool
+	users    map[string]bool
 }
+
+// checksItem reports whether the candidate compares the item's own keys (counters, orders).
+func (c candidate) checksItem() bool { return c.counters || len(c.orders) > 0 }
 
 func (r *Reconciler) run(ctx context.Context, opt BatchOptions, n int64) (*Report, error) {
 	rep := &Report{Drift: []Drift{}, Unverified: []Unverified{}}
@@ -84,7 +90,10 @@ func (r *Reconciler) run(ctx context.Context, opt BatchOptions, n int64) (*Repor
 	}
 	rep.Candidates = 0
 	for _, c := range cands {
-		rep.Candidates += 1 + len(c.orders)
+		if c.checksItem() {
+			rep.Candidates += 1 + len(c.orders)
+		}
+		rep.Candidates += len(c.users)
 	}
 	drift, unverified, rounds, err := r.confirm(ctx, cands)
 	if err != nil {
@@ -155,7 +164,7 @@ type scanStats struct {
 	backlog      int64
 }
 
-// scanItem compares one item's counters and every order once.
+// scanItem compares one item's counters, every order and every rating once.
 func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, scanStats, error) {
 	var st scanStats
 	snap, err := r.snapshot(ctx, item, nil)
@@ -172,7 +181,7 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 		return nil, st, err
 	}
 	st.rows = len(ro) + 2
-	c := candidate{item: item, orders: map[string]bool{}}
+	c := candidate{item: item, orders: map[string]bool{}, users: map[string]bool{}}
 	pc := pgCounters{exists: inPG, total: total, attrs: attrs}
 	seen := 0
 	err = r.pgEachOrder(ctx, item, func(id string, o pgOrder) {
@@ -202,7 +211,22 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 	for id := range ro {
 		c.orders[id] = true
 	}
-	if len(c.orders) > 0 || len(counterDrift(item, snap.counters, pc)) > 0 {
+	c.counters = len(c.orders) > 0 || len(counterDrift(item, snap.counters, pc)) > 0
+	rr, err := r.scanRatings(ctx, item)
+	if err != nil {
+		return nil, st, err
+	}
+	pr, err := r.pgRatings(ctx, item)
+	if err != nil {
+		return nil, st, err
+	}
+	st.rows += len(rr) + len(pr)
+	for _, u := range union(keysOf(rr), keysOf(pr)) {
+		if rr[u] != pr[u] {
+			c.users[u] = true
+		}
+	}
+	if c.checksItem() || len(c.users) > 0 {
 		return &c, st, nil
 	}
 	return nil, st, nil
@@ -254,6 +278,14 @@ func counterDrift(item string, rc redisCounters, pc pgCounters) []Drift {
 	return out
 }
 
+// ratingDrift compares one user's rating of an item (stars, "" = no rating).
+func ratingDrift(item, user, rs, ps string) []Drift {
+	if rs == ps {
+		return nil
+	}
+	return []Drift{{Kind: KindRating, ItemID: item, UserID: user, Field: "stars", Redis: rs, Postgres: ps}}
+}
+
 // orderDrift compares one order (nil = absent on that side).
 func orderDrift(item, id string, ro *redisOrder, po *pgOrder) []Drift {
 	switch {
@@ -288,12 +320,16 @@ func orderDrift(item, id string, ro *redisOrder, po *pgOrder) []Drift {
 // orders and the outbox position), wait for the pipeline to apply everything up to that
 // position, read Postgres, then read the position again. An unchanged position means Redis
 // is still exactly the snapshot and Postgres cannot be ahead of it, so the comparison is exact.
-// Candidates whose item kept changing go to the next round.
+// Ratings are checked the same way against the ranking outbox, the stream their rating.set
+// events travel on (one for every item: a rating of any item since the snapshot makes the
+// item's ratings wait for the next round). Candidates whose item kept changing go to the next
+// round.
 func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, []Unverified, int, error) {
 	drift := []Drift{}
 	deadline := time.Now().Add(r.opt.SettleTimeout)
 	rounds := 0
 	var lastReason string
+	rank := r.keys.RankOutbox()
 	for len(cands) > 0 && rounds < r.opt.Rounds && time.Now().Before(deadline) {
 		if rounds > 0 {
 			// Busy items: give them a moment to go quiet before the next snapshot.
@@ -303,13 +339,33 @@ func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, [
 		}
 		rounds++
 		snaps := make([]redisSnap, len(cands))
-		pos := make(map[string]events.Position, len(cands))
-		for i, c := range cands {
-			s, err := r.snapshot(ctx, c.item, keysOf(c.orders))
-			if err != nil {
-				return nil, nil, rounds, err
+		rsnaps := make([]ratingSnap, len(cands))
+		pos := make(map[string]events.Position, len(cands)) // by outbox stream: the newest snapshot's
+		later := func(stream string, p events.Position) {
+			if q, ok := pos[stream]; !ok || q.Less(p) {
+				pos[stream] = p
 			}
-			snaps[i], pos[c.item] = s, s.pos
+		}
+		for i, c := range cands {
+			if c.checksItem() {
+				s, err := r.snapshot(ctx, c.item, keysOf(c.orders))
+				if err != nil {
+					return nil, nil, rounds, err
+				}
+				snaps[i] = s
+				later(r.keys.Item(c.item).Outbox(), s.pos)
+			}
+			if len(c.users) > 0 {
+				s, err := r.ratingSnapshot(ctx, c.item, keysOf(c.users))
+				if err != nil {
+					return nil, nil, rounds, err
+				}
+				rsnaps[i] = s
+				later(rank, s.pos)
+			}
+		}
+		if rounds == 1 && r.opt.beforeSettle != nil {
+			r.opt.beforeSettle(ctx)
 		}
 		settled := true
 		if err := r.settle(ctx, pos, deadline); errors.Is(err, errUnsettled) {
@@ -319,40 +375,42 @@ func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, [
 		}
 		var next []candidate
 		for i, c := range cands {
-			pc, po, err := r.pgState(ctx, c.item, keysOf(c.orders))
-			if err != nil {
-				return nil, nil, rounds, err
-			}
-			now, err := r.position(ctx, c.item)
-			if err != nil {
-				return nil, nil, rounds, err
-			}
-			exact := settled && now == snaps[i].pos
-			var found []Drift
-			rest := candidate{item: c.item, orders: map[string]bool{}}
-			for id := range c.orders {
-				var pp *pgOrder
-				if o, ok := po[id]; ok {
-					pp = &o
+			rest := candidate{item: c.item, orders: map[string]bool{}, users: map[string]bool{}}
+			if c.checksItem() {
+				found, differing, exact, err := r.confirmItem(ctx, c, snaps[i], settled)
+				if err != nil {
+					return nil, nil, rounds, err
 				}
-				ro := snaps[i].orders[id]
-				if d := orderDrift(c.item, id, ro, pp); len(d) > 0 {
-					found = append(found, d...)
-					rest.orders[id] = true
-					// Counters are judged as if this order agreed, so an order's drift is
-					// reported once, as itself, not again as the sums it is part of.
-					pc.add(pp, -1)
-					if ro != nil {
-						pc.add(&pgOrder{User: ro.user, Qty: ro.qty, Price: ro.price, Status: ro.status}, 1)
+				switch {
+				case len(found) == 0:
+				case exact:
+					drift = append(drift, found...)
+				default:
+					rest.counters, rest.orders = true, differing
+				}
+			}
+			if len(c.users) > 0 {
+				pr, err := r.pgRatings(ctx, c.item)
+				if err != nil {
+					return nil, nil, rounds, err
+				}
+				now, err := r.streamPosition(ctx, rank)
+				if err != nil {
+					return nil, nil, rounds, err
+				}
+				exact := settled && now == rsnaps[i].pos
+				for u := range c.users {
+					d := ratingDrift(c.item, u, rsnaps[i].stars[u], pr[u])
+					switch {
+					case len(d) == 0:
+					case exact:
+						drift = append(drift, d...)
+					default:
+						rest.users[u] = true
 					}
 				}
 			}
-			found = append(found, counterDrift(c.item, snaps[i].counters, pc)...)
-			switch {
-			case len(found) == 0:
-			case exact:
-				drift = append(drift, found...)
-			default:
+			if rest.checksItem() || len(rest.users) > 0 {
 				next = append(next, rest)
 			}
 		}
@@ -366,7 +424,8 @@ func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, [
 	}
 	var unverified []Unverified
 	for _, c := range cands {
-		unverified = append(unverified, Unverified{ItemID: c.item, Orders: sortedKeys(c.orders), Reason: lastReason})
+		unverified = append(unverified, Unverified{ItemID: c.item, Orders: sortedKeys(c.orders),
+			Users: sortedKeys(c.users), Reason: lastReason})
 	}
 	if len(unverified) > 0 {
 		slog.Warn("reconcile: items not verified", "items", len(unverified), "reason", lastReason)
@@ -378,7 +437,43 @@ func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, [
 	return drift, unverified, rounds, nil
 }
 
-func keysOf(m map[string]bool) []string {
+// confirmItem compares a candidate's counters and orders in Postgres with its Redis snapshot
+// after settling: the differences found, the orders among them, and whether they are exact
+// (settled, and the item's outbox position unchanged since the snapshot).
+func (r *Reconciler) confirmItem(ctx context.Context, c candidate, snap redisSnap, settled bool) ([]Drift, map[string]bool, bool, error) {
+	pc, po, err := r.pgState(ctx, c.item, keysOf(c.orders))
+	if err != nil {
+		return nil, nil, false, err
+	}
+	now, err := r.position(ctx, c.item)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	exact := settled && now == snap.pos
+	var found []Drift
+	differing := map[string]bool{}
+	for id := range c.orders {
+		var pp *pgOrder
+		if o, ok := po[id]; ok {
+			pp = &o
+		}
+		ro := snap.orders[id]
+		if d := orderDrift(c.item, id, ro, pp); len(d) > 0 {
+			found = append(found, d...)
+			differing[id] = true
+			// Counters are judged as if this order agreed, so an order's drift is
+			// reported once, as itself, not again as the sums it is part of.
+			pc.add(pp, -1)
+			if ro != nil {
+				pc.add(&pgOrder{User: ro.user, Qty: ro.qty, Price: ro.price, Status: ro.status}, 1)
+			}
+		}
+	}
+	found = append(found, counterDrift(c.item, snap.counters, pc)...)
+	return found, differing, exact, nil
+}
+
+func keysOf[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

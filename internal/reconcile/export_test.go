@@ -20,3 +20,7 @@ func SetBeforeRatings(o *Options, f func(ctx context.Context, item string)) { o.
 
 // SetAfterRating makes Restore call f after each recorded rating of an item it replayed.
 func SetAfterRating(o *Options, f func(ctx context.Context, item, user string)) { o.afterRating = f }
+
+// SetBeforeSettle makes a batch's first confirmation round call f after its snapshots, before
+// it waits for their events.
+func SetBeforeSettle(o *Options, f func(ctx context.Context)) { o.beforeSettle = f }

@@ -35,6 +35,8 @@ type env struct {
 	inv     *inventory.Store
 	ord     *orders.Store
 	pipe    *reconcile.KafkaPipeline
+	// stopPipeline stops the relay and the consumer startPipeline started (once).
+	stopPipeline func()
 }
 
 func newEnv(t testing.TB) *env {
@@ -65,7 +67,7 @@ func newEnvOn(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space) *env
 	return e
 }
 
-// startPipeline runs a relay and a consumer until the test ends.
+// startPipeline runs a relay and a consumer until the test ends or stopPipeline.
 func (e *env) startPipeline() {
 	gdb, err := record.Open(e.dsn)
 	if err != nil {
@@ -83,14 +85,18 @@ func (e *env) startPipeline() {
 	wg.Add(2)
 	go func() { defer wg.Done(); _ = relay.Run(ctx) }()
 	go func() { defer wg.Done(); _ = cons.Run(ctx) }()
-	e.t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		_ = w.Close()
-		if db, err := gdb.DB(); err == nil {
-			db.Close()
-		}
-	})
+	var once sync.Once
+	e.stopPipeline = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			_ = w.Close()
+			if db, err := gdb.DB(); err == nil {
+				db.Close()
+			}
+		})
+	}
+	e.t.Cleanup(e.stopPipeline)
 }
 
 func (e *env) reconciler(opt reconcile.Options) *reconcile.Reconciler {

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/record"
@@ -92,4 +93,17 @@ func (r *Reconciler) pgEachOrder(ctx context.Context, item string, f func(id str
 func (r *Reconciler) pgState(ctx context.Context, item string, ids []string) (pgCounters, map[string]pgOrder, error) {
 	c, orders, err := r.db.ItemState(ctx, item, ids)
 	return pgCounters{exists: c.Exists, total: c.Total, reserved: c.Reserved, paid: c.Paid, attrs: c.Attrs}, orders, err
+}
+
+// pgRatings reads an item's ratings in the record, user -> stars.
+func (r *Reconciler) pgRatings(ctx context.Context, item string) (map[string]string, error) {
+	rs, err := r.db.Ratings(ctx, item)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(rs))
+	for _, x := range rs {
+		out[x.User] = strconv.Itoa(x.Stars)
+	}
+	return out, nil
 }

@@ -64,6 +64,10 @@ type Options struct {
 	// beforeRepair, when set, runs after a batch confirmed its drift and before it re-emits
 	// (tests change an order or stall the runner there).
 	beforeRepair func(ctx context.Context)
+	// beforeSettle, when set, runs in the first round of each confirmation (a batch's, and its
+	// repair's re-check) after the candidates' snapshots, before waiting for their events
+	// (tests start a stopped pipeline there).
+	beforeSettle func(ctx context.Context)
 	// beforeBegin, when set, runs between a restore's checks and its first write (tests sell
 	// the item there).
 	beforeBegin func(ctx context.Context, item string)

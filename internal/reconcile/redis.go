@@ -109,16 +109,73 @@ func (r *Reconciler) snapshot(ctx context.Context, item string, ids []string) (r
 	return s, nil
 }
 
-// position returns the item's outbox position now.
-func (r *Reconciler) position(ctx context.Context, item string) (events.Position, error) {
-	info, err := r.rdb.XInfoStream(ctx, r.keys.Item(item).Outbox()).Result()
+// ratingSnap is an atomic read of some of an item's ratings (user -> stars, "" = none) and the
+// ranking outbox position: every rating is set by rate.lua together with its rating.set entry
+// (restore's replay, which writes none, holds the lock a batch needs), so every rating visible
+// here has an event at or before pos.
+type ratingSnap struct {
+	stars map[string]string
+	pos   events.Position
+}
+
+// ratingSnapshot reads the given users' ratings of an item and the ranking outbox position in
+// one MULTI (all in the ranking slot).
+func (r *Reconciler) ratingSnapshot(ctx context.Context, item string, users []string) (ratingSnap, error) {
+	var hm *redis.SliceCmd
+	var info *redis.XInfoStreamCmd
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		hm = p.HMGet(ctx, r.keys.ItemRatings(item), users...)
+		info = p.XInfoStream(ctx, r.keys.RankOutbox())
+		return nil
+	})
+	if err != nil && !isNoSuchKey(err) {
+		return ratingSnap{}, fmt.Errorf("reconcile: redis ratings of %s: %w", item, err)
+	}
+	s := ratingSnap{stars: make(map[string]string, len(users))}
+	for i, v := range hm.Val() {
+		str, _ := v.(string)
+		s.stars[users[i]] = str
+	}
+	if info.Err() == nil {
+		s.pos = parsePos(info.Val().LastGeneratedID)
+	}
+	return s, nil
+}
+
+// scanRatings reads every rating of the item (HSCAN), user -> stars.
+func (r *Reconciler) scanRatings(ctx context.Context, item string) (map[string]string, error) {
+	out := map[string]string{}
+	key := r.keys.ItemRatings(item)
+	var cursor uint64
+	for {
+		kv, next, err := r.rdb.HScan(ctx, key, cursor, "", 5000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: ratings of %s: %w", item, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+// streamPosition returns an outbox stream's position now (the id of its newest event ever).
+func (r *Reconciler) streamPosition(ctx context.Context, stream string) (events.Position, error) {
+	info, err := r.rdb.XInfoStream(ctx, stream).Result()
 	if isNoSuchKey(err) {
 		return zeroPos, nil
 	}
 	if err != nil {
-		return zeroPos, fmt.Errorf("reconcile: outbox of %s: %w", item, err)
+		return zeroPos, fmt.Errorf("reconcile: outbox %s: %w", stream, err)
 	}
 	return parsePos(info.LastGeneratedID), nil
+}
+
+// position returns the item's outbox position now.
+func (r *Reconciler) position(ctx context.Context, item string) (events.Position, error) {
+	return r.streamPosition(ctx, r.keys.Item(item).Outbox())
 }
 
 // scanOrders reads every order of the item (HSCAN, so a big item never blocks Redis).
@@ -156,30 +213,31 @@ func (r *Reconciler) catalog(ctx context.Context) ([]string, error) {
 // errUnsettled means events were still in flight when the settle time ran out.
 var errUnsettled = errors.New("events still in flight")
 
-// settle waits until every event up to each item's position has been applied to Postgres:
+// settle waits until every event up to each outbox stream's position (by stream key) has been
+// applied to Postgres:
 // first until the relay has published them (it removes an entry from the stream only after
 // Kafka acknowledged it: outbox_ack.lua), then until the consumer group has committed past the
 // topic's end as it was at that moment (it commits only after its transaction).
 func (r *Reconciler) settle(ctx context.Context, pos map[string]events.Position, deadline time.Time) error {
 	pending := make([]string, 0, len(pos))
-	for item, p := range pos {
+	for stream, p := range pos {
 		if p != zeroPos {
-			pending = append(pending, item)
+			pending = append(pending, stream)
 		}
 	}
 	for len(pending) > 0 {
 		pipe := r.rdb.Pipeline()
 		cmds := make([]*redis.XMessageSliceCmd, len(pending))
-		for i, item := range pending {
-			cmds[i] = pipe.XRangeN(ctx, r.keys.Item(item).Outbox(), "-", fmtPos(pos[item]), 1)
+		for i, stream := range pending {
+			cmds[i] = pipe.XRangeN(ctx, stream, "-", fmtPos(pos[stream]), 1)
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("reconcile: outbox: %w", err)
 		}
 		still := pending[:0]
-		for i, item := range pending {
+		for i, stream := range pending {
 			if len(cmds[i].Val()) > 0 {
-				still = append(still, item)
+				still = append(still, stream)
 			}
 		}
 		pending = still
@@ -187,7 +245,7 @@ func (r *Reconciler) settle(ctx context.Context, pos map[string]events.Position,
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: outbox of %d items not published", errUnsettled, len(pending))
+			return fmt.Errorf("%w: %d outbox streams not published", errUnsettled, len(pending))
 		}
 		if err := pause(ctx, 20*time.Millisecond); err != nil {
 			return err

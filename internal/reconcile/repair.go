@@ -19,6 +19,7 @@ const (
 	whyFirst      = "the record keeps the user, quantity and price of an order's first event; correct it by hand"
 	whyCounters   = "Redis's counters disagree with its own orders; that is not fixable from Redis"
 	whyStill      = "still differs after its events were re-emitted and applied"
+	whyRating     = "ratings are reported, not repaired: the shopper's next rating corrects the record, or correct it by hand"
 	whyChanged    = "the order changed after the drift was confirmed, so it was not re-emitted (its own event is on the way); the next run checks it again"
 )
 
@@ -56,6 +57,8 @@ func (r *Reconciler) repair(ctx context.Context, drift []Drift, n int64) (*Repai
 			refused[d.key()] = whyExtraOrder
 		case KindItemExtra:
 			refused[d.key()] = whyExtraItem
+		case KindRating:
+			refused[d.key()] = whyRating
 		case KindItemMissing, KindItemAttr:
 			add(reemit{d.ItemID, "item", "", ""})
 		case KindStock:
@@ -85,12 +88,16 @@ func (r *Reconciler) repair(ctx context.Context, drift []Drift, n int64) (*Repai
 		}
 	}
 
-	// Check again every item that had drift, with its drifting orders.
+	// Check again every item that had drift, with its drifting orders (ratings were not
+	// repaired: nothing to check again).
 	byItem := map[string]*candidate{}
 	for _, d := range drift {
+		if d.Kind == KindRating {
+			continue
+		}
 		c := byItem[d.ItemID]
 		if c == nil {
-			c = &candidate{item: d.ItemID, orders: map[string]bool{}}
+			c = &candidate{item: d.ItemID, counters: true, orders: map[string]bool{}}
 			byItem[d.ItemID] = c
 		}
 		if d.OrderID != "" {

@@ -20,6 +20,7 @@ const (
 	KindOrderUser     = "order_user"
 	KindOrderQuantity = "order_quantity"
 	KindOrderPrice    = "order_price"
+	KindRating        = "rating" // UserID: the rater; Redis, Postgres: the stars ("" = no rating)
 )
 
 // Drift is one confirmed disagreement: it held after every event that was in flight when it was
@@ -29,12 +30,15 @@ type Drift struct {
 	Kind     string `json:"kind"`
 	ItemID   string `json:"item_id"`
 	OrderID  string `json:"order_id,omitempty"`
+	UserID   string `json:"user_id,omitempty"` // the rater, for rating drift
 	Field    string `json:"field,omitempty"`
 	Redis    string `json:"redis"`
 	Postgres string `json:"postgres"`
 }
 
-func (d Drift) key() string { return d.Kind + "|" + d.ItemID + "|" + d.OrderID + "|" + d.Field }
+func (d Drift) key() string {
+	return d.Kind + "|" + d.ItemID + "|" + d.OrderID + "|" + d.UserID + "|" + d.Field
+}
 
 // Unverified is an item whose check could not finish: its events were still in flight when the
 // settle time ran out (Kafka down, consumer stopped), or it kept changing in every round. It is
@@ -42,6 +46,7 @@ func (d Drift) key() string { return d.Kind + "|" + d.ItemID + "|" + d.OrderID +
 type Unverified struct {
 	ItemID string   `json:"item_id"`
 	Orders []string `json:"orders,omitempty"` // order ids still differing when the run gave up
+	Users  []string `json:"users,omitempty"`  // raters whose ratings still differed
 	Reason string   `json:"reason"`
 }
 
@@ -112,20 +117,20 @@ func (r *Report) WriteTable(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "%d drift:\n", len(r.Drift))
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KIND\tITEM\tORDER\tFIELD\tREDIS\tPOSTGRES")
+		fmt.Fprintln(tw, "KIND\tITEM\tORDER\tUSER\tFIELD\tREDIS\tPOSTGRES")
 		for _, d := range r.Drift {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Kind, d.ItemID, dash(d.OrderID), dash(d.Field), dash(d.Redis), dash(d.Postgres))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Kind, d.ItemID, dash(d.OrderID), dash(d.UserID), dash(d.Field), dash(d.Redis), dash(d.Postgres))
 		}
 		tw.Flush()
 	}
 	for _, u := range r.Unverified {
-		fmt.Fprintf(w, "unverified: item %s (%d orders): %s\n", u.ItemID, len(u.Orders), u.Reason)
+		fmt.Fprintf(w, "unverified: item %s (%d orders, %d ratings): %s\n", u.ItemID, len(u.Orders), len(u.Users), u.Reason)
 	}
 	if r.Repair != nil {
 		fmt.Fprintf(w, "repair: %d events re-emitted, %d fixed, %d not fixed\n",
 			r.Repair.Reemitted, len(r.Repair.Fixed), len(r.Repair.NotFixed))
 		for _, n := range r.Repair.NotFixed {
-			fmt.Fprintf(w, "  not fixed: %s %s %s: %s\n", n.Kind, n.ItemID, strings.TrimSpace(n.OrderID+" "+n.Field), n.Reason)
+			fmt.Fprintf(w, "  not fixed: %s %s %s: %s\n", n.Kind, n.ItemID, strings.TrimSpace(n.OrderID+" "+n.UserID+" "+n.Field), n.Reason)
 		}
 	}
 }
