@@ -18,7 +18,9 @@ import (
 // so the api checks them without a Redis call. Each token names the key that signed it
 // ("<key id>.<payload>.<mac>", base64url): the first key signs, every key verifies, so a new
 // secret can be put first while tokens signed with the old one still verify until it is
-// dropped. A token is bound to its item and user (both in the signed payload).
+// dropped. A token is bound to its item and user, both signed: a pass carries them, a ticket's
+// token does not (every poll names them already, in its path and bearer token), so the MAC
+// covers them without their bytes crossing the wire twice on every poll.
 type Signer struct {
 	keys []signingKey // keys[0] signs
 }
@@ -32,8 +34,8 @@ type signingKey struct {
 // token copies, decodes and hashes in these instead of allocating.
 type macState struct {
 	h       hash.Hash
-	payload [maxPayload]byte // the payload being signed, or decoded from a token
-	tok     [maxToken]byte   // a token being built, or its base64 parts being decoded
+	payload [maxBound + maxPayload]byte // what is signed: what the request binds, then the payload
+	tok     [maxToken]byte              // a token being built, or its base64 parts being decoded
 	sum     [sha256.Size]byte
 }
 
@@ -41,6 +43,7 @@ const (
 	macLen     = 16  // how much of the HMAC-SHA256 a token carries: 128 bits
 	maxToken   = 512 // longer tokens are refused unread
 	maxPayload = 384 // b64.DecodedLen(maxToken)
+	maxBound   = 132 // the longest bound prefix: "t|" item "|" user "|", ids of at most 64 bytes
 )
 
 // NewSigner returns a signer over the given secrets (at least one; the first signs). A key id
@@ -87,21 +90,23 @@ func (st *macState) mac(payload []byte) [macLen]byte {
 // b64 is strict so that a token has one spelling: unused trailing bits must be zero.
 var b64 = base64.RawURLEncoding.Strict()
 
-// seal signs a payload built in st.payload and returns "<key id>.<payload>.<mac>" with the
-// payload and mac in base64url: one allocation, the token string.
-func (k *signingKey) seal(st *macState, payload []byte) string {
-	mac := st.mac(payload)
+// seal signs signed (built in st.payload) and returns "<key id>.<payload>.<mac>" with the
+// payload, signed[bound:], and the mac in base64url: one allocation, the token string. The
+// first bound bytes are signed but not carried; the checker rebuilds them from the request.
+func (k *signingKey) seal(st *macState, signed []byte, bound int) string {
+	mac := st.mac(signed)
 	b := append(st.tok[:0], k.id...)
 	b = append(b, '.')
-	b = b64.AppendEncode(b, payload)
+	b = b64.AppendEncode(b, signed[bound:])
 	b = append(b, '.')
 	b = b64.AppendEncode(b, mac[:])
 	return string(b)
 }
 
-// open checks tok's signature and hands its payload to read, which must not keep it (it is a
-// pooled buffer). It reports whether the signature held and read accepted the payload.
-func (s *Signer) open(tok string, read func(payload []byte) bool) bool {
+// open checks tok's signature over bind's bytes (nil: none) followed by tok's payload, and hands
+// the payload to read, which must not keep it (it is a pooled buffer). It reports whether the
+// signature held and read accepted the payload.
+func (s *Signer) open(tok string, bind func(b []byte) []byte, read func(payload []byte) bool) bool {
 	if len(tok) > maxToken {
 		return false
 	}
@@ -125,22 +130,28 @@ func (s *Signer) open(tok string, read func(payload []byte) bool) bool {
 	}
 	st := k.state.Get().(*macState)
 	defer k.state.Put(st)
+	bound := 0
+	if bind != nil {
+		bound = len(bind(st.payload[:0]))
+		if bound > maxBound {
+			return false
+		}
+	}
 	// Decode from a copy in st.tok: the string's bytes as a []byte would be an allocation.
 	in := st.tok[:copy(st.tok[:], enc)]
-	n, err := b64.Decode(st.payload[:], in)
+	n, err := b64.Decode(st.payload[bound:], in)
 	if err != nil {
 		return false
 	}
-	payload := st.payload[:n]
 	var want [macLen]byte
 	in = st.tok[:copy(st.tok[:], macEnc)]
 	if m, err := b64.Decode(want[:], in); err != nil || m != macLen {
 		return false
 	}
-	if got := st.mac(payload); subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+	if got := st.mac(st.payload[:bound+n]); subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 		return false
 	}
-	return read(payload)
+	return read(st.payload[bound : bound+n])
 }
 
 // field cuts the next '|'-separated field off p.
@@ -166,42 +177,48 @@ func parseInt(b []byte) (int64, bool) {
 // ticketClaims is what a ticket's token says: the ticket of user on item, in state (one of
 // the packed states: w a x s), with its line number (0: not yet numbered) and the number of
 // shoppers admitted ahead when it was issued (so a later answer never shows a larger position).
+// The token carries "state|line|seen"; item and user are signed, not carried (ticketBound).
 type ticketClaims struct {
 	item, user string
 	state      byte
 	line, seen int64
 }
 
+// ticketBound appends the signed part of a ticket's token that the poll itself supplies:
+// "t|item|user|". Ids are [A-Za-z0-9_-] (keyspace.ValidID), so "|" cannot shift a field.
+func ticketBound(b []byte, item, user string) []byte {
+	b = append(b, "t|"...)
+	b = append(b, item...)
+	b = append(b, '|')
+	b = append(b, user...)
+	return append(b, '|')
+}
+
 func (s *Signer) signTicket(c ticketClaims) string {
 	k := &s.keys[0]
 	st := k.state.Get().(*macState)
-	p := append(st.payload[:0], "t|"...)
-	p = append(p, c.item...)
-	p = append(p, '|')
-	p = append(p, c.user...)
-	p = append(p, '|', c.state, '|')
+	p := ticketBound(st.payload[:0], c.item, c.user)
+	bound := len(p)
+	p = append(p, c.state, '|')
 	p = strconv.AppendInt(p, c.line, 10)
 	p = append(p, '|')
 	p = strconv.AppendInt(p, c.seen, 10)
-	tok := k.seal(st, p)
+	tok := k.seal(st, p, bound)
 	k.state.Put(st)
 	return tok
 }
 
-// verifyTicket checks a ticket's token and that it is user's ticket on item (the claims carry
-// the caller's item and user strings, so a check allocates nothing).
+// verifyTicket checks a ticket's token as user's ticket on item (the claims carry the
+// caller's item and user strings, so a check allocates nothing).
 func (s *Signer) verifyTicket(tok, item, user string) (ticketClaims, bool) {
 	c := ticketClaims{item: item, user: user}
-	ok := s.open(tok, func(p []byte) bool {
-		kind, p := field(p)
-		it, p := field(p)
-		us, p := field(p)
+	ok := s.open(tok, func(b []byte) []byte { return ticketBound(b, item, user) }, func(p []byte) bool {
 		state, p := field(p)
 		line, seen := field(p)
 		var ok1, ok2 bool
 		c.line, ok1 = parseInt(line)
 		c.seen, ok2 = parseInt(seen)
-		if !ok1 || !ok2 || string(kind) != "t" || string(it) != item || string(us) != user || len(state) != 1 {
+		if !ok1 || !ok2 || len(state) != 1 {
 			return false
 		}
 		c.state = state[0]
@@ -227,14 +244,14 @@ func (s *Signer) signPass(c passClaims) string {
 	p = append(p, c.id...)
 	p = append(p, '|')
 	p = strconv.AppendInt(p, c.expiresMS, 10)
-	tok := k.seal(st, p)
+	tok := k.seal(st, p, 0)
 	k.state.Put(st)
 	return tok
 }
 
 func (s *Signer) verifyPass(tok string) (passClaims, bool) {
 	var c passClaims
-	ok := s.open(tok, func(p []byte) bool {
+	ok := s.open(tok, nil, func(p []byte) bool {
 		f := strings.Split(string(p), "|")
 		if len(f) != 5 || f[0] != "p" {
 			return false

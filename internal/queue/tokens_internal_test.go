@@ -3,6 +3,7 @@ package queue
 import (
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,6 +36,13 @@ func TestTokensSignAndCheck(t *testing.T) {
 		if _, ok := old.verifyTicket(tok, iu[0], iu[1]); ok {
 			t.Errorf("the token verified for item %s user %s", iu[0], iu[1])
 		}
+	}
+	// Item and user are signed, not carried: a poll names them already.
+	long := ticketClaims{item: strings.Repeat("i", 64), user: strings.Repeat("u", 64), state: 'w', line: 42, seen: 7}
+	if lt := old.signTicket(long); len(lt) != len(tok) {
+		t.Errorf("a ticket's token grows with its ids: %d bytes for 64-byte ids, %d for 2-byte ones", len(lt), len(tok))
+	} else if _, ok := old.verifyTicket(lt, long.item, long.user); !ok {
+		t.Error("the ticket of the longest ids did not verify")
 	}
 	p := passClaims{item: "i1", user: "u1", id: "9", expiresMS: 1700000000000}
 	if got, ok := rotated.verifyPass(old.signPass(p)); !ok || got != p {
