@@ -3,7 +3,9 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/lock"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/record"
 )
 
 // A sale that reached Postgres whole: nothing to report.
@@ -327,8 +330,81 @@ func TestStalledRunnerFenced(t *testing.T) {
 	}
 	var status string
 	_ = e.db.QueryRow(e.ctx, `SELECT status FROM reconciliation_runs WHERE fencing_token < $1`, fresh.FencingToken).Scan(&status)
+	if status != record.RunAbandoned {
+		t.Fatalf("stale run's row: status %q; want abandoned (closed by the fresh run, its own result refused)", status)
+	}
+}
+
+// A runner killed mid-run (no result, no release) leaves its run running; the next run closes
+// it as abandoned when it starts, and the report shows it until that run finishes. A start
+// with an older fencing number cannot close the live run in turn.
+func TestCrashedRunAbandoned(t *testing.T) {
+	e := newEnv(t)
+	crashCtx, crash := context.WithCancel(e.ctx)
+	opt := reconcile.Options{}
+	// The crash: the runner's goroutine ends once its start is recorded, as kill -9 ends its
+	// process: nothing after that point runs.
+	reconcile.SetAfterStart(&opt, func(context.Context) { runtime.Goexit() })
+	crashed := make(chan struct{})
+	go func() {
+		defer close(crashed)
+		_, _ = e.reconciler(opt).Batch(crashCtx, reconcile.BatchOptions{})
+	}()
+	<-crashed
+	crash() // its lock refresh stops with the process
+	key, _ := e.keys.Lock(reconcile.LockName)
+	e.rdb.Del(e.ctx, key) // and the lock's TTL runs out
+	var crashedID, crashedFence int64
+	if err := e.db.QueryRow(e.ctx, `SELECT id, fencing_token FROM reconciliation_runs WHERE status = 'running'`).
+		Scan(&crashedID, &crashedFence); err != nil {
+		t.Fatalf("the crashed run's row: %v", err)
+	}
+
+	started := make(chan struct{})
+	release := make(chan struct{})
+	opt = reconcile.Options{}
+	reconcile.SetAfterStart(&opt, func(context.Context) {
+		close(started)
+		<-release
+	})
+	var rep *reconcile.Report
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rep, err = e.reconciler(opt).Batch(e.ctx, reconcile.BatchOptions{})
+	}()
+	waitStarted(t, started, done, &err)
+	var liveID int64
+	if err := e.db.QueryRow(e.ctx, `SELECT id FROM reconciliation_runs WHERE status = 'running'`).Scan(&liveID); err != nil {
+		t.Fatalf("the live run: %v", err)
+	}
+	var status, errText string
+	var finished bool
+	_ = e.db.QueryRow(e.ctx, `SELECT status, finished_at IS NOT NULL, coalesce(error, '') FROM reconciliation_runs WHERE id = $1`,
+		crashedID).Scan(&status, &finished, &errText)
+	if status != record.RunAbandoned || !finished || !strings.Contains(errText, fmt.Sprintf("superseded by run %d", liveID)) {
+		t.Fatalf("crashed run: status %q finished %v error %q; want abandoned, superseded by run %d", status, finished, errText, liveID)
+	}
+	if l, lerr := e.rec.Latest(e.ctx); lerr != nil || l == nil || l.ID != crashedID || l.Status != record.RunAbandoned {
+		t.Fatalf("latest during the next run: %+v %v; want the abandoned run %d", l, lerr, crashedID)
+	}
+	// A runner that stalled between taking the lock and recording its start, with the older number.
+	if _, serr := e.rec.StartRun(e.ctx, reconcile.LockName, crashedFence, time.Now()); !errors.Is(serr, reconcile.ErrFenced) {
+		t.Fatalf("start with an older fencing number: %v; want ErrFenced", serr)
+	}
+	_ = e.db.QueryRow(e.ctx, `SELECT status FROM reconciliation_runs WHERE id = $1`, liveID).Scan(&status)
 	if status != "running" {
-		t.Fatalf("stale run's row was written: status %q", status)
+		t.Fatalf("live run closed by an older start: status %q", status)
+	}
+
+	close(release)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, lerr := e.rec.Latest(e.ctx); lerr != nil || l == nil || l.ID != rep.RunID || l.Status != "ok" {
+		t.Fatalf("latest after the next run: %+v %v; want run %d ok", l, lerr, rep.RunID)
 	}
 }
 

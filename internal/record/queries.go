@@ -108,12 +108,26 @@ func (q *Queries) MaxFence(ctx context.Context, job string) (int64, error) {
 	return n, nil
 }
 
-// StartRun records a reconciliation run as running, fenced by n.
+// RunAbandoned is the status of a run whose runner stopped before finishing (it crashed, or
+// lost the lock and had its result refused): the next run closes it when it starts.
+const RunAbandoned = "abandoned"
+
+// StartRun records a reconciliation run as running, fenced by n, and closes as abandoned every
+// older run still running: the lock is exclusive and fencing numbers only grow, so a run with
+// a smaller number can no longer finish (its result would be refused), and without this a
+// runner killed mid-run would leave its row running forever.
 func (q *Queries) StartRun(ctx context.Context, job string, n int64, started time.Time) (int64, error) {
 	var id int64
 	err := q.fenced(ctx, job, n, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `INSERT INTO reconciliation_runs (started_at, status, fencing_token)
-			VALUES ($1, 'running', $2) RETURNING id`, started, n).Scan(&id)
+		if err := tx.QueryRow(ctx, `INSERT INTO reconciliation_runs (started_at, status, fencing_token)
+			VALUES ($1, 'running', $2) RETURNING id`, started, n).Scan(&id); err != nil {
+			return err
+		}
+		// fencing_token < n, besides the fence above: a stale runner never closes a newer run.
+		_, err := tx.Exec(ctx, `UPDATE reconciliation_runs SET status = $1, finished_at = now(),
+			error = format('the runner stopped before finishing (crash or lost lock); superseded by run %s', $2::bigint)
+			WHERE status = 'running' AND fencing_token < $3`, RunAbandoned, id, n)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("record: run start: %w", err)
@@ -122,6 +136,7 @@ func (q *Queries) StartRun(ctx context.Context, job string, n int64, started tim
 }
 
 // FinishRun stores a run's status (ok | drift | failed), report and error, fenced by n.
+// (A run closed as abandoned stays so: a newer run started, so n is refused.)
 func (q *Queries) FinishRun(ctx context.Context, job string, id, n int64, status string, drift []byte, errText *string) error {
 	err := q.fenced(ctx, job, n, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE reconciliation_runs SET finished_at = now(), status = $2,
@@ -286,14 +301,16 @@ type LatestRun struct {
 	ID           int64           `json:"id"`
 	StartedAt    time.Time       `json:"started_at"`
 	FinishedAt   time.Time       `json:"finished_at"`
-	Status       string          `json:"status"` // ok | drift | failed
+	Status       string          `json:"status"` // ok | drift | failed | abandoned (RunAbandoned)
 	FencingToken int64           `json:"fencing_token"`
 	Report       json.RawMessage `json:"report"`
 	Error        string          `json:"error,omitempty"`
 }
 
 // Latest returns the newest finished run (by fencing number: a stale runner's late result
-// never hides a newer one), or nil when none has finished yet.
+// never hides a newer one), or nil when none has finished yet. A run in progress is not one;
+// an abandoned run is (its report null, its error saying which run superseded it, finished_at
+// when that run closed it), so a crash never leaves an older run's report looking current.
 func (q *Queries) Latest(ctx context.Context) (*LatestRun, error) {
 	var l LatestRun
 	var fenceN *int64
