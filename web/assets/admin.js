@@ -356,6 +356,10 @@
     const msg = $('recon-msg');
     const out = $('recon-out');
     out.replaceChildren();
+    if (r.ok && r.data && r.data.run === null) {
+      say(msg, 'No reconciliation report yet: no batch run has ended. Run one with the reconciler (see the README), then load again.', 'warn');
+      return;
+    }
     if (r.ok) {
       say(msg, '');
       const rep = r.data;

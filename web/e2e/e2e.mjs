@@ -418,7 +418,9 @@ async function main() {
       await eventually(async () => {
         const msg = await textOf(admin.locator('#recon-msg')).catch(() => '');
         const out = await admin.locator('#recon-out').innerText();
-        assert(/No reconciliation report yet/.test(msg) || out.trim().length > 0, `recon view: "${msg}" "${out}"`);
+        // Before any run the answer is {"run": null}: a message, never a raw "run: null".
+        assert(/No reconciliation report yet/.test(msg) || /"status"/.test(out), `recon view: "${msg}" "${out}"`);
+        assert(!/run"?:?\s*null/.test(out), `recon view shows a null run raw: "${out}"`);
       }, 'reconciliation view');
     });
 
