@@ -387,18 +387,21 @@
       handleAuth(r);
     }
     updateButton(c);
-    keepFocus(c, hadFocus);
+    keepFocus(hadFocus, c.button, c.qty);
   }
 
   // keepFocus gives the keyboard focus back after an action: a focused button that is
-  // disabled while it works drops the focus to the page's body, and a keyboard or screen
-  // reader user would start again from the top. It goes back to the button, or to the
-  // quantity when the button stays disabled (in line, rate limited).
-  function keepFocus(c, hadFocus) {
-    if (!hadFocus || !c.root.isConnected) return;
+  // disabled while it works drops the focus to the page's body, and so does a button whose
+  // order row is redrawn; a keyboard or screen reader user would start again from the top.
+  // It goes to the first of targets still on the page and enabled: on a card the button, or
+  // the quantity when the button stays disabled (in line, rate limited); in My orders the
+  // pressed button, or the order's row.
+  function keepFocus(hadFocus, ...targets) {
+    if (!hadFocus) return;
     const a = document.activeElement;
     if (a && a !== document.body) return; // something else took it on purpose (a new login)
-    (c.button.disabled ? c.qty : c.button).focus();
+    const t = targets.find((n) => n && n.isConnected && !n.disabled);
+    if (t) t.focus();
   }
 
   // ---- waiting room ------------------------------------------------------------------------
@@ -516,7 +519,9 @@
         if (row) {
           fresh.msg.textContent = row.msg.textContent;
           fresh.msg.className = row.msg.className;
+          const focused = row.root.contains(document.activeElement);
           row.root.replaceWith(fresh.root);
+          if (focused) fresh.root.focus(); // its buttons are gone; stay on the order
         }
         row = fresh;
         state.rows.set(o.id, row);
@@ -558,7 +563,8 @@
     } else if (o.status === 'paid') {
       actions.append(makeStars(o, row));
     }
-    row.root = el('li', { class: 'order', 'data-order': o.id, 'data-item': o.item_id, 'data-status': o.status }, what, actions, row.msg);
+    // The row takes the focus when its buttons go (paid, cancelled, expired), so it can hold it.
+    row.root = el('li', { class: 'order', tabindex: '-1', 'data-order': o.id, 'data-item': o.item_id, 'data-status': o.status }, what, actions, row.msg);
     return row;
   }
 
@@ -577,20 +583,23 @@
 
   async function changeOrder(row, o, what) {
     if (row.busy || heldFor(what)) return;
+    const hadFocus = row.root.contains(document.activeElement);
     row.busy = true;
     updateRow(row);
     const r = await api('POST', `/api/orders/${encodeURIComponent(o.id)}/${what}`, { token: state.token });
     if (r.ok) {
       say(row.msg, what === 'pay' ? 'Paid, thank you! You can rate it now.' : 'Cancelled. The stock went back on sale.', 'ok');
-      refreshOrders(); // redraws the row without its buttons
       refreshBoards();
-      return;
+      await refreshOrders(); // redraws the row without its buttons; these stay disabled
+    } else {
+      row.busy = false;
+      refused(what, r, row.msg, describe(r, { what }));
+      updateRow(row);
+      handleAuth(r);
+      if (r.error && (r.error.code === 'order_expired' || r.error.code === 'invalid_state')) await refreshOrders();
     }
-    row.busy = false;
-    refused(what, r, row.msg, describe(r, { what }));
-    updateRow(row);
-    handleAuth(r);
-    if (r.error && (r.error.code === 'order_expired' || r.error.code === 'invalid_state')) refreshOrders();
+    const now = state.rows.get(o.id) || row;
+    keepFocus(hadFocus, r.ok ? null : now[what], now.root);
   }
 
   // ---- ratings -----------------------------------------------------------------------------
@@ -614,6 +623,7 @@
 
   async function rate(row, o, n) {
     if (row.busy || heldFor('rating')) return;
+    const hadFocus = row.root.contains(document.activeElement);
     row.busy = true;
     updateRow(row);
     const r = await api('POST', `/api/items/${encodeURIComponent(o.item_id)}/rating`, { token: state.token, body: { stars: n } });
@@ -633,6 +643,7 @@
       handleAuth(r);
     }
     updateRow(row);
+    keepFocus(hadFocus, row.stars[n - 1], row.root);
   }
 
   // ---- leaderboards ------------------------------------------------------------------------
