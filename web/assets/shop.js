@@ -8,6 +8,7 @@
 // Orders are asked every 3 s and leaderboards every 5 s. A hidden tab closes its stream and
 // stops asking until it is shown again.
 // Cards and order rows are updated in place, so a poll never steals focus or a typed quantity.
+// A 429 holds the controls its limit would refuse until Retry-After has passed.
 'use strict';
 
 (() => {
@@ -24,10 +25,55 @@
     token: sessionStorage.getItem('flashsale.token'),
     user: sessionStorage.getItem('flashsale.user'),
     items: new Map(), // id -> Item
-    cards: new Map(), // id -> {root, parts..., inFlight, pendingKey, pendingQty, waitUntil}
-    rows: new Map(), // order id -> {root, status}
+    cards: new Map(), // id -> {root, parts..., inFlight, pendingKey, pendingQty}
+    rows: new Map(), // order id -> {root, status, busy, pay, cancel, stars}
+    loggingIn: false,
     category: sessionStorage.getItem('flashsale.category') || '',
   };
+
+  // ---- rate limits -------------------------------------------------------------------------
+
+  // A 429 says how long to wait (Retry-After). Until then the page holds every control that
+  // limit would refuse (disabled, counting the seconds down), so nobody is invited to press
+  // again only to be refused; then it says the shopper can try again. Limits are per shopper
+  // and action: a hold on pay, cancel or rating covers that button on every order, a purchase
+  // hold one item's card, the login hold this page's Log in.
+  const holds = new Map(); // 'login' | 'pay' | 'cancel' | 'rating' | 'purchase:<item id>' -> {until, node, text}
+
+  // refused says text (why r failed) in node and, on a 429, holds key's controls.
+  function refused(key, r, node, text) {
+    say(node, text, r.status === 429 ? 'warn' : 'bad');
+    if (r.status !== 429) return;
+    holds.set(key, { until: Date.now() + r.retryAfter * 1000, node, text });
+    drawHolds();
+  }
+
+  // heldFor answers the ms left before key's controls may be pressed again (0: now).
+  function heldFor(key) {
+    const h = holds.get(key);
+    return h ? Math.max(0, h.until - Date.now()) : 0;
+  }
+
+  const waitLabel = (ms) => `Wait ${Math.ceil(ms / 1000)} s`;
+
+  // tickHolds, on the clock, ends the holds whose wait is over (their message, if still
+  // shown, turns to "try again now") and redraws the controls' countdowns.
+  function tickHolds() {
+    if (!holds.size) return;
+    for (const [key, h] of holds) {
+      if (h.until > Date.now()) continue;
+      holds.delete(key);
+      if (h.node.isConnected && h.node.textContent === h.text) say(h.node, 'You can try again now.', 'ok');
+    }
+    drawHolds();
+  }
+
+  // drawHolds redraws every control a hold may cover.
+  function drawHolds() {
+    updateLoginButton();
+    for (const c of state.cards.values()) updateButton(c);
+    for (const row of state.rows.values()) updateRow(row);
+  }
 
   // ---- login -------------------------------------------------------------------------------
 
@@ -45,8 +91,17 @@
     for (const c of state.cards.values()) updateButton(c);
   }
 
+  const loginButton = $('login').querySelector('button');
+
+  function updateLoginButton() {
+    const wait = heldFor('login');
+    loginButton.disabled = state.loggingIn || wait > 0;
+    loginButton.textContent = wait > 0 ? waitLabel(wait) : 'Log in';
+  }
+
   $('login').addEventListener('submit', async (ev) => {
     ev.preventDefault();
+    if (state.loggingIn || heldFor('login')) return;
     const input = $('user');
     const user = input.value.trim();
     if (!/^[A-Za-z0-9_-]{1,64}$/.test(user)) {
@@ -56,14 +111,13 @@
       return;
     }
     input.removeAttribute('aria-invalid');
-    const btn = ev.submitter || $('login').querySelector('button');
-    btn.disabled = true;
+    state.loggingIn = true;
+    updateLoginButton();
     const r = await api('POST', '/api/login', { body: { user } });
-    btn.disabled = false;
-    if (!r.ok) {
-      say($('notice'), 'Could not log in. ' + describe(r), 'bad');
-      return;
-    }
+    state.loggingIn = false;
+    if (!r.ok) refused('login', r, $('notice'), 'Could not log in. ' + describe(r));
+    updateLoginButton();
+    if (!r.ok) return;
     state.token = r.data.token;
     state.user = r.data.user;
     sessionStorage.setItem('flashsale.token', state.token);
@@ -81,6 +135,8 @@
     // A waiting-room ticket and its pass are this shopper's: the next one to log in here
     // must not inherit them (the api refuses them to anyone else, and the card would be stuck).
     for (const c of state.cards.values()) if (c.ticket || c.pollFailures) forgetTicket(c);
+    // So are the limits that held pay, cancel, rating and buying (login is limited per client too).
+    for (const key of holds.keys()) if (key !== 'login') holds.delete(key);
     showLogin();
     if (message) say($('notice'), message, 'warn');
     $('user').focus();
@@ -96,7 +152,7 @@
 
   function makeCard(item) {
     const id = item.id;
-    const c = { id, inFlight: false, pendingKey: null, pendingQty: 0, waitUntil: 0 };
+    const c = { id, inFlight: false, pendingKey: null, pendingQty: 0 };
     c.name = el('h3', { id: 'item-' + id + '-name' });
     c.badge = el('span', { class: 'badge' });
     c.category = el('span', { class: 'category' });
@@ -168,17 +224,20 @@
   function updateButton(c) {
     const item = state.items.get(c.id);
     if (!item) return;
-    const waiting = c.waitUntil > Date.now();
+    const wait = heldFor('purchase:' + c.id);
     const closed = item.status === 'upcoming' || item.status === 'ended';
     if (item.queue) {
       // With a waiting room: join (also before the start), wait, then buy with the pass.
       const t = c.ticket;
       const st = t ? t.state : '';
-      c.button.disabled = c.inFlight || item.status === 'ended' || st === 'waiting' || st === 'spent' || st === 'sold_out';
+      // Only buying with the pass is rate limited; joining is not.
+      const held = st === 'admitted' && wait > 0;
+      c.button.disabled = c.inFlight || held || item.status === 'ended' || st === 'waiting' || st === 'spent' || st === 'sold_out';
       if (c.inFlight) c.button.textContent = st === 'admitted' ? 'Buying…' : 'Joining…';
       else if (item.status === 'ended') c.button.textContent = 'Sale ended';
       else if (!state.token) c.button.textContent = 'Log in to join the line';
       else if (st === 'waiting') c.button.textContent = 'In line…';
+      else if (held) c.button.textContent = waitLabel(wait);
       else if (st === 'admitted') c.button.textContent = 'Buy now';
       else if (st === 'spent') c.button.textContent = 'Bought';
       else if (st === 'sold_out') c.button.textContent = 'Sold out';
@@ -186,9 +245,9 @@
       else c.button.textContent = 'Join the line';
       return;
     }
-    c.button.disabled = c.inFlight || waiting || closed;
+    c.button.disabled = c.inFlight || wait > 0 || closed;
     if (c.inFlight) c.button.textContent = 'Buying…';
-    else if (waiting) c.button.textContent = `Wait ${Math.ceil((c.waitUntil - Date.now()) / 1000)} s`;
+    else if (wait > 0) c.button.textContent = waitLabel(wait);
     else if (item.status === 'upcoming') c.button.textContent = 'Not started';
     else if (item.status === 'ended') c.button.textContent = 'Sale ended';
     else c.button.textContent = state.token ? 'Buy' : 'Log in to buy';
@@ -272,7 +331,7 @@
 
   async function buy(c) {
     const item = state.items.get(c.id);
-    if (!item || c.inFlight || c.waitUntil > Date.now()) return;
+    if (!item || c.inFlight || heldFor('purchase:' + c.id)) return;
     if (!state.token) {
       say(c.msg, 'Log in first (top of the page), then buy.', 'warn');
       $('user').focus();
@@ -324,23 +383,25 @@
       refreshOrders();
       if (item.queue) pollLine(c);
     } else {
-      if (r.status === 429) c.waitUntil = Date.now() + r.retryAfter * 1000;
-      say(c.msg, describe(r, { item, quantity: qty, what: 'purchase' }), r.status === 429 ? 'warn' : 'bad');
+      refused('purchase:' + c.id, r, c.msg, describe(r, { item, quantity: qty, what: 'purchase' }));
       handleAuth(r);
     }
     updateButton(c);
-    keepFocus(c, hadFocus);
+    keepFocus(hadFocus, c.button, c.qty);
   }
 
   // keepFocus gives the keyboard focus back after an action: a focused button that is
-  // disabled while it works drops the focus to the page's body, and a keyboard or screen
-  // reader user would start again from the top. It goes back to the button, or to the
-  // quantity when the button stays disabled (in line, rate limited).
-  function keepFocus(c, hadFocus) {
-    if (!hadFocus || !c.root.isConnected) return;
+  // disabled while it works drops the focus to the page's body, and so does a button whose
+  // order row is redrawn; a keyboard or screen reader user would start again from the top.
+  // It goes to the first of targets still on the page and enabled: on a card the button, or
+  // the quantity when the button stays disabled (in line, rate limited); in My orders the
+  // pressed button, or the order's row.
+  function keepFocus(hadFocus, ...targets) {
+    if (!hadFocus) return;
     const a = document.activeElement;
     if (a && a !== document.body) return; // something else took it on purpose (a new login)
-    (c.button.disabled ? c.qty : c.button).focus();
+    const t = targets.find((n) => n && n.isConnected && !n.disabled);
+    if (t) t.focus();
   }
 
   // ---- waiting room ------------------------------------------------------------------------
@@ -454,10 +515,13 @@
       // Rebuilt only when its status changes (or its item's name arrives), so focus stays put.
       if (!row || row.status !== o.status || row.name !== itemName(o.item_id)) {
         const fresh = makeOrderRow(o);
+        updateRow(fresh);
         if (row) {
           fresh.msg.textContent = row.msg.textContent;
           fresh.msg.className = row.msg.className;
+          const focused = row.root.contains(document.activeElement);
           row.root.replaceWith(fresh.root);
+          if (focused) fresh.root.focus(); // its buttons are gone; stay on the order
         }
         row = fresh;
         state.rows.set(o.id, row);
@@ -476,7 +540,7 @@
   }
 
   function makeOrderRow(o) {
-    const row = { id: o.id, status: o.status, name: itemName(o.item_id) };
+    const row = { id: o.id, status: o.status, name: itemName(o.item_id), busy: false, pay: null, cancel: null, stars: [] };
     row.msg = el('p', { class: 'msg', role: 'status', 'aria-live': 'polite' });
     const total = money(o.price_cents * o.quantity);
     const what = el('div', { class: 'what' },
@@ -490,30 +554,52 @@
       const cancel = el('button', { type: 'button', class: 'danger' }, 'Cancel');
       pay.setAttribute('aria-label', `Pay for ${o.quantity} × ${itemName(o.item_id)}`);
       cancel.setAttribute('aria-label', `Cancel ${o.quantity} × ${itemName(o.item_id)}`);
-      pay.addEventListener('click', () => changeOrder(row, o, 'pay', [pay, cancel]));
-      cancel.addEventListener('click', () => changeOrder(row, o, 'cancel', [pay, cancel]));
+      pay.addEventListener('click', () => changeOrder(row, o, 'pay'));
+      cancel.addEventListener('click', () => changeOrder(row, o, 'cancel'));
+      row.pay = pay;
+      row.cancel = cancel;
       actions.append(clock, pay, cancel);
       tickNode(clock);
     } else if (o.status === 'paid') {
       actions.append(makeStars(o, row));
     }
-    row.root = el('li', { class: 'order', 'data-order': o.id, 'data-item': o.item_id, 'data-status': o.status }, what, actions, row.msg);
+    // The row takes the focus when its buttons go (paid, cancelled, expired), so it can hold it.
+    row.root = el('li', { class: 'order', tabindex: '-1', 'data-order': o.id, 'data-item': o.item_id, 'data-status': o.status }, what, actions, row.msg);
     return row;
   }
 
-  async function changeOrder(row, o, what, buttons) {
-    buttons.forEach((b) => { b.disabled = true; });
+  // updateRow enables a row's buttons unless it is working or a limit holds them.
+  function updateRow(row) {
+    if (row.pay) {
+      for (const [b, key, label] of [[row.pay, 'pay', 'Pay'], [row.cancel, 'cancel', 'Cancel']]) {
+        const wait = heldFor(key);
+        b.disabled = row.busy || wait > 0;
+        b.textContent = wait > 0 ? waitLabel(wait) : label;
+      }
+    }
+    const wait = heldFor('rating');
+    for (const b of row.stars) b.disabled = row.busy || wait > 0;
+  }
+
+  async function changeOrder(row, o, what) {
+    if (row.busy || heldFor(what)) return;
+    const hadFocus = row.root.contains(document.activeElement);
+    row.busy = true;
+    updateRow(row);
     const r = await api('POST', `/api/orders/${encodeURIComponent(o.id)}/${what}`, { token: state.token });
     if (r.ok) {
       say(row.msg, what === 'pay' ? 'Paid, thank you! You can rate it now.' : 'Cancelled. The stock went back on sale.', 'ok');
-      refreshOrders();
       refreshBoards();
+      await refreshOrders(); // redraws the row without its buttons; these stay disabled
     } else {
-      buttons.forEach((b) => { b.disabled = false; });
-      say(row.msg, describe(r, { what }), r.status === 429 ? 'warn' : 'bad');
+      row.busy = false;
+      refused(what, r, row.msg, describe(r, { what }));
+      updateRow(row);
       handleAuth(r);
-      if (r.error && (r.error.code === 'order_expired' || r.error.code === 'invalid_state')) refreshOrders();
+      if (r.error && (r.error.code === 'order_expired' || r.error.code === 'invalid_state')) await refreshOrders();
     }
+    const now = state.rows.get(o.id) || row;
+    keepFocus(hadFocus, r.ok ? null : now[what], now.root);
   }
 
   // ---- ratings -----------------------------------------------------------------------------
@@ -523,35 +609,41 @@
   function makeStars(o, row) {
     const name = itemName(o.item_id);
     const mine = Number(sessionStorage.getItem(ratedKey(o.item_id)) || 0);
-    const note = el('span', { class: 'rating-note', text: mine ? `You rated it ${mine} of 5.` : 'Rate it:' });
+    row.note = el('span', { class: 'rating-note', text: mine ? `You rated it ${mine} of 5.` : 'Rate it:' });
     const group = el('div', { class: 'stars', role: 'group', 'aria-label': `Rate ${name}` });
-    const buttons = [];
     for (let n = 1; n <= 5; n++) {
       const b = el('button', { type: 'button', 'aria-label': `${n} star${n > 1 ? 's' : ''}`, 'aria-pressed': String(n === mine), 'data-stars': String(n) }, '★');
       if (n <= mine) b.classList.add('lit');
-      b.addEventListener('click', async () => {
-        buttons.forEach((x) => { x.disabled = true; });
-        const r = await api('POST', `/api/items/${encodeURIComponent(o.item_id)}/rating`, { token: state.token, body: { stars: n } });
-        buttons.forEach((x) => { x.disabled = false; });
-        if (r.ok) {
-          sessionStorage.setItem(ratedKey(o.item_id), String(n));
-          buttons.forEach((x, i) => {
-            x.setAttribute('aria-pressed', String(i + 1 === n));
-            x.classList.toggle('lit', i < n);
-          });
-          const avg = Number(r.data.average);
-          note.textContent = `You rated it ${n} of 5.`;
-          say(row.msg, `Thanks! Average ${Number.isFinite(avg) ? avg.toFixed(1) : r.data.average} from ${r.data.count} rating${r.data.count === 1 ? '' : 's'}.`, 'ok');
-          refreshBoards();
-        } else {
-          say(row.msg, describe(r, { what: 'rating' }), r.status === 429 ? 'warn' : 'bad');
-          handleAuth(r);
-        }
-      });
-      buttons.push(b);
+      b.addEventListener('click', () => rate(row, o, n));
+      row.stars.push(b);
       group.append(b);
     }
-    return el('div', { class: 'actions' }, note, group);
+    return el('div', { class: 'actions' }, row.note, group);
+  }
+
+  async function rate(row, o, n) {
+    if (row.busy || heldFor('rating')) return;
+    const hadFocus = row.root.contains(document.activeElement);
+    row.busy = true;
+    updateRow(row);
+    const r = await api('POST', `/api/items/${encodeURIComponent(o.item_id)}/rating`, { token: state.token, body: { stars: n } });
+    row.busy = false;
+    if (r.ok) {
+      sessionStorage.setItem(ratedKey(o.item_id), String(n));
+      row.stars.forEach((x, i) => {
+        x.setAttribute('aria-pressed', String(i + 1 === n));
+        x.classList.toggle('lit', i < n);
+      });
+      const avg = Number(r.data.average);
+      row.note.textContent = `You rated it ${n} of 5.`;
+      say(row.msg, `Thanks! Average ${Number.isFinite(avg) ? avg.toFixed(1) : r.data.average} from ${r.data.count} rating${r.data.count === 1 ? '' : 's'}.`, 'ok');
+      refreshBoards();
+    } else {
+      refused('rating', r, row.msg, describe(r, { what: 'rating' }));
+      handleAuth(r);
+    }
+    updateRow(row);
+    keepFocus(hadFocus, row.stars[n - 1], row.root);
   }
 
   // ---- leaderboards ------------------------------------------------------------------------
@@ -623,10 +715,7 @@
 
   setInterval(() => {
     document.querySelectorAll('[data-deadline]').forEach(tickNode);
-    for (const c of state.cards.values()) if (c.waitUntil) {
-      if (c.waitUntil <= Date.now()) c.waitUntil = 0;
-      updateButton(c);
-    }
+    tickHolds();
   }, 500);
 
   document.addEventListener('visibilitychange', () => {
@@ -635,7 +724,7 @@
   });
 
   // A hook for tests and curious developers.
-  window.flashsale.shop = { state, live };
+  window.flashsale.shop = { state, live, holds };
 
   // every runs fn now and then ms after each run ends, so slow answers never pile up.
   // Refreshes after an action call fn directly and do not start another loop.

@@ -6,7 +6,9 @@
 //   E2E_SCREENSHOTS  docs/screenshots/: refreshed when a file is missing or E2E_UPDATE_SCREENSHOTS=1
 //   E2E_RESERVATION_TTL_S  the api's FLASHSALE_RESERVATION_TTL in seconds (30)
 //   E2E_JWT_SECRET   its FLASHSALE_JWT_SECRET (the monitor step mints many shoppers' tokens)
-// The api must run with FLASHSALE_LIMIT_PURCHASE=1/1m:4 so the rate-limit step is deterministic.
+// The api must run with FLASHSALE_LIMIT_PURCHASE=1/1m:4, and FLASHSALE_LIMIT_PAY, _CANCEL and
+// _RATING at 1/6s:5, so the rate-limit steps are deterministic (a refusal asks for a wait of
+// seconds, not a blink).
 // Steps run in order and share state; a failed step is reported and the run goes on. The last
 // line is "N passed, M failed"; the exit code is 1 when anything failed.
 import { chromium } from 'playwright-core';
@@ -761,6 +763,139 @@ async function main() {
         return a && a.closest(`article.card[data-item="${id}"]`) ? a.tagName + ' ' + a.textContent : 'outside the card: ' + (a && a.tagName);
       }, K.id);
       assert(/^BUTTON Buy$/.test(where), `focus after the purchase: ${where}`);
+    });
+
+    // ---- web-polish: rate-limit holds and keyboard focus in My orders ----------------------
+    // hana has her own page and her own limits. A refusal (429) must hold every button its
+    // limit would refuse until Retry-After has passed: a press before that is refused again.
+    const hanaUser = `hana-${run}`;
+    let hana = null;
+    let paidByHana = ''; // an order of hers that is paid, to rate
+    const orderRow = (p, id) => p.locator(`#orders li.order[data-order="${id}"]`);
+    const payBtn = (p, id) => orderRow(p, id).locator('button[aria-label^="Pay for"]');
+    const cancelBtn = (p, id) => orderRow(p, id).locator('button[aria-label^="Cancel"]');
+    const focusOf = (p) => p.evaluate(() => {
+      const a = document.activeElement;
+      const li = a && a.closest('li.order');
+      return { tag: a ? a.tagName : '', order: li ? li.dataset.order : '', stars: (a && a.dataset.stars) || '' };
+    });
+    // spend uses up hana's limit on an action (a request the handler refuses still counts: the
+    // limit comes first), so the page's next press of it is refused.
+    const spend = async (tok, p, body) => {
+      for (let i = 0; i < 20; i++) if ((await apiJSON('POST', p, tok, body)).status === 429) return;
+      throw new Error(`${p}: no 429 in 20 requests`);
+    };
+    // reserve makes n fresh reservations for hana (each step its own: a reservation expires in
+    // TTL_MS) and waits for them in her My orders.
+    let lenses = 0;
+    const reserve = async (n) => {
+      const id = `e2e-lens-${run}-${++lenses}`;
+      const put = await apiJSON('PUT', `/api/admin/items/${id}`, ADMIN,
+        { name: `Lens ${run} ${lenses}`, category: 'lenses', price_cents: 2500, stock: 10, per_user_limit: n });
+      assert(put.status === 201, `create: ${put.status}`);
+      const tok = await tokenOf(hana);
+      const ids = [];
+      for (let i = 0; i < n; i++) {
+        const r = await apiJSON('POST', `/api/items/${id}/purchase`, tok, { quantity: 1 });
+        assert(r.status === 201, `purchase ${i + 1}: ${r.status} ${JSON.stringify(r.data)}`);
+        ids.push(r.data.order.id);
+      }
+      for (const o of ids) await expectText(orderRow(hana, o).locator('.badge'), /^Reserved$/, 'reserved row');
+      return ids;
+    };
+    // pressPay presses an order's Pay and answers the api's status for it.
+    const pressPay = async (id) => {
+      const [res] = await Promise.all([
+        hana.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith(`/api/orders/${id}/pay`)),
+        payBtn(hana, id).click(),
+      ]);
+      return res.status();
+    };
+
+    await step('a keyboard shopper keeps the focus on the order after Pay, Cancel and a rating', async () => {
+      hana = await (await browser.newContext(desktop)).newPage();
+      pages.hana = hana;
+      hana.setDefaultTimeout(TIMEOUT);
+      hana.on('pageerror', (e) => pageErrors.push(`hana: ${e.message}`));
+      await hana.goto(BASE + '/');
+      await hana.fill('#user', hanaUser);
+      await hana.press('#user', 'Enter');
+      await expectText(hana.locator('#who-name'), new RegExp(hanaUser), 'hana signed in');
+      const [paid, cancelled] = await reserve(2);
+      const lost = []; // every action is checked, so a failure names all that lose the focus
+      for (const [id, btn, badge] of [[paid, payBtn, /^Paid$/], [cancelled, cancelBtn, /^Cancelled$/]]) {
+        await btn(hana, id).focus();
+        await hana.keyboard.press('Enter');
+        await expectText(orderRow(hana, id).locator('.badge'), badge, 'the row changes');
+        if (id === paid) paidByHana = paid;
+        await eventually(async () => {
+          const f = await focusOf(hana);
+          assert(f.tag === 'LI' && f.order === id, `${JSON.stringify(f)}, want the order's row`);
+        }, `focus after ${badge.source}`).catch((e) => lost.push(e.message));
+      }
+      await orderRow(hana, paid).locator('.stars button[data-stars="4"]').focus();
+      await hana.keyboard.press('Enter');
+      await expectText(orderRow(hana, paid).locator('.msg'), /Average 4\.0 from 1 rating/, 'rating answer');
+      await eventually(async () => {
+        const f = await focusOf(hana);
+        assert(f.order === paid && f.stars === '4', `${JSON.stringify(f)}, want the 4th star`);
+      }, 'focus after the rating').catch((e) => lost.push(e.message));
+      assert(lost.length === 0, lost.join('; '));
+    });
+
+    await step('a Pay refused by the rate limit holds every Pay until Retry-After has passed; a press then goes through', async () => {
+      const [first, second] = await reserve(2);
+      await spend(await tokenOf(hana), `/api/orders/none-${run}/pay`);
+      let status = await pressPay(first);
+      assert(status === 429, `the page's Pay: ${status}, want 429 (its limit was spent)`);
+      await expectText(orderRow(hana, first).locator('.msg'), /^Too many requests\. Please wait \d+ s/, 'refusal message');
+      for (const id of [first, second]) {
+        assert(await payBtn(hana, id).isDisabled(), `Pay on order ${id} is enabled while the wait lasts`);
+        assert(/^Wait \d+ s$/.test(await textOf(payBtn(hana, id))), `Pay on order ${id}: "${await textOf(payBtn(hana, id))}"`);
+      }
+      // It comes back when the wait is over and not before: a press then is not refused.
+      await eventually(async () => assert(!(await payBtn(hana, first).isDisabled()), 'Pay is held'), 'Pay comes back', 20_000);
+      await expectText(orderRow(hana, first).locator('.msg'), /^You can try again now\.$/, 'the page says so');
+      status = await pressPay(first);
+      assert(status === 200, `Pay once it came back: ${status}, want 200`);
+      await expectText(orderRow(hana, first).locator('.badge'), /^Paid$/, 'paid');
+      paidByHana = first;
+    });
+
+    await step('a Cancel or a rating refused by the rate limit holds those buttons too', async () => {
+      const [order] = await reserve(1);
+      const tok = await tokenOf(hana);
+      await spend(tok, `/api/orders/none-${run}/cancel`);
+      await cancelBtn(hana, order).click();
+      await expectText(orderRow(hana, order).locator('.msg'), /^Too many requests\. Please wait \d+ s/, 'cancel refusal');
+      assert(await cancelBtn(hana, order).isDisabled(), 'Cancel is enabled while the wait lasts');
+      assert(/^Wait \d+ s$/.test(await textOf(cancelBtn(hana, order))), `Cancel: "${await textOf(cancelBtn(hana, order))}"`);
+      assert(paidByHana, 'no paid order to rate (an earlier step failed)');
+      await spend(tok, `/api/items/none-${run}/rating`, { stars: 3 });
+      await orderRow(hana, paidByHana).locator('.stars button[data-stars="2"]').click();
+      await expectText(orderRow(hana, paidByHana).locator('.msg'), /^Too many requests\. Please wait \d+ s/, 'rating refusal');
+      const rows = hana.locator('#orders li.order[data-status="paid"]');
+      assert(await rows.count() > 0 && await rows.locator('.stars button:enabled').count() === 0,
+        `${await rows.locator('.stars button:enabled').count()} stars of paid orders are enabled while the wait lasts`);
+    });
+
+    await step('a rate-limited login holds Log in until Retry-After has passed, then says to try again', async () => {
+      await hana.click('#logout');
+      // The login limit is per client IP, which every page here shares: refused here, not spent.
+      const url = '**/api/login';
+      await hana.route(url, (route) => route.fulfill({ status: 429, contentType: 'application/json', headers: { 'Retry-After': '3' },
+        body: JSON.stringify({ error: { code: 'rate_limited', message: 'login ip limit reached, retry in 3s' } }) }));
+      await hana.fill('#user', hanaUser);
+      await hana.press('#user', 'Enter');
+      await expectText(hana.locator('#notice'), /^Could not log in\. Too many requests\. Please wait 3 s/, 'refusal message');
+      await hana.unroute(url);
+      const btn = hana.locator('#login button[type=submit]');
+      assert(await btn.isDisabled(), 'Log in is enabled while the wait lasts');
+      assert(/^Wait [1-3] s$/.test(await textOf(btn)), `Log in during the wait: "${await textOf(btn)}"`);
+      await expectText(hana.locator('#notice'), /^You can try again now\.$/, 'the wait ends', 15_000);
+      assert(!(await btn.isDisabled()) && await textOf(btn) === 'Log in', `Log in after the wait: "${await textOf(btn)}"`);
+      await hana.press('#user', 'Enter');
+      await expectText(hana.locator('#who-name'), new RegExp(hanaUser), 'hana signed in');
     });
 
     await step('no script errors on any page', async () => {
