@@ -426,8 +426,9 @@ func TestPollsFromMemoryAndSoldOut(t *testing.T) {
 	c, _ := r.q.Join(ctx, "m", "c")
 	r.admitSome("m")
 	// One unit: one pass, however many wait.
-	if p, err := r.q.Poll(ctx, "m", "a", a.Token); err != nil || p.State != queue.StateAdmitted || p.Pass == "" {
-		t.Fatalf("a: %+v %v", p, err)
+	admitted, err := r.q.Poll(ctx, "m", "a", a.Token)
+	if err != nil || admitted.State != queue.StateAdmitted || admitted.Pass == "" {
+		t.Fatalf("a: %+v %v", admitted, err)
 	}
 	before := r.q.PollsFromRedis.Load()
 	p, err := r.q.Poll(ctx, "m", "c", c.Token)
@@ -451,6 +452,10 @@ func TestPollsFromMemoryAndSoldOut(t *testing.T) {
 	}
 	if p, _ := r.q.Poll(ctx, "m", "b", b.Token); p.State != queue.StateSoldOut || p.Position != 0 {
 		t.Fatalf("b after the sell-out: %+v", p)
+	}
+	// a still holds a live pass, but it can buy nothing: a is told to stop waiting too.
+	if p, _ := r.q.Poll(ctx, "m", "a", admitted.Token); p.State != queue.StateSoldOut || p.Pass != "" {
+		t.Fatalf("a's live pass after the sell-out: %+v", p)
 	}
 }
 

@@ -149,7 +149,7 @@ func (s *Store) render(item, user string, t packedTicket, v *lineView, now time.
 		s.waiting(&tk, t.line, v, now)
 	case 'a':
 		switch {
-		case v.status == lineEnded:
+		case over: // a live pass with nothing left to buy (a holder ahead bought the rest)
 			tk.State = StateSoldOut
 		case now.UnixMilli() >= t.expiresMS:
 			tk.State = StateExpired
