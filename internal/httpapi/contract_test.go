@@ -114,6 +114,9 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "purchase Quantity", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"Quantity":2}`, status: 400, code: "invalid_request"},
 		{name: "purchase QUANTITY", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"QUANTITY":1}`, status: 400, code: "invalid_request"},
 		{name: "purchase quantity and Quantity", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1,"Quantity":2}`, status: 400, code: "invalid_request"},
+		// A name twice: encoding/json alone would buy the last one's 5.
+		{name: "purchase quantity twice", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1,"quantity":5}`, status: 400, code: "invalid_request"},
+		{name: "purchase quantity twice, once escaped", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1,"quantit\u0079":5}`, status: 400, code: "invalid_request"},
 		{name: "purchase bad JSON", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":`, status: 400, code: "invalid_request"},
 		{name: "purchase trailing data", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1} {}`, status: 400, code: "invalid_request"},
 		{name: "purchase stray closing brace", method: "POST", path: "/api/items/phone/purchase", token: alice, body: `{"quantity":1}}`, status: 400, code: "invalid_request"},
@@ -185,6 +188,8 @@ func TestPurchasePathContract(t *testing.T) {
 		{name: "item PRICE_CENTS", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","PRICE_CENTS":1,"stock":1,"per_user_limit":1}`, status: 400, code: "invalid_request"},
 		{name: "item Queue", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","price_cents":1,"stock":1,"per_user_limit":1,"Queue":{"admit_per_second":5,"max_active":5,"pass_ttl_seconds":60}}`, status: 400, code: "invalid_request"},
 		{name: "item queue Max_active", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","price_cents":1,"stock":1,"per_user_limit":1,"queue":{"admit_per_second":5,"Max_active":5,"pass_ttl_seconds":60}}`, status: 400, code: "invalid_request"},
+		{name: "item stock twice", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","price_cents":1,"stock":1,"stock":900,"per_user_limit":1}`, status: 400, code: "invalid_request"},
+		{name: "item queue max_active twice", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: `{"name":"X","price_cents":1,"stock":1,"per_user_limit":1,"queue":{"admit_per_second":5,"max_active":5,"max_active":50,"pass_ttl_seconds":60}}`, status: 400, code: "invalid_request"},
 		{name: "item id mismatch", method: "PUT", path: "/api/admin/items/x1", token: testAdminToken, body: map[string]any{"id": "x2", "name": "X", "price_cents": 1, "stock": 1, "per_user_limit": 1}, status: 400, code: "invalid_request"},
 		// Admin: stock.
 		{name: "restock", method: "POST", path: "/api/admin/items/phone/stock", token: testAdminToken, body: `{"delta":5}`, status: 200, check: func(t *testing.T, r reply) {

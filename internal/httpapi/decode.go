@@ -115,6 +115,8 @@ func (s *nameCheck) value(names jsonNames) error {
 	switch s.b[s.i] {
 	case '{':
 		s.i++
+		var short [8][]byte
+		seen := memberNames{list: short[:0]}
 		for {
 			s.space()
 			switch s.b[s.i] {
@@ -127,17 +129,21 @@ func (s *nameCheck) value(names jsonNames) error {
 			}
 			start := s.i
 			raw, escaped := s.str()
+			name := raw // the name itself: raw with its escapes read
+			if escaped {
+				var n string
+				_ = json.Unmarshal(s.b[start:s.i], &n) // valid: the decoder has read it
+				name = []byte(n)
+			}
+			// encoding/json keeps the last of two equal names; a proxy or log reading the first
+			// would see another request than the one we act on.
+			if !seen.add(name) {
+				return errInvalid(fmt.Sprintf("malformed JSON: duplicate field %q", clip(string(name), 64)))
+			}
 			var inner jsonNames
 			if names != nil {
 				var ok bool
-				if escaped {
-					var name string
-					_ = json.Unmarshal(s.b[start:s.i], &name) // valid: the decoder has read it
-					inner, ok = names[name]
-				} else {
-					inner, ok = names[string(raw)] // a map index of a converted []byte does not copy
-				}
-				if !ok {
+				if inner, ok = names[string(name)]; !ok { // a map index of a converted []byte does not copy
 					return errInvalid(fmt.Sprintf("malformed JSON: unknown field %q (names are case-sensitive)", clip(string(raw), 64)))
 				}
 			}
@@ -171,6 +177,38 @@ func (s *nameCheck) value(names jsonNames) error {
 		}
 	}
 	return nil
+}
+
+// memberNames are the names one object has shown so far (slices of the body, or of their
+// unescaped copies): a short list, and a set once the object has many (an attributes map may
+// have thousands), so a check is never quadratic.
+type memberNames struct {
+	list [][]byte
+	set  map[string]struct{}
+}
+
+// add records name and reports whether it is new.
+func (m *memberNames) add(name []byte) bool {
+	if m.set != nil {
+		if _, dup := m.set[string(name)]; dup {
+			return false
+		}
+		m.set[string(name)] = struct{}{}
+		return true
+	}
+	for _, n := range m.list {
+		if bytes.Equal(n, name) {
+			return false
+		}
+	}
+	m.list = append(m.list, name)
+	if len(m.list) > 16 {
+		m.set = make(map[string]struct{}, 2*len(m.list))
+		for _, n := range m.list {
+			m.set[string(n)] = struct{}{}
+		}
+	}
+	return true
 }
 
 // str moves past the string at i and returns what is between its quotes, and whether that

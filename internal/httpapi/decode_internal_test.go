@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -54,12 +55,38 @@ func TestStrictUnmarshalNames(t *testing.T) {
 		{`{"queue":{"admit_per_second":1,"Max_Active":2}}`, false},
 		{`{"queue":{"max_\u0041ctive":2}}`, false}, // escapes are read: this is Max "A"ctive
 		{`{"name":"X","name":"Y","Name":"Z"}`, false},
+		{`{"name":"X","name":"Y"}`, false}, // a name twice: encoding/json would keep "Y"
+		{`{"name":"X","n\u0061me":"Y"}`, false},
+		{`{"queue":{"max_active":2,"max_active":3}}`, false},
+		{`{"name":"X","queue":{"max_active":2},"category":"c"}`, true}, // nested names are their own
 	} {
 		var body itemBody
 		err := strictUnmarshal([]byte(c.body), &body)
 		if (err == nil) != c.ok {
 			t.Errorf("strictUnmarshal(%s) = %v, want ok %v", c.body, err, c.ok)
 		}
+	}
+}
+
+// TestStrictUnmarshalDuplicatesInLargeObjects: duplicates are found past the short list of
+// names too, in objects whose names are not otherwise checked.
+func TestStrictUnmarshalDuplicatesInLargeObjects(t *testing.T) {
+	obj := func(dup bool) []byte {
+		b := []byte("{")
+		for i := range 100 {
+			b = fmt.Appendf(b, `"k%d":%d,`, i, i)
+		}
+		if dup {
+			b = append(b, `"k42":0,`...)
+		}
+		return append(b, `"end":0}`...)
+	}
+	var m map[string]int
+	if err := strictUnmarshal(obj(false), &m); err != nil || len(m) != 101 {
+		t.Fatalf("100 distinct names: %v (%d)", err, len(m))
+	}
+	if err := strictUnmarshal(obj(true), &m); err == nil {
+		t.Fatal("a name repeated after 100 others was accepted")
 	}
 }
 
