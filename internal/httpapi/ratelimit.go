@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -46,7 +47,7 @@ func (s *Server) limit(policy string) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		subject := userOf(c)
 		if subject == "" {
-			subject = c.ClientIP()
+			subject = clientKey(c)
 		}
 		s.applyLimits(c, check{policy: policy, subject: subject})
 	}
@@ -61,8 +62,24 @@ func (s *Server) limitLogin(c *gin.Context) {
 		return // the route answers 404: nothing to protect
 	}
 	// The body is read only once the client's IP is allowed: a refused client costs no read.
-	s.applyLimits(c, check{policy: policyLoginIP, subject: c.ClientIP()},
+	s.applyLimits(c, check{policy: policyLoginIP, subject: clientKey(c)},
 		check{policy: policyLoginUser, lazy: func() string { return s.peekLoginUser(c) }})
+}
+
+// clientKey is who a per-client limit counts: the client's IPv4 address, or the /64 network of
+// an IPv6 one. One subscriber or host is routinely given a whole /64, so counting each IPv6
+// address apart would hand a single client 2^64 budgets.
+func clientKey(c *gin.Context) string {
+	ip := c.ClientIP()
+	a, err := netip.ParseAddr(ip)
+	if err != nil || !a.Is6() {
+		return ip
+	}
+	if a.Is4In6() {
+		return a.Unmap().String() // ::ffff:192.0.2.1 is 192.0.2.1's budget
+	}
+	p, _ := a.WithZone("").Prefix(64)
+	return p.String()
 }
 
 // check is one policy applied to one subject; lazy, when set, finds the subject only if the

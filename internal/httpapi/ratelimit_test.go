@@ -274,6 +274,23 @@ func TestLimitLogin(t *testing.T) {
 		}
 	}
 
+	// IPv6 clients count per /64 (one host or subscriber gets a whole /64): three addresses of
+	// one /64 share a budget, another /64 has its own; a mapped IPv4 address is that address.
+	for i, remote := range []string{"[2001:db8:1:2::1]:5000", "[2001:db8:1:2::2]:5000", "[2001:db8:1:2:ffff::9]:5000"} {
+		if r := login(fmt.Sprintf("v%d", i), remote); r.status != http.StatusOK {
+			t.Fatalf("IPv6 login %d: %d", i, r.status)
+		}
+	}
+	if r := login("v3", "[2001:db8:1:2:abcd::1]:5000"); r.status != http.StatusTooManyRequests {
+		t.Fatalf("a fourth login from one /64: %d", r.status)
+	}
+	if r := login("v4", "[2001:db8:1:3::1]:5000"); r.status != http.StatusOK {
+		t.Fatalf("another /64: %d", r.status)
+	}
+	if r := login("v5", "[::ffff:10.0.0.1]:5000"); r.status != http.StatusTooManyRequests {
+		t.Fatalf("10.0.0.1 mapped into IPv6 escaped its spent budget: %d", r.status)
+	}
+
 	// Bad bodies are still the handler's to answer, and still count for the IP.
 	big := `{"user":"` + strings.Repeat("a", maxBody) + `"}`
 	if r := a.send("POST", "/api/login", "", big, "10.0.3.1:1"); r.status != http.StatusRequestEntityTooLarge || r.header.Get("RateLimit-Remaining") != "2" {
