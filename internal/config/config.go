@@ -87,8 +87,9 @@ type Config struct {
 func FromEnv() (Config, error) { return Parse(os.Getenv) }
 
 // Parse reads the configuration through getenv (tests pass a map lookup).
-func Parse(getenv func(string) string) (Config, error) {
-	p := parser{getenv: getenv}
+func Parse(getenv func(string) string) (Config, error) { return parse(&parser{getenv: getenv}) }
+
+func parse(p *parser) (Config, error) {
 	c := Config{
 		HTTPAddr:          p.str("FLASHSALE_HTTP_ADDR", "127.0.0.1:8080"),
 		AdminAddr:         p.str("FLASHSALE_ADMIN_ADDR", ""),
@@ -322,6 +323,17 @@ func randomHex(n int) string {
 type parser struct {
 	getenv func(string) string
 	err    error
+	// defaults, when not nil, gets every variable read and its default as text: the README's
+	// configuration table is checked against it (docs_test.go).
+	defaults map[string]string
+}
+
+// read returns the variable's value and notes its default.
+func (p *parser) read(name, def string) string {
+	if p.defaults != nil {
+		p.defaults[name] = def
+	}
+	return p.getenv(name)
 }
 
 func (p *parser) fail(name, v, want string) {
@@ -331,7 +343,7 @@ func (p *parser) fail(name, v, want string) {
 }
 
 func (p *parser) str(name, def string) string {
-	if v := p.getenv(name); v != "" {
+	if v := p.read(name, def); v != "" {
 		return v
 	}
 	return def
@@ -348,7 +360,7 @@ func (p *parser) list(name, def string) []string {
 }
 
 func (p *parser) integer(name string, def, lo, hi int) int {
-	v := p.getenv(name)
+	v := p.read(name, strconv.Itoa(def))
 	if v == "" {
 		return def
 	}
@@ -360,7 +372,7 @@ func (p *parser) integer(name string, def, lo, hi int) int {
 }
 
 func (p *parser) float(name string, def, lo, hi float64) float64 {
-	v := p.getenv(name)
+	v := p.read(name, strconv.FormatFloat(def, 'g', -1, 64))
 	if v == "" {
 		return def
 	}
@@ -372,7 +384,7 @@ func (p *parser) float(name string, def, lo, hi float64) float64 {
 }
 
 func (p *parser) boolean(name string, def bool) bool {
-	v := p.getenv(name)
+	v := p.read(name, strconv.FormatBool(def))
 	if v == "" {
 		return def
 	}
@@ -384,7 +396,7 @@ func (p *parser) boolean(name string, def bool) bool {
 }
 
 func (p *parser) duration(name string, def time.Duration) time.Duration {
-	v := p.getenv(name)
+	v := p.read(name, def.String())
 	if v == "" {
 		return def
 	}
@@ -398,11 +410,12 @@ func (p *parser) duration(name string, def time.Duration) time.Duration {
 // tls builds the TLS settings of a client from "<on>" (a boolean) and "<ca>" (optional PEM
 // roots; empty: the system's), or nil when TLS is off.
 func (p *parser) tls(on, ca string) *tls.Config {
+	file := p.read(ca, "")
 	if !p.boolean(on, false) {
 		return nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if file := p.getenv(ca); file != "" {
+	if file != "" {
 		pem, err := os.ReadFile(file)
 		if err != nil {
 			p.fail(ca, file, err.Error())
@@ -419,7 +432,7 @@ func (p *parser) tls(on, ca string) *tls.Config {
 
 // level parses a log level: debug, info, warn or error.
 func (p *parser) level(name string, def slog.Level) slog.Level {
-	v := p.getenv(name)
+	v := p.read(name, strings.ToLower(def.String()))
 	if v == "" {
 		return def
 	}

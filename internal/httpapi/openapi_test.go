@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -253,4 +256,141 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// statusOf is the number of each http.Status name the package answers errors with.
+var statusOf = map[string]int{
+	"BadRequest": 400, "Unauthorized": 401, "Forbidden": 403, "NotFound": 404, "Conflict": 409,
+	"RequestEntityTooLarge": 413, "TooManyRequests": 429, "InternalServerError": 500, "ServiceUnavailable": 503,
+}
+
+// answeredCodes reads the package's source for every error it can answer: each
+// `http.Status<Name>, "<code>"` (the sentinel table, the apiError values, abort calls).
+func answeredCodes(t *testing.T) map[string]int {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair := regexp.MustCompile(`http\.Status(\w+),\s*"([a-z_]+)"`)
+	codes := map[string]int{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range pair.FindAllStringSubmatch(string(b), -1) {
+			status, ok := statusOf[m[1]]
+			if !ok {
+				t.Fatalf("%s: http.Status%s: add its number to statusOf", f, m[1])
+			}
+			if other, dup := codes[m[2]]; dup && other != status {
+				t.Errorf("%s: code %s is answered with %d and %d", f, m[2], other, status)
+			}
+			codes[m[2]] = status
+		}
+	}
+	if len(codes) < 10 {
+		t.Fatalf("found only %d error codes in the source: %v", len(codes), codes)
+	}
+	return codes
+}
+
+// Every error code the api answers is in the Error schema's enum (a client validating answers
+// against the document accepts it) and in docs/api.md's table with its status; neither lists a
+// code the api never answers.
+func TestErrorCodesDocumented(t *testing.T) {
+	codes := answeredCodes(t)
+	_, raw := fetchOpenAPI(t, openapiServer(t))
+	enum, _ := resolveRef(raw, "#/components/schemas/Error/properties/error/properties/code/enum").([]any)
+	inEnum := map[string]bool{}
+	for _, c := range enum {
+		inEnum[c.(string)] = true
+		if _, ok := codes[c.(string)]; !ok {
+			t.Errorf("openapi.json: the Error enum lists %s, which the api never answers", c)
+		}
+	}
+
+	b, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section, _, _ := strings.Cut(string(b[strings.Index(string(b), "\n## Errors\n"):]), "\n## Request ids")
+	row := regexp.MustCompile(`(?m)^\| (\d{3}) \| ([^|]+) \|`)
+	documented := map[string]int{}
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		status, _ := strconv.Atoi(m[1])
+		for _, c := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(m[2], -1) {
+			documented[c[1]] = status
+		}
+	}
+	for code, status := range codes {
+		if !inEnum[code] {
+			t.Errorf("openapi.json: the Error enum lacks %s", code)
+		}
+		if got, ok := documented[code]; !ok {
+			t.Errorf("docs/api.md: the errors table lacks %d %s", status, code)
+		} else if got != status {
+			t.Errorf("docs/api.md: the errors table says %d %s; the api answers %d", got, code, status)
+		}
+	}
+	for code := range documented {
+		if _, ok := codes[code]; !ok {
+			t.Errorf("docs/api.md: the errors table lists %s, which the api never answers", code)
+		}
+	}
+}
+
+// Every operation, asked without a token, with a shopper token and with the admin token (and,
+// on an item route, with a malformed item id), answers only statuses its document lists; a
+// route that answers 401 without a token names a security scheme, one that answers a shopper
+// 403 forbidden names adminToken, and a route that needs no token names none.
+func TestOpenAPIAnswersAreDocumented(t *testing.T) {
+	a := newTestAPI(t, nil)
+	a.item("phone", 10, 9)
+	doc, _ := fetchOpenAPI(t, a.srv)
+	shopper := a.token("alice")
+	for path, item := range doc.Paths {
+		for method, v := range item {
+			if !httpMethods[method] {
+				continue
+			}
+			where := strings.ToUpper(method) + " " + path
+			if path == "/api/items/stream" {
+				continue // an answer that never ends; stream_test.go holds it to the contract
+			}
+			op, _ := v.(map[string]any)
+			responses, _ := op["responses"].(map[string]any)
+			security := mustJSON(t, op["security"])
+			url := strings.NewReplacer("{id}", "phone", "{filepath}", "style.css").Replace(path)
+			probe := func(token, url string) reply {
+				r := a.do(strings.ToUpper(method), url, token, nil)
+				if responses[strconv.Itoa(r.Status)] == nil {
+					t.Errorf("%s (%s): answered %d %s, which openapi.json does not list", where, url, r.Status, r.code())
+				}
+				return r
+			}
+			anonymous := probe("", url)
+			switch {
+			case anonymous.Status == http.StatusUnauthorized && security == "null":
+				t.Errorf("%s: answers 401 without a token but names no security scheme", where)
+			case anonymous.Status != http.StatusUnauthorized && security != "null":
+				t.Errorf("%s: names a security scheme but answers %d without a token", where, anonymous.Status)
+			}
+			if anonymous.Status == http.StatusUnauthorized {
+				if r := probe(shopper, url); r.code() == "forbidden" && !strings.Contains(security, "adminToken") {
+					t.Errorf("%s: refuses a shopper token as forbidden but does not name adminToken", where)
+				}
+				probe(testAdminToken, url)
+			}
+			if strings.Contains(path, "/items/{id}") {
+				if r := probe(testAdminToken, strings.Replace(url, "/phone", "/bad.id", 1)); r.Status != http.StatusBadRequest {
+					t.Errorf("%s: a malformed item id answered %d, want 400", where, r.Status)
+				}
+			}
+		}
+	}
 }
