@@ -317,6 +317,8 @@
 
   // ---- CSV import --------------------------------------------------------------------------
 
+  const IMPORT_ERRORS_SHOWN = 500;
+
   $('import-form').addEventListener('submit', async (ev) => {
     ev.preventDefault();
     const msg = $('import-msg');
@@ -342,10 +344,17 @@
     say(msg, `Created ${created}, updated ${updated}` + (errors.length ? `; ${errors.length} line${errors.length === 1 ? '' : 's'} skipped (see below).` : '; no errors.'),
       errors.length ? 'warn' : 'ok');
     if (errors.length) {
+      // A file of junk can report every one of its lines: show the first ones, say how many more.
+      const shown = errors.slice(0, IMPORT_ERRORS_SHOWN);
+      const body = el('tbody');
+      for (const e of shown) body.append(el('tr', {}, el('td', { class: 'num', text: String(e.line) }), el('td', { text: e.message })));
       out.append(el('div', { class: 'table-wrap' }, el('table', { id: 'import-report' },
         el('caption', { class: 'sr-only', text: 'Lines that were not imported' }),
         el('thead', {}, el('tr', {}, el('th', { scope: 'col', class: 'num', text: 'Line' }), el('th', { scope: 'col', text: 'Problem' }))),
-        el('tbody', {}, ...errors.map((e) => el('tr', {}, el('td', { class: 'num', text: String(e.line) }), el('td', { text: e.message })))))));
+        body)));
+      if (errors.length > shown.length) {
+        out.append(el('p', { class: 'hint', text: `…and ${errors.length - shown.length} more lines skipped, not listed here.` }));
+      }
     }
     refreshItems();
   });
