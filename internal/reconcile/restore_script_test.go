@@ -11,9 +11,10 @@ import (
 )
 
 // TestRestoreScriptsRefuseBadNumbers: restore_begin and restore_put refuse what tonumber reads
-// but a fence or a restored figure cannot be ('inf', fractions, zero units, a fence past 2^53)
-// and write nothing. A fence of inf or 1e300 would have cleared the item and then refused every
-// later restorer.
+// but a fence or a restored figure cannot be ('inf', fractions, zero units, numbers past 2^53,
+// forms other than plain digits) and write nothing. A fence of inf or 1e300 would have cleared
+// the item and then refused every later restorer; a held of '1e3' would have been stored as
+// such, and every later cancel or expiry of the user's orders would fail half-way (HINCRBY).
 func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
@@ -39,6 +40,8 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	for _, e := range [][]any{
 		{"held", "u", 0}, {"held", "u", "inf"}, {"paid", "u", 0}, {"paid", "u", "1.5"},
 		{"exp", "r.1", "inf"}, {"exp", "r.1", -1},
+		{"held", "u", "1e3"}, {"paid", "u", "0x10"}, {"held", "u", " 5"}, {"exp", "r.1", "1e3"},
+		{"held", "u", "99999999999999999999"},
 	} {
 		if err := restorePut.Run(ctx, rdb, putKeys, append([]any{3}, e...)...).Err(); err == nil {
 			t.Errorf("restore_put %v: script accepted it", e)
