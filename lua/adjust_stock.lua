@@ -1,11 +1,14 @@
 -- adjust_stock.lua: add (delta > 0) or withdraw (delta < 0) unsold stock, atomically with its
 -- outbox event. Runs in the item's slot like purchase.lua, so it serialises with purchases:
 -- stock_left never goes below zero and stock_total always equals everything loaded.
+-- stock_total never goes above 2^53 - 1: Lua numbers are doubles, and above that a sum drops
+-- units (2^53 - 2 plus 3 reads back 2^53) while the event still says the full delta.
 --
 -- KEYS[1] item hash   KEYS[2] shard outbox stream   KEYS[3] shard change log   KEYS[4] shard clock
 -- ARGV[1] item id   ARGV[2] delta (non-zero integer)
--- Reply: {'ok'|'not_found'|'invalid_state', HGETALL of the item}; an error reply for a
---        malformed delta (nothing written).
+-- Reply: {'ok'|'not_found'|'invalid_state'|'too_large', HGETALL of the item}; invalid_state:
+--        stock_left would go below zero, too_large: stock_total would go above 2^53 - 1 (both
+--        write nothing); an error reply for a malformed delta (nothing written).
 
 local delta = tonumber(ARGV[2])
 -- tonumber also reads 'inf': stock_left would become inf (endless stock), then nan.
@@ -19,6 +22,9 @@ if total == nil then
 end
 if left + delta < 0 then
   return {'invalid_state', redis.call('HGETALL', KEYS[1])}
+end
+if delta > 0 and total + delta > 9007199254740991 then
+  return {'too_large', redis.call('HGETALL', KEYS[1])}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -33,7 +33,8 @@
 --        written),
 --        or {'stale', stored category} when the stats hash's category is neither ARGV[5] nor
 --        ARGV[4] (a concurrent call moved the item; nothing written: retry with the stored one).
--- A malformed argument is an error reply and writes nothing.
+-- A malformed argument, or a rating whose item has no count (its stats hash was lost), is an
+-- error reply and writes nothing.
 
 local item, user, cat, seen = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local stars, m, c, n = tonumber(ARGV[3]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -56,16 +57,22 @@ end
 local moved = stored ~= '' and stored ~= cat
 
 local prev = tonumber(redis.call('HGET', KEYS[1], user))
+-- Read before the first write: a count missing beside a rating (the stats hash deleted by
+-- hand, say) would otherwise fail the arithmetic below after the rating and sum were written.
+local prev_count = prev and tonumber(redis.call('HGET', KEYS[2], 'count'))
 if prev and mode == 'restore' then
   -- A rating set since the item went back on sale (or one Redis never lost): it stands.
   local st = redis.call('HMGET', KEYS[2], 'count', 'sum')
   local count, sum = tonumber(st[1]) or 0, tonumber(st[2]) or 0
   return {'kept', string.format('%.17g', count > 0 and sum / count or 0), count}
 end
+if prev and not prev_count then
+  return redis.error_reply('ERR rate: the item has ratings but no count; nothing written')
+end
 redis.call('HSET', KEYS[1], user, stars)
 local count, sum
 if prev then
-  count = tonumber(redis.call('HGET', KEYS[2], 'count'))
+  count = prev_count
   sum = redis.call('HINCRBY', KEYS[2], 'sum', stars - prev)
 else
   count = redis.call('HINCRBY', KEYS[2], 'count', 1)

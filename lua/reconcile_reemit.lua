@@ -14,7 +14,7 @@
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] outbox stream   KEYS[4] item's restore fence
 -- ARGV[1] item id   ARGV[2] mode   ARGV[3] order id ('' for mode item)
 -- ARGV[4] the order's status the batch confirmed (modes order and final)
--- ARGV[5] the batch's fencing number (integer >= 1)
+-- ARGV[5] the batch's fencing number (integer 1..2^53 - 1)
 --   mode order: order.reserved (at = its creation) then, if final, order.<status>
 --   mode final: only order.<status> of a final order
 --   mode item:  item.upserted with the item's attributes and stock_total
@@ -34,8 +34,9 @@ end
 if mode ~= 'item' and (not expected or expected == '') then
   return redis.error_reply('ERR reconcile_reemit: missing confirmed status')
 end
--- tonumber also reads 'inf': stored, it would refuse every later batch and restore of the item.
-if not fence or fence < 1 or fence == math.huge or fence ~= math.floor(fence) then
+-- tonumber also reads 'inf' and '1e300': stored, either would refuse every later batch and
+-- restore of the item. Fencing numbers come from lock_obtain.lua, exact integers below 2^53.
+if not fence or not (fence >= 1 and fence <= 9007199254740991) or fence ~= math.floor(fence) then
   return redis.error_reply('ERR reconcile_reemit: bad fencing number')
 end
 local stored = tonumber(redis.call('GET', KEYS[4]) or '0')

@@ -13,7 +13,7 @@
 -- KEYS[8] shard clock   KEYS[9] the item's restoring mark (set here, deleted by restore_finish.lua:
 --         meanwhile upsert_item.lua refuses to create the item, which would sell it at seq 0
 --         beside the orders being restored, under their ids)
--- ARGV[1] fencing number (integer >= 1)
+-- ARGV[1] fencing number (integer 1..2^53 - 1)
 -- ARGV[2] the item's version the idle check saw ('' for no item hash), or '*' (forced: any)
 -- ARGV[3] the shard outbox's last id the idle check saw published ("<ms>-<seq>"; ignored
 --         when forced): an entry at or before it still in the stream means an event of the
@@ -25,8 +25,9 @@
 -- Bad arguments: an error reply, nothing written.
 
 local n = tonumber(ARGV[1])
--- tonumber also reads 'inf': stored, it would refuse every later restorer of the item.
-if not n or n < 1 or n == math.huge or n ~= math.floor(n) then
+-- tonumber also reads 'inf' and '1e300': stored, either would refuse every later restorer of
+-- the item. Fencing numbers come from lock_obtain.lua, exact integers below 2^53.
+if not n or not (n >= 1 and n <= 9007199254740991) or n ~= math.floor(n) then
   return redis.error_reply('ERR restore_begin: bad fencing number')
 end
 local expected, pos, item_id = ARGV[2], ARGV[3], ARGV[4]

@@ -12,6 +12,7 @@
 --   user:  a = order id, b = created ms
 --   drop:  a = order id of the live state being replaced, b ignored: removed from the user's
 --          index and the expiry index (both shared with the shard's other items)
+--   Numbers are plain decimal digits (at most 2^53 - 1).
 -- Reply: {'ok', entries written} | {'fenced', the fencing number stored}
 -- Bad arguments: an error reply, nothing written.
 
@@ -27,10 +28,13 @@ for i = 0, entries - 1 do
     users = users + 1
   end
   if kind == 'held' or kind == 'paid' or kind == 'exp' or kind == 'user' then
-    -- tonumber also reads 'inf': held inf would bar the user for good, exp inf never expires.
-    local x = tonumber(b)
+    -- Plain decimal digits, exactly representable: tonumber also reads 'inf' (held inf would
+    -- bar the user for good, exp inf never expires), '1e3', '0x10' and ' 5', which HSET would
+    -- store as such (HINCRBY, and so every later cancel or expiry of the user's orders, then
+    -- fails half-way) or ZADD would refuse after this chunk's earlier writes.
+    local x = string.match(b, '^%d+$') and tonumber(b)
     local min = (kind == 'held' or kind == 'paid') and 1 or 0
-    if not x or x < min or x == math.huge or x ~= math.floor(x) or a == '' then
+    if not x or x < min or x > 9007199254740991 or a == '' then
       return redis.error_reply('ERR restore_put: bad number in entry ' .. (i + 1))
     end
   elseif kind == 'order' then

@@ -639,6 +639,42 @@ func TestItemScriptsRejectBadNumbers(t *testing.T) {
 	}
 }
 
+// TestAdjustStockStaysExact: adjust_stock counts in Lua numbers (doubles), so above 2^53 a sum
+// drops units: 2^53 - 2 plus 3 read back as 2^53, with a stock.adjusted event of delta 3 that
+// the record would add in full. An addition past MaxStockTotal is refused and writes nothing;
+// one up to it lands exactly.
+func TestAdjustStockStaysExact(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	ctx := context.Background()
+	newItem(t, s, "big", 5, 5)
+	k := keys.Item("big")
+	// An item that many large additions brought near the bound (each call adds at most 1e12).
+	near := strconv.FormatInt(inventory.MaxStockTotal-2, 10)
+	rdb.HSet(ctx, k.Hash(), "stock_total", near, "stock_left", near)
+	events := rdb.XLen(ctx, k.Outbox()).Val()
+
+	if _, err := s.AdjustStock(ctx, "big", 3); !errors.Is(err, inventory.ErrInvalidState) {
+		t.Fatalf("adding 3 to %s: err %v, want ErrInvalidState", near, err)
+	}
+	if h := rdb.HMGet(ctx, k.Hash(), "stock_total", "stock_left").Val(); h[0] != near || h[1] != near {
+		t.Fatalf("a refused addition changed the stock to %v", h)
+	}
+	if n := rdb.XLen(ctx, k.Outbox()).Val(); n != events {
+		t.Fatalf("a refused addition appended %d events", n-events)
+	}
+	it, err := s.AdjustStock(ctx, "big", 2)
+	if err != nil {
+		t.Fatalf("adding 2 up to the bound: %v", err)
+	}
+	if it.StockTotal != inventory.MaxStockTotal || it.StockLeft != inventory.MaxStockTotal {
+		t.Fatalf("stock after adding up to the bound: total %d left %d, want %d", it.StockTotal, it.StockLeft, int64(inventory.MaxStockTotal))
+	}
+	if _, err := s.AdjustStock(ctx, "big", -1); err != nil {
+		t.Fatalf("withdrawing at the bound: %v", err)
+	}
+}
+
 // TestCluster runs the item, stock and purchase scripts on a local 3-master Redis Cluster:
 // every key of a script shares the item's hash tag, so there is no CROSSSLOT, and an import's
 // pipelines (UpsertMany) reach every master.

@@ -272,7 +272,12 @@ func (s *Store) upsertCall(in Input) lua.Call {
 	}
 }
 
-// AdjustStock adds (or, negative, withdraws) unsold stock.
+// MaxStockTotal is the most stock an item can hold in all (2^53 - 1): the scripts count in Lua
+// numbers (doubles), which hold every integer up to it exactly.
+const MaxStockTotal = 1<<53 - 1
+
+// AdjustStock adds (or, negative, withdraws) unsold stock. A withdrawal below zero unsold, or an
+// addition taking stock_total over MaxStockTotal, is ErrInvalidState and changes nothing.
 func (s *Store) AdjustStock(ctx context.Context, id string, delta int64) (Item, error) {
 	if !keyspace.ValidID(id) {
 		return Item{}, ErrNotFound
@@ -292,8 +297,11 @@ func (s *Store) AdjustStock(ctx context.Context, id string, delta int64) (Item, 
 	if err != nil {
 		return Item{}, err
 	}
-	if res[0] == "invalid_state" {
+	switch res[0] {
+	case "invalid_state":
 		return it, fmt.Errorf("%w: only %d unsold units can be withdrawn", ErrInvalidState, it.StockLeft)
+	case "too_large":
+		return it, fmt.Errorf("%w: stock_total %d plus %d is over the most an item holds, %d", ErrInvalidState, it.StockTotal, delta, MaxStockTotal)
 	}
 	return it, nil
 }

@@ -212,6 +212,29 @@ func TestScriptsRefuseMalformedArguments(t *testing.T) {
 	}
 }
 
+// A re-rating of an item whose stats hash is gone (deleted by hand: the script writes it with
+// every rating) is refused before anything is written. It used to write the stars and the sum,
+// then fail on the missing count, with no rating.set entry for the stars it had written.
+func TestRateWithoutStatsWritesNothing(t *testing.T) {
+	e := newEnv(t, defaults)
+	e.buyer("it", "alice", 1)
+	e.rate("it", "", "alice", 3)
+	e.rdb.Del(ctx, e.keys.ItemRatingStats("it"))
+	events := e.rdb.XLen(ctx, e.keys.RankOutbox()).Val()
+	if _, err := e.rank.Rate(ctx, "it", "", "alice", 5); err == nil {
+		t.Fatal("re-rating without stats: accepted")
+	}
+	if got := e.rdb.HGet(ctx, e.keys.ItemRatings("it"), "alice").Val(); got != "3" {
+		t.Fatalf("the refused call changed the stars to %q", got)
+	}
+	if n := e.rdb.Exists(ctx, e.keys.ItemRatingStats("it")).Val(); n != 0 {
+		t.Fatalf("the refused call wrote the stats: %v", e.rdb.HGetAll(ctx, e.keys.ItemRatingStats("it")).Val())
+	}
+	if n := e.rdb.XLen(ctx, e.keys.RankOutbox()).Val(); n != events {
+		t.Fatalf("the refused call appended %d entries", n-events)
+	}
+}
+
 // A rating appends one rating.set entry with the design's flat fields.
 func TestOutboxEntry(t *testing.T) {
 	e := newEnv(t, defaults)

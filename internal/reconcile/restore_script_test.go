@@ -11,8 +11,10 @@ import (
 )
 
 // TestRestoreScriptsRefuseBadNumbers: restore_begin and restore_put refuse what tonumber reads
-// but a fence or a restored figure cannot be ('inf', fractions, zero units) and write nothing.
-// A fence of inf would have cleared the item and then refused every later restorer.
+// but a fence or a restored figure cannot be ('inf', fractions, zero units, numbers past 2^53,
+// forms other than plain digits) and write nothing. A fence of inf or 1e300 would have cleared
+// the item and then refused every later restorer; a held of '1e3' would have been stored as
+// such, and every later cancel or expiry of the user's orders would fail half-way (HINCRBY).
 func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
@@ -22,7 +24,7 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	rdb.HSet(ctx, k.Orders(), "r.1", "u|1|1|paid|1|2")
 
 	beginKeys := []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}
-	for _, n := range []string{"inf", "nan", "1.5", "0", "x"} {
+	for _, n := range []string{"inf", "nan", "1.5", "0", "x", "1e300", "9007199254740992"} {
 		if err := restoreBegin.Run(ctx, rdb, beginKeys, n, "*", "", "r").Err(); err == nil {
 			t.Errorf("restore_begin, fence %q: script accepted it", n)
 		}
@@ -38,6 +40,8 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	for _, e := range [][]any{
 		{"held", "u", 0}, {"held", "u", "inf"}, {"paid", "u", 0}, {"paid", "u", "1.5"},
 		{"exp", "r.1", "inf"}, {"exp", "r.1", -1},
+		{"held", "u", "1e3"}, {"paid", "u", "0x10"}, {"held", "u", " 5"}, {"exp", "r.1", "1e3"},
+		{"held", "u", "99999999999999999999"},
 	} {
 		if err := restorePut.Run(ctx, rdb, putKeys, append([]any{3}, e...)...).Err(); err == nil {
 			t.Errorf("restore_put %v: script accepted it", e)
@@ -45,6 +49,34 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	}
 	if n := rdb.Exists(ctx, k.Held(), k.PaidBy(), k.Expiry()).Val(); n != 0 {
 		t.Fatalf("refused restore_put calls wrote %d keys", n)
+	}
+}
+
+// TestReemitRefusesBadFences: reconcile_reemit.lua stores the batch's fence on the item, so a
+// fence tonumber reads but no lock hands out ('inf', '1e300', one past 2^53) is refused before
+// anything is written: stored, it would fence out every later batch and restore of the item.
+func TestReemitRefusesBadFences(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	k := keys.Item("r")
+	rdb.Set(ctx, k.RestoreFence(), 3, 0)
+	rdb.HSet(ctx, k.Hash(), "name", "R", "stock_total", 5)
+	reemitKeys := []string{k.Hash(), k.Orders(), k.Outbox(), k.RestoreFence()}
+	for _, n := range []string{"inf", "nan", "1.5", "0", "x", "1e300", "9007199254740992"} {
+		if err := reemitScript.Run(ctx, rdb, reemitKeys, "r", "item", "", "", n).Err(); err == nil {
+			t.Errorf("reconcile_reemit, fence %q: script accepted it", n)
+		}
+	}
+	if got := rdb.Get(ctx, k.RestoreFence()).Val(); got != "3" {
+		t.Fatalf("refused reconcile_reemit calls moved the fence to %q", got)
+	}
+	if n := rdb.XLen(ctx, k.Outbox()).Val(); n != 0 {
+		t.Fatalf("refused reconcile_reemit calls appended %d events", n)
+	}
+	// A later batch is not fenced out.
+	reply, err := reemitScript.Run(ctx, rdb, reemitKeys, "r", "item", "", "", 4).Slice()
+	if err != nil || reply[0] != "reemitted" {
+		t.Fatalf("fence 4 after the refused calls: %v %v", reply, err)
 	}
 }
 
