@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -120,7 +119,8 @@ func (s *Store) ExpireDue(ctx context.Context, item string, batch int) (ExpireRe
 }
 
 // ExpireShard expires up to batch (1..MaxExpireBatch) due reservations of one shard: one
-// ZRANGEBYSCORE of the shard's expiry index (by this host's clock), then one atomic script
+// ZRANGEBYSCORE of the shard's expiry index (by Redis's clock, read from this host's: see
+// redisClock), then one atomic script
 // call per item among the due entries, which re-checks each entry against Redis TIME and its
 // order. Entries whose order a payment or cancel already settled are dropped. With nothing due
 // it costs one command, whatever the number of items.
@@ -140,7 +140,7 @@ func (s *Store) ExpireShardFrom(ctx context.Context, shard int, offset int64, ba
 		return ExpireResult{}, fmt.Errorf("orders: expire: no shard %d", shard)
 	}
 	due, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
-		Key: s.keys.Shard(shard).Expiry(), Start: "-inf", Stop: strconv.FormatInt(time.Now().UnixMilli(), 10),
+		Key: s.keys.Shard(shard).Expiry(), Start: "-inf", Stop: strconv.FormatInt(s.clock.nowMS(ctx, s.rdb), 10),
 		ByScore: true, Offset: offset, Count: int64(batch),
 	}).Result()
 	if err != nil {

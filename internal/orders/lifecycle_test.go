@@ -201,6 +201,33 @@ func TestExpireOnlyDue(t *testing.T) {
 	}
 }
 
+// TestExpireByRedisClock: reservations fall due by Redis's clock, so a host whose clock runs an
+// hour behind still expires them when Redis says they are due, not an hour late.
+func TestExpireByRedisClock(t *testing.T) {
+	e := newEnv(t, 200*time.Millisecond)
+	ctx := context.Background()
+	e.item("it", 10, 10)
+	e.ord.SetHostClock(func() time.Time { return time.Now().Add(-time.Hour) })
+	o := e.buy("it", "u0", 2)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := e.ord.ExpireDue(ctx, "it", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Expired == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reservation was not expired 10 s after Redis said it was due: %+v", r)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting on the reservation to fall due, with a deadline
+	}
+	if l := e.check("it"); l.Orders[o.ID].Status != orders.Expired || l.Left != 10 {
+		t.Fatalf("after the expiry: %s, stock left %d", l.Orders[o.ID].Status, l.Left)
+	}
+}
+
 // TestLifecycleOnCluster runs pay, cancel and expiry on a 3-master Redis Cluster: every key of
 // a script is in the item's slot (no CROSSSLOT), and scripts are loaded on every master.
 func TestLifecycleOnCluster(t *testing.T) {

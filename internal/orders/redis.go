@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -17,11 +19,43 @@ type Store struct {
 	rdb   redis.UniversalClient
 	keys  keyspace.Space
 	Hooks Hooks
+	clock redisClock
 }
 
 // NewStore returns a Store over rdb with the given key space.
 func NewStore(rdb redis.UniversalClient, keys keyspace.Space) *Store {
-	return &Store{rdb: rdb, keys: keys}
+	return &Store{rdb: rdb, keys: keys, clock: redisClock{host: time.Now}}
+}
+
+// redisClock reads Redis's clock from this host's without a round trip: the offset between
+// them is measured with one TIME call at most every clockCheck. Reservations fall due by Redis
+// TIME (the scripts' only clock); the expirer's read of the due entries must use the same
+// clock, or a host whose clock runs behind Redis's would expire every reservation late by the
+// difference.
+type redisClock struct {
+	host  func() time.Time // this host's clock (tests set one that runs behind)
+	skew  atomic.Int64     // Redis's clock minus the host's, ms, as last measured
+	check atomic.Int64     // host time (unix ms) when the offset is measured again
+}
+
+const clockCheck = 10 * time.Second
+
+// nowMS is Redis's clock in unix ms, as well as the last measure of the offset knows it. When
+// a measure fails the last offset stays (zero at first: the host's clock) and the next call
+// tries again.
+func (c *redisClock) nowMS(ctx context.Context, rdb redis.UniversalClient) int64 {
+	h := c.host().UnixMilli()
+	if h >= c.check.Load() {
+		t, err := rdb.Time(ctx).Result()
+		after := c.host().UnixMilli()
+		if err == nil {
+			// Redis answered somewhere between h and after: take the midpoint.
+			c.skew.Store(t.UnixMilli() - (h+after)/2)
+			c.check.Store(after + clockCheck.Milliseconds())
+		}
+		h = after
+	}
+	return h + c.skew.Load()
 }
 
 // Get returns the user's order; another user's order is ErrNotFound, as is a malformed id.
