@@ -23,16 +23,18 @@ import (
 	"sync/atomic"
 )
 
-// Cache maps checked tokens to what their check found (V). The zero value is ready to use;
-// it is large (2 MB), so it lives inside a long-lived struct, never on the stack.
+// Cache maps checked tokens to what their check found (V). The zero value is ready to use: its
+// 2 MB table is allocated by the first Put.
 type Cache[V any] struct {
-	sets  [sets]set[V]
+	table atomic.Pointer[[sets]set[V]]
 	clock atomic.Uint32 // victim choice when a set is full
 }
 
-// set keeps its ways' hashes apart from their entries, so a lookup reads 64 bytes of hashes (one
-// or two cache lines: Go does not align the table) and follows only the pointer whose hash
-// matches. A reader may see a hash from an older entry than the pointer beside it: the hash
+// set keeps its ways' hashes apart from their entries, so a lookup reads 64 bytes of hashes and
+// follows only the pointer whose hash matches. A set is 128 bytes and the table, a large
+// allocation of its own, starts on a page: the hashes fill one cache line and the entries the
+// next, which the CPU fetches as a pair (embedded in another struct, the table started anywhere
+// and a set spanned three lines). A reader may see a hash from an older entry than the pointer beside it: the hash
 // only filters, the entry's own hash and token decide.
 type set[V any] struct {
 	hash  [ways]atomic.Uint64
@@ -62,12 +64,14 @@ func hash(tok string) uint64 {
 	return maphash.String(seed, tok)
 }
 
-func (c *Cache[V]) set(h uint64) *set[V] { return &c.sets[h&(sets-1)] }
-
 // Get returns tok's entry, or nil when tok was never stored or has been evicted.
 func (c *Cache[V]) Get(tok string) *Entry[V] {
+	t := c.table.Load()
+	if t == nil {
+		return nil
+	}
 	h := hash(tok)
-	s := c.set(h)
+	s := &t[h&(sets-1)]
 	for i := range s.hash {
 		if s.hash[i].Load() != h {
 			continue
@@ -85,10 +89,15 @@ func (c *Cache[V]) Get(tok string) *Entry[V] {
 // again never fills a second way; else an empty way or one stale reports true for (nil: none);
 // else a round-robin victim.
 func (c *Cache[V]) Put(tok string, fill func(*V), stale func(*Entry[V]) bool) *Entry[V] {
+	t := c.table.Load()
+	if t == nil {
+		c.table.CompareAndSwap(nil, new([sets]set[V]))
+		t = c.table.Load()
+	}
 	h := hash(tok)
 	e := &Entry[V]{hash: h, Token: tok}
 	fill(&e.Value)
-	s := c.set(h)
+	s := &t[h&(sets-1)]
 	way := -1
 	for i := range s.entry {
 		old := s.entry[i].Load()

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
 func put(c *Cache[string], tok, user string) {
@@ -137,4 +138,20 @@ func TestConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestSetsAreLineAligned: a set's hashes fill one 64-byte cache line and its entries the
+// next (a lookup is one fetch of a line pair), and the zero Cache answers before any Put.
+func TestSetsAreLineAligned(t *testing.T) {
+	var c Cache[string]
+	if c.Get("never") != nil {
+		t.Fatal("an empty cache found a token")
+	}
+	put(&c, "tok", "u")
+	if unsafe.Sizeof(set[string]{}) != 128 {
+		t.Fatalf("a set is %d bytes, want 128", unsafe.Sizeof(set[string]{}))
+	}
+	if a := uintptr(unsafe.Pointer(c.table.Load())); a%128 != 0 {
+		t.Fatalf("the table starts at %#x, not on a 128-byte boundary", a)
+	}
 }
