@@ -46,19 +46,20 @@ import (
 type API struct {
 	cfg config.Config
 
-	rdb       redis.UniversalClient
-	record    *record.Queries
-	broker    *kafkabroker.Broker // nil with KAFKA_BROKERS
-	writer    *kafka.Writer
-	relay     *outbox.Relay
-	expirer   *orders.Expirer
-	stats     *stats.Recorder
-	lag       *lagGauge
-	server    *httpapi.Server
-	Inventory *inventory.Store
-	Orders    *orders.Store
-	Ranking   *ranking.Store
-	Queue     *queue.Store
+	rdb        redis.UniversalClient
+	record     *record.Queries
+	broker     *kafkabroker.Broker // nil with KAFKA_BROKERS
+	writer     *kafka.Writer
+	transports []*kafka.Transport // closed by Close
+	relay      *outbox.Relay
+	expirer    *orders.Expirer
+	stats      *stats.Recorder
+	lag        *lagGauge
+	server     *httpapi.Server
+	Inventory  *inventory.Store
+	Orders     *orders.Store
+	Ranking    *ranking.Store
+	Queue      *queue.Store
 
 	closeOnce sync.Once
 }
@@ -132,10 +133,8 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		slog.Info("embedded Kafka-protocol broker", "addr", a.broker.Addr(), "topic", cfg.KafkaTopic, "dir", dir)
 	}
 	a.writer = outbox.NewWriter(brokers, cfg.KafkaTopic)
-	if a.broker == nil { // a real Kafka: its login and TLS (the embedded broker needs neither)
-		if a.writer.Transport, err = cfg.Kafka.Transport(); err != nil {
-			return nil, err
-		}
+	if a.writer.Transport, err = a.kafkaTransport(cfg); err != nil {
+		return nil, err
 	}
 	relayOpt := outbox.Options{Max: int64(cfg.OutboxMax)}
 	if crashpoint.Enabled("relay-after-publish") { // fault tests only
@@ -156,13 +155,9 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		total, _ := a.relay.Backlog()
 		return map[string]int64{"outbox": total}, true
 	})
-	var transport kafka.RoundTripper // nil: kafka-go's default, for the embedded broker
-	if a.broker == nil {
-		t, err := cfg.Kafka.Transport()
-		if err != nil {
-			return nil, err
-		}
-		transport = t
+	transport, err := a.kafkaTransport(cfg)
+	if err != nil {
+		return nil, err
 	}
 	a.lag = &lagGauge{pipeline: reconcile.NewKafkaPipeline(brokers, cfg.KafkaTopic, ReconcilerGroup, transport)}
 	a.stats.AddGauge(a.lag.gauge)
@@ -183,6 +178,22 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Redis:          a.rdb,
 	})
 	return a, nil
+}
+
+// kafkaTransport is a Kafka transport of the api's own (the relay's writer and the monitor's
+// lag queries each have one, so the lag stays measurable while the writer's connections are
+// stuck), closed by Close: kafka-go's shared default would keep its connections, and their
+// goroutines, after Close.
+func (a *API) kafkaTransport(cfg config.Config) (*kafka.Transport, error) {
+	t := &kafka.Transport{}
+	if a.broker == nil { // a real Kafka: its login and TLS (the embedded broker needs neither)
+		var err error
+		if t, err = cfg.Kafka.Transport(); err != nil {
+			return nil, err
+		}
+	}
+	a.transports = append(a.transports, t)
+	return t, nil
 }
 
 // newQueue builds the waiting rooms, signing with FLASHSALE_QUEUE_SECRET (or, unset, a key
@@ -333,6 +344,9 @@ func (a *API) Close() {
 	a.closeOnce.Do(func() {
 		if a.writer != nil {
 			a.writer.Close()
+		}
+		for _, t := range a.transports {
+			t.CloseIdleConnections()
 		}
 		if a.broker != nil {
 			a.broker.Close()
