@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,6 +61,9 @@ type API struct {
 	Orders     *orders.Store
 	Ranking    *ranking.Store
 	Queue      *queue.Store
+
+	stopping  atomic.Bool                                // shutting down: /readyz answers 503
+	drainWait func(ctx context.Context, d time.Duration) // tests: the drain's wait
 
 	closeOnce sync.Once
 }
@@ -245,9 +249,13 @@ func brokerDir(addr string) (string, error) {
 	return dir, os.Chmod(dir, 0o700)
 }
 
-// ready is /readyz: Redis answers, every script is loaded (reloaded after a Redis restart or
-// SCRIPT FLUSH; the EVAL fallback covers the gap), and the outbox is under its bound.
+// ready is /readyz: not shutting down (load balancers stop sending here first), Redis
+// answers, every script is loaded (reloaded after a Redis restart or SCRIPT FLUSH; the EVAL
+// fallback covers the gap), and the outbox is under its bound.
 func (a *API) ready(ctx context.Context) error {
+	if a.stopping.Load() {
+		return errShuttingDown
+	}
 	ok, err := lua.Loaded(ctx, a.rdb)
 	if err != nil {
 		return err
@@ -260,6 +268,9 @@ func (a *API) ready(ctx context.Context) error {
 	return a.relay.Ready()
 }
 
+// errShuttingDown is /readyz's cause from the first moment of the shutdown.
+var errShuttingDown = errors.New("shutting down")
+
 // Handler is the api's HTTP handler (tests drive it without a listener).
 func (a *API) Handler() http.Handler { return a.server }
 
@@ -271,8 +282,8 @@ func (a *API) Redis() redis.UniversalClient { return a.rdb }
 
 // Run serves cfg.HTTPAddr (or ln, when given: tests pass a listener on a free port) and runs
 // the snapshot loop, the expirer, the relay and the admin listener until ctx ends; then it
-// drains HTTP within cfg.ShutdownTimeout, lets the relay publish what it holds, stops the
-// rest and returns once every goroutine it started has returned.
+// shuts down within cfg.ShutdownTimeout, in the steps its comment lists, and returns once
+// every goroutine it started has returned.
 func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	if ln == nil {
 		var err error
@@ -324,19 +335,61 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
-	slog.Info("shutting down", "timeout", a.cfg.ShutdownTimeout)
+
+	// The shutdown, within cfg.ShutdownTimeout (the drain included):
+	//  1. /readyz answers 503 at once; for cfg.ShutdownDrain (while serving) the listener still
+	//     takes what load balancers send before they notice, and each keep-alive connection
+	//     closes after its next answer, so its client reconnects elsewhere;
+	//  2. the listener closes, catalogue streams are told to end, requests in flight answer;
+	//  3. the expirer, waiting rooms, snapshot and monitor stop;
+	//  4. the relay publishes the batches it holds; entries it has not read stay in the
+	//     outbox for any relay: another instance's at once, or this one's successor.
+	began := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
+	cause := context.Cause(ctx)
+	if serveErr != nil {
+		cause = serveErr
+	}
+	published := a.relay.Stats().Published
+	slog.Info("shutting down", "cause", cause, "timeout", a.cfg.ShutdownTimeout.String(), "drain", a.cfg.ShutdownDrain.String())
+	a.stopping.Store(true)
+	if serveErr == nil && a.cfg.ShutdownDrain > 0 {
+		srv.SetKeepAlivesEnabled(false)
+		a.drain(sctx, a.cfg.ShutdownDrain)
+	}
+	drained := time.Since(began)
+	streams, _ := a.server.StreamCounts()
 	if err := srv.Shutdown(sctx); err != nil {
 		slog.Warn("http shutdown", "err", err)
 	}
-	// After the last request: the relay publishes what it holds, then the rest stops.
+	httpDone := time.Since(began)
+	stopBG()
+	wg.Wait()
 	stopRelay()
 	<-relayDone
+	slog.Info("shutdown complete", "took", time.Since(began).Round(time.Millisecond).String(),
+		"drain", drained.Round(time.Millisecond).String(), "http", (httpDone - drained).Round(time.Millisecond).String(),
+		"streams_ended", streams,
+		"relay_published", a.relay.Stats().Published-published) // and "outbox relay stopped" says what it left
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
 	return serveErr
+}
+
+// drain waits d (or until ctx ends); tests replace it to end the drain on their signal.
+func (a *API) drain(ctx context.Context, d time.Duration) {
+	if a.drainWait != nil {
+		a.drainWait(ctx, d)
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // Close releases the api's connections and the embedded broker. Safe to call twice.
