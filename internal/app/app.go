@@ -340,10 +340,12 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	//  1. /readyz answers 503 at once; for cfg.ShutdownDrain (while serving) the listener still
 	//     takes what load balancers send before they notice, and each keep-alive connection
 	//     closes after its next answer, so its client reconnects elsewhere;
-	//  2. the listener closes, catalogue streams are told to end, requests in flight answer;
+	//  2. the listener closes, catalogue streams are told to end, requests in flight answer
+	//     (out of time, their connections are cut: no handler outlives Run);
 	//  3. the expirer, waiting rooms, snapshot and monitor stop;
-	//  4. the relay publishes the batches it holds; entries it has not read stay in the
-	//     outbox for any relay: another instance's at once, or this one's successor.
+	//  4. the relay publishes the batches it holds (out of time, it is aborted and they stay
+	//     pending in Redis, for another relay after 30 s idle); entries it has not read stay in
+	//     the outbox for any relay: another instance's at once, or this one's successor.
 	began := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
@@ -360,17 +362,26 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	}
 	drained := time.Since(began)
 	streams, _ := a.server.StreamCounts()
+	cut := false
 	if err := srv.Shutdown(sctx); err != nil {
-		slog.Warn("http shutdown", "err", err)
+		cut = true
+		slog.Warn("shutdown: requests still running at the timeout; closing their connections", "err", err)
+		srv.Close()
 	}
 	httpDone := time.Since(began)
 	stopBG()
 	wg.Wait()
 	stopRelay()
-	<-relayDone
+	select {
+	case <-relayDone:
+	case <-sctx.Done():
+		slog.Warn("shutdown: the outbox relay is still publishing at the timeout; its batch stays pending in Redis for another relay")
+		a.relay.Abort()
+		<-relayDone
+	}
 	slog.Info("shutdown complete", "took", time.Since(began).Round(time.Millisecond).String(),
 		"drain", drained.Round(time.Millisecond).String(), "http", (httpDone - drained).Round(time.Millisecond).String(),
-		"streams_ended", streams,
+		"streams_ended", streams, "requests_cut", cut,
 		"relay_published", a.relay.Stats().Published-published) // and "outbox relay stopped" says what it left
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil

@@ -186,10 +186,38 @@ func TestShutdownDrainsThenAnswersInFlight(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	out := logs()
-	for _, want := range []string{`"msg":"shutting down"`, `"drain":"30s"`, `"msg":"shutdown complete"`, `"msg":"outbox relay stopped"`} {
+	for _, want := range []string{`"msg":"shutting down"`, `"drain":"30s"`, `"msg":"shutdown complete"`, `"requests_cut":false`, `"msg":"outbox relay stopped"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("shutdown logs lack %s:\n%s", want, out)
 		}
+	}
+}
+
+// A request still running at FLASHSALE_SHUTDOWN_TIMEOUT has its connection closed: its client
+// learns at once, and its handler does not outlive Run.
+func TestShutdownCutsRequestsPastTheTimeout(t *testing.T) {
+	_, keys := testenv.Redis(t)
+	broker := testenv.Kafka(t, "flashsale.orders", 1)
+	var h *held
+	r := runAPIWith(t, keys.Prefix, broker.Addr(), map[string]string{"FLASHSALE_SHUTDOWN_TIMEOUT": "200ms"},
+		func(api *app.API) { h = addHeldPurchase(api) })
+	r.putItem("drop", 10)
+	inFlight := h.send(t, r.base)
+	select {
+	case <-h.ran:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held purchase never ran")
+	}
+	if err := r.stop(); err != nil { // never released
+		t.Fatalf("Run: %v", err)
+	}
+	select {
+	case a := <-inFlight:
+		if a.err == nil {
+			t.Fatalf("the request past the timeout was answered: %+v", a)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request past the shutdown timeout still holds its connection after Run returned")
 	}
 }
 
