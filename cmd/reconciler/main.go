@@ -15,8 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"gorm.io/gorm"
 
@@ -24,13 +22,14 @@ import (
 	"github.com/flashsale/flashsale/internal/crashpoint"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/shutdown"
 )
 
 const usage = "usage: reconciler [run | migrate | batch [--repair] | restore]"
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := shutdown.OnSignal(context.Background()) // a second signal exits at once
 	code := cli(ctx, os.Args[1:], os.Getenv)
 	stop()
 	os.Exit(code)

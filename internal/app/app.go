@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,19 +47,23 @@ import (
 type API struct {
 	cfg config.Config
 
-	rdb       redis.UniversalClient
-	record    *record.Queries
-	broker    *kafkabroker.Broker // nil with KAFKA_BROKERS
-	writer    *kafka.Writer
-	relay     *outbox.Relay
-	expirer   *orders.Expirer
-	stats     *stats.Recorder
-	lag       *lagGauge
-	server    *httpapi.Server
-	Inventory *inventory.Store
-	Orders    *orders.Store
-	Ranking   *ranking.Store
-	Queue     *queue.Store
+	rdb        redis.UniversalClient
+	record     *record.Queries
+	broker     *kafkabroker.Broker // nil with KAFKA_BROKERS
+	writer     *kafka.Writer
+	transports []*kafka.Transport // closed by Close
+	relay      *outbox.Relay
+	expirer    *orders.Expirer
+	stats      *stats.Recorder
+	lag        *lagGauge
+	server     *httpapi.Server
+	Inventory  *inventory.Store
+	Orders     *orders.Store
+	Ranking    *ranking.Store
+	Queue      *queue.Store
+
+	stopping  atomic.Bool                                // shutting down: /readyz answers 503
+	drainWait func(ctx context.Context, d time.Duration) // tests: the drain's wait
 
 	closeOnce sync.Once
 }
@@ -132,10 +137,8 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		slog.Info("embedded Kafka-protocol broker", "addr", a.broker.Addr(), "topic", cfg.KafkaTopic, "dir", dir)
 	}
 	a.writer = outbox.NewWriter(brokers, cfg.KafkaTopic)
-	if a.broker == nil { // a real Kafka: its login and TLS (the embedded broker needs neither)
-		if a.writer.Transport, err = cfg.Kafka.Transport(); err != nil {
-			return nil, err
-		}
+	if a.writer.Transport, err = a.kafkaTransport(cfg); err != nil {
+		return nil, err
 	}
 	relayOpt := outbox.Options{Max: int64(cfg.OutboxMax)}
 	if crashpoint.Enabled("relay-after-publish") { // fault tests only
@@ -156,13 +159,9 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		total, _ := a.relay.Backlog()
 		return map[string]int64{"outbox": total}, true
 	})
-	var transport kafka.RoundTripper // nil: kafka-go's default, for the embedded broker
-	if a.broker == nil {
-		t, err := cfg.Kafka.Transport()
-		if err != nil {
-			return nil, err
-		}
-		transport = t
+	transport, err := a.kafkaTransport(cfg)
+	if err != nil {
+		return nil, err
 	}
 	a.lag = &lagGauge{pipeline: reconcile.NewKafkaPipeline(brokers, cfg.KafkaTopic, ReconcilerGroup, transport)}
 	a.stats.AddGauge(a.lag.gauge)
@@ -183,6 +182,22 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Redis:          a.rdb,
 	})
 	return a, nil
+}
+
+// kafkaTransport is a Kafka transport of the api's own (the relay's writer and the monitor's
+// lag queries each have one, so the lag stays measurable while the writer's connections are
+// stuck), closed by Close: kafka-go's shared default would keep its connections, and their
+// goroutines, after Close.
+func (a *API) kafkaTransport(cfg config.Config) (*kafka.Transport, error) {
+	t := &kafka.Transport{}
+	if a.broker == nil { // a real Kafka: its login and TLS (the embedded broker needs neither)
+		var err error
+		if t, err = cfg.Kafka.Transport(); err != nil {
+			return nil, err
+		}
+	}
+	a.transports = append(a.transports, t)
+	return t, nil
 }
 
 // newQueue builds the waiting rooms, signing with FLASHSALE_QUEUE_SECRET (or, unset, a key
@@ -234,9 +249,13 @@ func brokerDir(addr string) (string, error) {
 	return dir, os.Chmod(dir, 0o700)
 }
 
-// ready is /readyz: Redis answers, every script is loaded (reloaded after a Redis restart or
-// SCRIPT FLUSH; the EVAL fallback covers the gap), and the outbox is under its bound.
+// ready is /readyz: not shutting down (load balancers stop sending here first), Redis
+// answers, every script is loaded (reloaded after a Redis restart or SCRIPT FLUSH; the EVAL
+// fallback covers the gap), and the outbox is under its bound.
 func (a *API) ready(ctx context.Context) error {
+	if a.stopping.Load() {
+		return errShuttingDown
+	}
 	ok, err := lua.Loaded(ctx, a.rdb)
 	if err != nil {
 		return err
@@ -249,6 +268,9 @@ func (a *API) ready(ctx context.Context) error {
 	return a.relay.Ready()
 }
 
+// errShuttingDown is /readyz's cause from the first moment of the shutdown.
+var errShuttingDown = errors.New("shutting down")
+
 // Handler is the api's HTTP handler (tests drive it without a listener).
 func (a *API) Handler() http.Handler { return a.server }
 
@@ -260,8 +282,8 @@ func (a *API) Redis() redis.UniversalClient { return a.rdb }
 
 // Run serves cfg.HTTPAddr (or ln, when given: tests pass a listener on a free port) and runs
 // the snapshot loop, the expirer, the relay and the admin listener until ctx ends; then it
-// drains HTTP within cfg.ShutdownTimeout, lets the relay publish what it holds, stops the
-// rest and returns once every goroutine it started has returned.
+// shuts down within cfg.ShutdownTimeout, in the steps its comment lists, and returns once
+// every goroutine it started has returned.
 func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	if ln == nil {
 		var err error
@@ -313,19 +335,72 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
-	slog.Info("shutting down", "timeout", a.cfg.ShutdownTimeout)
+
+	// The shutdown, within cfg.ShutdownTimeout (the drain included):
+	//  1. /readyz answers 503 at once; for cfg.ShutdownDrain (while serving) the listener still
+	//     takes what load balancers send before they notice, and each keep-alive connection
+	//     closes after its next answer, so its client reconnects elsewhere;
+	//  2. the listener closes, catalogue streams are told to end, requests in flight answer
+	//     (out of time, their connections are cut: no handler outlives Run);
+	//  3. the expirer, waiting rooms, snapshot and monitor stop;
+	//  4. the relay publishes the batches it holds (out of time, it is aborted and they stay
+	//     pending in Redis, for another relay after 30 s idle); entries it has not read stay in
+	//     the outbox for any relay: another instance's at once, or this one's successor.
+	began := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		slog.Warn("http shutdown", "err", err)
+	cause := context.Cause(ctx)
+	if serveErr != nil {
+		cause = serveErr
 	}
-	// After the last request: the relay publishes what it holds, then the rest stops.
+	published := a.relay.Stats().Published
+	slog.Info("shutting down", "cause", cause, "timeout", a.cfg.ShutdownTimeout.String(), "drain", a.cfg.ShutdownDrain.String())
+	a.stopping.Store(true)
+	if serveErr == nil && a.cfg.ShutdownDrain > 0 {
+		srv.SetKeepAlivesEnabled(false)
+		a.drain(sctx, a.cfg.ShutdownDrain)
+	}
+	drained := time.Since(began)
+	streams, _ := a.server.StreamCounts()
+	cut := false
+	if err := srv.Shutdown(sctx); err != nil {
+		cut = true
+		slog.Warn("shutdown: requests still running at the timeout; closing their connections", "err", err)
+		srv.Close()
+	}
+	httpDone := time.Since(began)
+	stopBG()
+	wg.Wait()
 	stopRelay()
-	<-relayDone
+	select {
+	case <-relayDone:
+	case <-sctx.Done():
+		slog.Warn("shutdown: the outbox relay is still publishing at the timeout; its batch stays pending in Redis for another relay")
+		a.relay.Abort()
+		<-relayDone
+	}
+	slog.Info("shutdown complete", "took", time.Since(began).Round(time.Millisecond).String(),
+		"drain", drained.Round(time.Millisecond).String(), "http", (httpDone - drained).Round(time.Millisecond).String(),
+		"streams_ended", streams, "requests_cut", cut,
+		"relay_published", a.relay.Stats().Published-published) // and "outbox relay stopped" says what it left
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
 	return serveErr
+}
+
+// drain waits d (or until ctx ends); tests replace it to end the drain on their signal.
+func (a *API) drain(ctx context.Context, d time.Duration) {
+	if a.drainWait != nil {
+		a.drainWait(ctx, d)
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // Close releases the api's connections and the embedded broker. Safe to call twice.
@@ -333,6 +408,9 @@ func (a *API) Close() {
 	a.closeOnce.Do(func() {
 		if a.writer != nil {
 			a.writer.Close()
+		}
+		for _, t := range a.transports {
+			t.CloseIdleConnections()
 		}
 		if a.broker != nil {
 			a.broker.Close()

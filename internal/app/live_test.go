@@ -23,14 +23,21 @@ const liveAdminToken = "live-test-admin-token-0123456789"
 
 // running is one api started with Run on a free port.
 type running struct {
-	t    *testing.T
-	api  *app.API
-	base string
-	stop func() error // ends Run and returns its error
+	t      *testing.T
+	api    *app.API
+	base   string
+	signal func()       // starts the shutdown (SIGTERM) without waiting for it
+	stop   func() error // ends Run and returns its error
 }
 
 // runAPI starts an api as cmd/api does, with env on top of the test's Redis prefix and Kafka.
 func runAPI(t *testing.T, prefix, brokers string, env map[string]string) *running {
+	t.Helper()
+	return runAPIWith(t, prefix, brokers, env, nil)
+}
+
+// runAPIWith is runAPI with before called on the api between New and Run (test routes, hooks).
+func runAPIWith(t *testing.T, prefix, brokers string, env map[string]string, before func(*app.API)) *running {
 	t.Helper()
 	vars := map[string]string{
 		"FLASHSALE_REDIS_ADDRS":      testenv.RedisAddr(),
@@ -52,6 +59,9 @@ func runAPI(t *testing.T, prefix, brokers string, env map[string]string) *runnin
 		t.Fatal(err)
 	}
 	t.Cleanup(api.Close)
+	if before != nil {
+		before(api)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +71,7 @@ func runAPI(t *testing.T, prefix, brokers string, env map[string]string) *runnin
 	go func() { done <- api.Run(ctx, ln) }()
 	var once sync.Once
 	var runErr error
-	r := &running{t: t, api: api, base: "http://" + ln.Addr().String(), stop: func() error {
+	r := &running{t: t, api: api, base: "http://" + ln.Addr().String(), signal: cancel, stop: func() error {
 		once.Do(func() { cancel(); runErr = <-done })
 		return runErr
 	}}

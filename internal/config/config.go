@@ -70,7 +70,8 @@ type Config struct {
 	LimitLoginUser    limits.Policy
 	LimitLoginIP      limits.Policy
 	ReconcileInterval time.Duration // 0 = batch only on demand
-	ShutdownTimeout   time.Duration
+	ShutdownTimeout   time.Duration // SIGTERM to exit, the drain included
+	ShutdownDrain     time.Duration // /readyz answers 503 this long before the listener closes
 	HTTPReadTimeout   time.Duration // a whole request, body included (slow clients)
 	HTTPWriteTimeout  time.Duration // a whole answer
 	HTTPIdleTimeout   time.Duration // a keep-alive connection between requests
@@ -130,6 +131,7 @@ func parse(p *parser) (Config, error) {
 		LimitLoginIP:      p.limit("FLASHSALE_LIMIT_LOGIN_IP", "10/1m:10"),
 		ReconcileInterval: p.duration("FLASHSALE_RECONCILE_INTERVAL", 0),
 		ShutdownTimeout:   p.duration("FLASHSALE_SHUTDOWN_TIMEOUT", 10*time.Second),
+		ShutdownDrain:     p.duration("FLASHSALE_SHUTDOWN_DRAIN", 0),
 		HTTPReadTimeout:   p.duration("FLASHSALE_HTTP_READ_TIMEOUT", 15*time.Second),
 		HTTPWriteTimeout:  p.duration("FLASHSALE_HTTP_WRITE_TIMEOUT", 30*time.Second),
 		HTTPIdleTimeout:   p.duration("FLASHSALE_HTTP_IDLE_TIMEOUT", 60*time.Second),
@@ -210,6 +212,10 @@ func parse(p *parser) (Config, error) {
 	}
 	if c.StreamHeartbeat < 10*time.Millisecond || c.StreamHeartbeat > 15*time.Second {
 		return Config{}, fmt.Errorf("config: FLASHSALE_STREAM_HEARTBEAT must be from 10ms to 15s (the contract's longest gap)")
+	}
+	// The drain is part of the shutdown's time: requests in flight when it ends need some too.
+	if c.ShutdownTimeout < time.Millisecond || c.ShutdownDrain >= c.ShutdownTimeout {
+		return Config{}, fmt.Errorf("config: FLASHSALE_SHUTDOWN_TIMEOUT (%s) must be at least 1ms and longer than FLASHSALE_SHUTDOWN_DRAIN (%s)", c.ShutdownTimeout, c.ShutdownDrain)
 	}
 	if c.PostgresStartWait < time.Second {
 		return Config{}, fmt.Errorf("config: FLASHSALE_POSTGRES_START_TIMEOUT must be at least 1s")
@@ -302,6 +308,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("purchase_in_flight", m.PurchaseInFlight),
 		slog.String("log_level", m.LogLevel.String()), slog.String("access_log_slow", m.AccessLogSlow.String()),
 		slog.Int("access_log_sample", m.AccessLogSample),
+		slog.String("shutdown_timeout", m.ShutdownTimeout.String()), slog.String("shutdown_drain", m.ShutdownDrain.String()),
 	)
 }
 

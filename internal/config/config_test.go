@@ -89,6 +89,15 @@ func TestInvalid(t *testing.T) {
 	if _, err := Parse(env(map[string]string{"FLASHSALE_IDEMPOTENCY_TTL": "10m"})); err != nil {
 		t.Errorf("an idempotency TTL equal to the reservation TTL: %v", err)
 	}
+	// The drain counts in the shutdown timeout and must leave requests in flight some of it.
+	if _, err := Parse(env(map[string]string{"FLASHSALE_SHUTDOWN_DRAIN": "10s"})); err == nil ||
+		!strings.Contains(err.Error(), "FLASHSALE_SHUTDOWN_DRAIN") {
+		t.Errorf("a drain as long as the 10s shutdown timeout: %v", err)
+	}
+	if c, err := Parse(env(map[string]string{"FLASHSALE_SHUTDOWN_DRAIN": "5s", "FLASHSALE_SHUTDOWN_TIMEOUT": "20s"})); err != nil ||
+		c.ShutdownDrain != 5*time.Second || c.ShutdownTimeout != 20*time.Second {
+		t.Errorf("a 5s drain in a 20s shutdown: %+v %v", c, err)
+	}
 	if _, err := Parse(env(map[string]string{"FLASHSALE_OUTBOX_MAX": "0"})); err == nil {
 		t.Error("FLASHSALE_OUTBOX_MAX=0 accepted")
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -215,6 +216,35 @@ func TestAPIKilled(t *testing.T) {
 	f := s.verify(items)
 	f.recover = s.recovery(end)
 	report(t, "one of two apis kill -9", f)
+}
+
+// One of two apis and the reconciler are stopped with SIGTERM mid-sale, the api after the
+// shop (standing for a load balancer that saw /readyz answer 503) stopped sending to it: both
+// exit 0 having drained, the other api sells on, a new reconciler takes over the group, and
+// the record completes with every answer kept.
+func TestGracefulStop(t *testing.T) {
+	s := newSale(t, saleOptions{reservationTTL: 5 * time.Second})
+	a := s.startAPI("FLASHSALE_SHUTDOWN_DRAIN=1s")
+	s.startAPI()
+	rec := s.startReconciler()
+	items := s.setupItems(4, 300)
+	users := s.login("g", 1000)
+	s.run(workload{users: users, items: itemIDs(items), keyed: func(i int) bool { return i%2 == 0 }, at: 300,
+		when: func() {
+			a.Stop(syscall.SIGTERM)
+			rec.Stop(syscall.SIGTERM)
+		}})
+	if code := a.ExitCode(60 * time.Second); code != 0 || !a.Logged(`"msg":"shutdown complete"`) || !a.Logged(`"requests_cut":false`) {
+		t.Fatalf("api after SIGTERM: exit %d, shutdown complete %v, no request cut %v", code,
+			a.Logged(`"msg":"shutdown complete"`), a.Logged(`"requests_cut":false`))
+	}
+	if code := rec.ExitCode(60 * time.Second); code != 0 || !rec.Logged(`"msg":"reconciler stopped"`) {
+		t.Fatalf("reconciler after SIGTERM: exit %d, stopped cleanly %v", code, rec.Logged(`"msg":"reconciler stopped"`))
+	}
+	s.startReconciler()
+	s.waitNoReservations(items, 90*time.Second)
+	f := s.verify(items)
+	report(t, "an api and the reconciler stopped by SIGTERM", f)
 }
 
 // The relay dies between Kafka's ack and its Redis ack (its api process SIGKILLs itself there

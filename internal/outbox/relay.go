@@ -108,6 +108,11 @@ type Relay struct {
 
 	streams []*stream
 
+	// hard bounds the publish and acknowledgement in flight when Run's context ends; Abort
+	// ends it (a shutdown out of time).
+	hard  context.Context
+	abort context.CancelFunc
+
 	published, failures, claimed atomic.Int64
 
 	backlogMu sync.Mutex
@@ -184,6 +189,7 @@ func New(rdb redis.UniversalClient, keys keyspace.Space, pub Publisher, opt Opti
 		opt.BacklogInterval = 2 * time.Second
 	}
 	r := &Relay{rdb: ownPool(rdb, StreamCount()+4), keys: keys, pub: pub, opt: opt, backlog: map[string]int64{}}
+	r.hard, r.abort = context.WithCancel(context.Background())
 	r.streams = append(r.streams, &stream{key: keys.RankOutbox(), label: "rank", rank: true, retry: true, claimCursor: "0-0"})
 	for n := range keyspace.Shards {
 		r.streams = append(r.streams, &stream{key: keys.Shard(n).Outbox(), label: "s" + strconv.Itoa(n), retry: true, claimCursor: "0-0"})
@@ -214,7 +220,8 @@ func (r *Relay) Stats() Stats {
 }
 
 // Run relays until ctx ends (then it returns nil after the batches in flight, if any, were
-// acknowledged or left pending). Redis and Kafka errors are logged and retried with backoff:
+// acknowledged or left pending, within PublishTimeout or until Abort; entries it had not
+// read stay in the streams for any relay). Redis and Kafka errors are logged and retried with backoff:
 // entries wait in Redis meanwhile, and the api keeps selling. Only AfterPublish's error stops it.
 // The blocking reads hold one connection each, on the relay's own pool (see ownPool).
 func (r *Relay) Run(ctx context.Context) error {
@@ -238,13 +245,26 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.measureLoop(ctx)
 	}()
 	wg.Wait()
-	slog.Info("outbox relay stopped", "published", r.published.Load())
+	// What is left (this relay's unpublished entries, and any others'): for the next relay.
+	mctx, cancel := context.WithTimeout(r.hard, time.Second)
+	left, err := r.MeasureBacklog(mctx)
+	cancel()
+	if err != nil {
+		left = -1 // unknown
+	}
+	slog.Info("outbox relay stopped", "published", r.published.Load(), "outbox_backlog", left)
 	var hook *hookError
 	if err := context.Cause(ctx); errors.As(err, &hook) {
 		return hook.err
 	}
 	return nil
 }
+
+// Abort cuts short a Run whose context ended: a publish or acknowledgement still in flight
+// ends at once. Its entries stay pending in Redis, re-published by another relay after
+// ClaimIdle (the consumer absorbs a duplicate of a batch Kafka had taken). For a shutdown
+// that ran out of time.
+func (r *Relay) Abort() { r.abort() }
 
 // StreamCount is how many streams a relay reads, each with a blocking read of its own.
 func StreamCount() int { return keyspace.Shards + 1 }
@@ -350,7 +370,7 @@ func (r *Relay) pollStream(ctx context.Context, st *stream) (int, error) {
 	published := 0
 	for len(batch) > 0 {
 		n := chunk(batch, r.opt.MaxBatchBytes)
-		if err := r.publish(ctx, st, batch[:n]); err != nil {
+		if err := r.publish(st, batch[:n]); err != nil {
 			if errors.Is(err, errUnpublished) {
 				st.unpublished = batch
 			}
@@ -381,12 +401,13 @@ var ackScript = lua.New("outbox_ack", "outbox_ack.lua")
 const maxAckIDs = 10000
 
 // publish writes entries to Kafka, then acknowledges them and removes them from the stream.
-func (r *Relay) publish(ctx context.Context, st *stream, batch []entry) error {
+func (r *Relay) publish(st *stream, batch []entry) error {
 	msgs := make([]kafka.Message, len(batch))
 	for i, e := range batch {
 		msgs[i] = e.msg
 	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opt.PublishTimeout)
+	// Not cut by Run's context (a shutdown lets the batch in hand finish), only by Abort.
+	pctx, cancel := context.WithTimeout(r.hard, r.opt.PublishTimeout)
 	err := r.pub.WriteMessages(pctx, msgs...)
 	cancel()
 	if err != nil {
@@ -409,7 +430,7 @@ func (r *Relay) publish(ctx context.Context, st *stream, batch []entry) error {
 		for _, e := range batch[:n] {
 			args = append(args, e.id)
 		}
-		if err := ackScript.Run(context.WithoutCancel(ctx), r.rdb, []string{st.key}, args...).Err(); err != nil {
+		if err := ackScript.Run(r.hard, r.rdb, []string{st.key}, args...).Err(); err != nil {
 			// Published but still in Redis: they will be published again (harmless duplicates).
 			st.retry = true
 			return fmt.Errorf("outbox: acknowledge: %w", err)

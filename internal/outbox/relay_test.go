@@ -627,3 +627,42 @@ func TestRelayCutOffFromKafkaLosesItsEntries(t *testing.T) {
 	}
 	e.checkTopic(true, false)
 }
+
+// A shutdown out of time: the relay was told to stop while a Kafka write hangs, and Abort cuts
+// that write instead of waiting out PublishTimeout. Nothing is lost: the entries stay pending
+// in Redis, and another relay publishes them once they are idle for ClaimIdle.
+func TestAbortCutsAHangingPublish(t *testing.T) {
+	e := newEnv(t, "a")
+	e.sell(5, 1)
+	w := outbox.NewWriter([]string{e.broker.Addr()}, topic)
+	t.Cleanup(func() { w.Close() })
+	pub := &holdingPublisher{w: w, release: make(chan struct{})} // never released
+	r := outbox.New(e.rdb, e.keys, pub, outbox.Options{Consumer: "stopping", PublishTimeout: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for pub.holding() < e.events {
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay holds %d of %d entries", pub.holding(), e.events)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()  // the shutdown: the batch in hand may finish...
+	r.Abort() // ...until the shutdown's time is up
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run still waits for its hanging publish after Abort")
+	}
+	if n := e.pending(); n != int64(e.events) {
+		t.Fatalf("%d entries pending after the abort, want all %d kept in Redis", n, e.events)
+	}
+	next, _ := e.relay(outbox.Options{Consumer: "next", ClaimIdle: time.Millisecond, ClaimInterval: 10 * time.Millisecond})
+	start(t, next)
+	e.waitDrained()
+	e.checkTopic(true, true)
+}

@@ -468,3 +468,38 @@ func TestDriftRemains(t *testing.T) {
 		}
 	}
 }
+
+// A runner told to stop mid-run (the reconciler's SIGTERM) closes its own run as failed, with
+// an error naming why it stopped, and releases the lock at once: the next runner does not wait
+// for the lock's TTL, and finds no run left running.
+func TestStoppedRunClosesItselfAndReleasesTheLock(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 10, 1)
+	e.drain()
+	stopCause := errors.New("received terminated")
+	ctx, stop := context.WithCancelCause(e.ctx)
+	opt := reconcile.Options{LockTTL: time.Hour} // a lock left behind would outlive the test
+	reconcile.SetAfterStart(&opt, func(context.Context) { stop(stopCause) })
+	rep, err := e.reconciler(opt).Batch(ctx, reconcile.BatchOptions{})
+	if err == nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("stopped batch: report %+v, err %v; want the cancellation", rep, err)
+	}
+	var status, errText string
+	if qerr := e.db.QueryRow(e.ctx, `SELECT status, coalesce(error, '') FROM reconciliation_runs
+		WHERE finished_at IS NOT NULL`).Scan(&status, &errText); qerr != nil {
+		t.Fatalf("the stopped run's row: %v", qerr)
+	}
+	if status != "failed" || !strings.Contains(errText, "stopped before the end of the run") ||
+		!strings.Contains(errText, stopCause.Error()) {
+		t.Fatalf("stopped run: status %q error %q; want failed, saying it stopped and why", status, errText)
+	}
+	next, err := e.reconciler(reconcile.Options{}).Batch(e.ctx, reconcile.BatchOptions{})
+	if err != nil {
+		t.Fatalf("the next batch (the lock must be free): %v", err)
+	}
+	var running int
+	_ = e.db.QueryRow(e.ctx, `SELECT count(*) FROM reconciliation_runs WHERE status IN ('running', 'abandoned')`).Scan(&running)
+	if running != 0 || !next.Clean() {
+		t.Fatalf("after the next run: %d runs running or abandoned, report clean %v", running, next.Clean())
+	}
+}

@@ -36,6 +36,11 @@ func (r *Reconciler) Batch(ctx context.Context, opt BatchOptions) (*Report, erro
 			r.opt.afterStart(ctx)
 		}
 		rep, err = r.run(ctx, opt, n)
+		if err != nil && ctx.Err() != nil {
+			// Stopped (the reconciler shutting down, or the lock lost): the run's row says
+			// why, not only "context canceled".
+			err = fmt.Errorf("reconcile: stopped before the end of the run (%w): %w", context.Cause(ctx), err)
+		}
 		if rep != nil {
 			rep.RunID, rep.FencingToken, rep.StartedAt = id, n, started
 			rep.FinishedAt = time.Now().UTC()

@@ -46,10 +46,11 @@ type ConsumerOptions struct {
 // the write loop, which goes on with the next batch meanwhile), so a crash re-delivers at
 // most the batches in flight, and the Writer absorbs them.
 type Consumer struct {
-	w      *Writer
-	r      *kafka.Reader
-	client *kafka.Client
-	opt    ConsumerOptions
+	w         *Writer
+	r         *kafka.Reader
+	client    *kafka.Client
+	transport *kafka.Transport // the client's: Run closes its connections when it returns
+	opt       ConsumerOptions
 
 	cut     time.Time            // when collect last closed a batch (Run's goroutine only)
 	commits chan []kafka.Message // batches written, for commitOffsets (Run's)
@@ -90,9 +91,10 @@ func NewConsumer(db *gorm.DB, opt ConsumerOptions) *Consumer {
 		transport = opt.Transport
 	}
 	return &Consumer{
-		w:      NewWriter(db),
-		client: &kafka.Client{Addr: kafka.TCP(opt.Brokers...), Timeout: 5 * time.Second, Transport: transport},
-		opt:    opt,
+		w:         NewWriter(db),
+		client:    &kafka.Client{Addr: kafka.TCP(opt.Brokers...), Timeout: 5 * time.Second, Transport: transport},
+		transport: transport,
+		opt:       opt,
 	}
 }
 
@@ -151,8 +153,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 		<-committed
 	}()
 	lagCtx, stopLag := context.WithCancel(ctx)
-	defer stopLag()
-	go c.watchLag(lagCtx)
+	lagDone := make(chan struct{})
+	go func() {
+		defer close(lagDone)
+		c.watchLag(lagCtx)
+	}()
+	defer func() {
+		stopLag()
+		<-lagDone
+		c.transport.CloseIdleConnections() // the lag queries' (a goroutine each otherwise)
+	}()
 	slog.Info("reconciler consuming", "topic", c.opt.Topic, "group", c.opt.GroupID, "brokers", c.opt.Brokers)
 
 	fetchBackoff, fetchFails := retryBackoff(5*time.Second), 0

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -464,5 +465,49 @@ func TestPipelinePoison(t *testing.T) {
 		if d.Error == "" || d.Topic != topic {
 			t.Fatalf("dead letter without its reason: %+v", d)
 		}
+	}
+}
+
+// TestConsumerStopsCleanly: stopped (SIGTERM) once it wrote everything, the consumer has
+// committed the offsets of what it wrote and leaves no goroutine behind.
+func TestConsumerStopsCleanly(t *testing.T) {
+	p := newPipeline(t, time.Hour, "a", "b")
+	stopRelay, _ := run(t, p.relay(outbox.Options{}).Run)
+	p.sale(200, 4, nil)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var left int64
+		for _, id := range p.items {
+			left += p.rdb.XLen(context.Background(), p.keys.Item(id).Outbox()).Val()
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events never left the outbox", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := stopRelay(); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.diff() // the pool's connection cleaner starts with its first connection, not the consumer's
+	before := runtime.NumGoroutine()
+	c := p.consumer(record.ConsumerOptions{LagInterval: 10 * time.Millisecond})
+	stop, _ := run(t, c.Run)
+	p.waitEqual()
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after Run, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Lag from a client of the test's own: every event written is committed.
+	if lag, err := p.consumer(record.ConsumerOptions{}).MeasureLag(context.Background()); err != nil || lag != 0 {
+		t.Fatalf("lag after a clean stop: %d %v; want every written event committed", lag, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -79,6 +80,9 @@ type Proc struct {
 	URL   string // an api's base URL
 	Admin string // the base URL of its FLASHSALE_ADMIN_ADDR listener (/metrics), when it has one
 	done  chan struct{}
+	// leaving: told to stop (Stop); the shop sends it nothing more, as a load balancer that
+	// saw /readyz answer 503.
+	leaving atomic.Bool
 }
 
 // Start runs bin with exactly env, its output in dir/<name>-<n>.log; it is killed when the
@@ -155,6 +159,24 @@ func (p *Proc) Logged(s string) bool {
 func (p *Proc) Kill9() {
 	_ = p.Cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+}
+
+// Stop takes the process out of the shop's rotation, then sends it sig (SIGTERM: a graceful
+// stop).
+func (p *Proc) Stop(sig os.Signal) {
+	p.leaving.Store(true)
+	_ = p.Cmd.Process.Signal(sig)
+}
+
+// ExitCode waits up to within for the process to end and returns its exit status (-1: killed
+// by a signal, or still running at the deadline).
+func (p *Proc) ExitCode(within time.Duration) int {
+	select {
+	case <-p.done:
+		return p.Cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		return -1
+	}
 }
 
 // Exited reports whether the process has ended.

@@ -23,7 +23,7 @@ type Shop struct {
 	next   int // round-robin over the live apis (Any)
 }
 
-// Any sends a call to the next live api, round-robin.
+// Any sends a call to the next live api (not exited, not told to stop), round-robin.
 const Any = -1
 
 // NewShop returns a shop calling the apis apis returns (asked at every call, so apis started
@@ -58,7 +58,7 @@ func (sh *Shop) base(api int) string {
 	}
 	var live []*Proc
 	for _, p := range apis {
-		if !p.Exited() {
+		if !p.Exited() && !p.leaving.Load() {
 			live = append(live, p)
 		}
 	}
