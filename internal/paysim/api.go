@@ -66,8 +66,8 @@ type apiHandler func(r *http.Request, c *caller) (int, any)
 type access int
 
 const (
-	secretKeyOnly   access = iota
-	keyOrClientSecret      // the handler checks the client_secret when no key was given
+	secretKeyOnly     access = iota
+	keyOrClientSecret        // the handler checks the client_secret when no key was given
 )
 
 const maxFormBytes = 256 << 10

@@ -27,12 +27,12 @@ const (
 
 // cardOutcome maps every accepted payment method to what confirming with it does.
 var cardOutcome = map[string]string{
-	CardVisa:                    StatusSucceeded,
-	"pm_card_mastercard":        StatusSucceeded,
-	"pm_card_amex":              StatusSucceeded,
-	CardDeclined:                StatusRequiresPaymentMethod,
+	CardVisa:                      StatusSucceeded,
+	"pm_card_mastercard":          StatusSucceeded,
+	"pm_card_amex":                StatusSucceeded,
+	CardDeclined:                  StatusRequiresPaymentMethod,
 	"pm_card_visa_chargeDeclined": StatusRequiresPaymentMethod,
-	CardAsync:                   StatusProcessing,
+	CardAsync:                     StatusProcessing,
 }
 
 type intent struct {
