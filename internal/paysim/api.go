@@ -44,6 +44,14 @@ func noSuch(kind, param, id string) *apiError {
 		Message: fmt.Sprintf("No such %s: '%s'", kind, id)}
 }
 
+// noSuchParam: a parameter names an object that does not exist (400, where a path's unknown
+// object is 404, as at Stripe).
+func noSuchParam(kind, param, id string) *apiError {
+	e := noSuch(kind, param, id)
+	e.status = http.StatusBadRequest
+	return e
+}
+
 // caller is who sent an API request: a secret key, or nobody (routes that a client_secret
 // authorizes, as Stripe's publishable-key routes).
 type caller struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -24,6 +25,9 @@ func start(t *testing.T, cfg paysim.Config) *paysim.Server {
 	t.Helper()
 	if cfg.RetryMin == 0 {
 		cfg.RetryMin, cfg.RetryMax = 10*time.Millisecond, 200*time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	sim := paysim.New(cfg)
 	if err := sim.Start("127.0.0.1:0"); err != nil {
@@ -213,4 +217,16 @@ func (rc *receiver) badSignatures() []string {
 // drained: every delivery the simulator made was answered 2xx.
 func drained(sim *paysim.Server) func() bool {
 	return func() bool { st := sim.Stats(); return st.Pending == 0 && st.Delivered >= st.Events }
+}
+
+// httptestServer serves h on loopback for the test and returns its URL.
+func httptestServer(t *testing.T, h http.HandlerFunc) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/hook"
+}
+
+func readAll(r *http.Request) []byte {
+	b, _ := io.ReadAll(r.Body)
+	return b
 }

@@ -122,9 +122,10 @@ type Server struct {
 	lifetime context.Context
 	stop     context.CancelFunc
 
-	srvMu sync.Mutex
-	srv   *http.Server
-	ln    net.Listener
+	srvMu    sync.Mutex
+	srv      *http.Server
+	ln       net.Listener
+	newConns map[net.Conn]bool // accepted, no request yet: Close closes them at once
 }
 
 // New makes a simulator with cfg; it delivers webhooks from now until Close.
@@ -201,7 +202,7 @@ func (s *Server) Start(addr string) error {
 		}
 		return fmt.Errorf("paysim: listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ConnState: s.trackConn}
 	s.srvMu.Lock()
 	if s.srv != nil {
 		s.srvMu.Unlock()
@@ -216,6 +217,19 @@ func (s *Server) Start(addr string) error {
 		}
 	}()
 	return nil
+}
+
+func (s *Server) trackConn(c net.Conn, st http.ConnState) {
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	if st == http.StateNew {
+		if s.newConns == nil {
+			s.newConns = map[net.Conn]bool{}
+		}
+		s.newConns[c] = true
+	} else {
+		delete(s.newConns, c)
+	}
 }
 
 // ErrAddrInUse: Start found its address taken (maybe by another simulator; see Answering).
@@ -277,8 +291,17 @@ func (s *Server) Close() error {
 	s.srvMu.Unlock()
 	var err error
 	if srv != nil {
+		// Requests in flight finish; connections a client opened but never used would hold
+		// Shutdown for 5 s, so they are closed at once.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = srv.Shutdown(ctx)
+		done := make(chan error, 1)
+		go func() { done <- srv.Shutdown(ctx) }()
+		s.srvMu.Lock()
+		for c := range s.newConns {
+			c.Close()
+		}
+		s.srvMu.Unlock()
+		err = <-done
 		cancel()
 	}
 	s.hooks.close()
