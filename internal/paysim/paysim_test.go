@@ -374,7 +374,9 @@ func TestRefundOncePerKey(t *testing.T) {
 	if r := call(t, "GET", sim.URL()+"/v1/refunds", testKey, "", url.Values{"payment_intent": {"pi_nope"}}); r.status != 400 || r.errCode(t) != "resource_missing" {
 		t.Fatalf("refunds of an unknown payment: %d %s", r.status, r.body)
 	}
-	waitFor(t, "charge.refunded", func() bool { return len(rc.accepted("charge.refunded")) == 1 && len(rc.accepted("refund.created")) == 1 })
+	waitFor(t, "charge.refunded", func() bool {
+		return len(rc.accepted("charge.refunded")) == 1 && len(rc.accepted("refund.created")) == 1
+	})
 	if ch := rc.accepted("charge.refunded")[0].object; ch["refunded"] != true || ch["payment_intent"] != id || ch["amount_refunded"] != 4200.0 {
 		t.Fatalf("charge.refunded object %v", ch)
 	}
