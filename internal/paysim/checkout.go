@@ -31,7 +31,7 @@ const checkoutCSP = "default-src 'none'; style-src 'self'; form-action 'self'; f
 func serveCSS(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/css; charset=utf-8")
 	w.Header().Set("Cache-Control", "public, max-age=300")
-	w.Write(checkoutCSS)
+	_, _ = w.Write(checkoutCSS)
 }
 
 type cardChoice struct {

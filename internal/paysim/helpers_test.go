@@ -175,10 +175,12 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var obj map[string]any
-	json.Unmarshal(ev.Data.Raw, &obj)
-	ts := strings.TrimPrefix(strings.Split(sig, ",")[0], "t=")
 	var sec int64
-	json.Unmarshal([]byte(ts), &sec)
+	if json.Unmarshal(ev.Data.Raw, &obj) != nil || json.Unmarshal([]byte(strings.TrimPrefix(strings.Split(sig, ",")[0], "t=")), &sec) != nil {
+		rc.bad = append(rc.bad, "data.object or t= does not parse")
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
 	rc.got = append(rc.got, received{id: ev.ID, typ: string(ev.Type), object: obj, t: sec})
 	w.WriteHeader(http.StatusOK)
 }

@@ -316,7 +316,7 @@ func randomID(n int) string {
 	out := make([]byte, 0, n)
 	buf := make([]byte, n+n/2)
 	for len(out) < n {
-		rand.Read(buf) // never fails (Go 1.24+)
+		_, _ = rand.Read(buf) // never fails (Go 1.24+)
 		for _, c := range buf {
 			if c < 248 && len(out) < n { // 248 = 4*62: no modulo bias
 				out = append(out, idAlphabet[int(c)%len(idAlphabet)])

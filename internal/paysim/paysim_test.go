@@ -184,7 +184,9 @@ func TestWebhookRetriesUntil2xx(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		var sec int64
-		fmt.Sscanf(sig, "t=%d,", &sec)
+		if _, err := fmt.Sscanf(sig, "t=%d,", &sec); err != nil {
+			t.Errorf("signature %q: %v", sig, err)
+		}
 		ts = append(ts, sec)
 		if len(ts) == 1 {
 			w.WriteHeader(http.StatusServiceUnavailable)

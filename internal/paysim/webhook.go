@@ -267,7 +267,7 @@ func (d *deliverer) attempt(x *delivery) bool {
 		}
 		return false
 	}
-	io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10)) // so the connection is reused
 	res.Body.Close()
 	if res.StatusCode/100 != 2 {
 		d.s.log.Warn("paysim: webhook refused, will retry", "event", x.ev.id, "type", x.ev.typ, "attempt", x.attempt, "status", res.StatusCode)
