@@ -49,7 +49,7 @@ type Config struct {
 	// that starts with "sk_test_", as Stripe's test mode would look to a client.
 	APIKeys []string
 	// WebhookURL receives every event (POST, JSON, Stripe-Signature). Empty: events are
-	// made but not delivered.
+	// made but not delivered (until Server.SetWebhookURL names one).
 	WebhookURL string
 	// WebhookSecrets sign the events: the first one signs (put a new one first to rotate).
 	// Empty: a random "whsec_…" secret, see Server.WebhookSecret.
@@ -181,6 +181,11 @@ func New(cfg Config) *Server {
 	s.routes()
 	return s
 }
+
+// SetWebhookURL changes where events go from now on (an api that listens on port 0 knows its
+// own webhook URL only once it listens). Deliveries already queued go to the new URL too;
+// events made while the URL is empty are not delivered.
+func (s *Server) SetWebhookURL(u string) { s.hooks.url.Store(&u) }
 
 // WebhookSecret is the secret that signs the webhooks (the first of Config.WebhookSecrets, or
 // the random one made when none was given).

@@ -494,3 +494,19 @@ func TestCloseStopsDeliveries(t *testing.T) {
 		t.Fatalf("attempts went on after Close: %d then %d", after, st.Attempts)
 	}
 }
+
+// TestSetWebhookURL: without a URL events are made but not sent; once one is set, they are.
+func TestSetWebhookURL(t *testing.T) {
+	rc := newReceiver(t, "whsec_late", 0)
+	sim := start(t, paysim.Config{WebhookSecrets: []string{"whsec_late"}})
+	confirm(t, sim, createIntent(t, sim, "100", "before"), paysim.CardVisa)
+	sim.SetWebhookURL(rc.url())
+	confirm(t, sim, createIntent(t, sim, "100", "after"), paysim.CardVisa)
+	waitFor(t, "the second event", func() bool { return len(rc.accepted("")) == 1 })
+	if st := sim.Stats(); st.Events != 2 || st.Delivered != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if got := rc.accepted("")[0].object["metadata"].(map[string]any)["order_id"]; got != "after" {
+		t.Fatalf("delivered the event of %v", got)
+	}
+}

@@ -113,6 +113,7 @@ func (h *dueHeap) Pop() any {
 // the deliveries in the queue; a producer waits for room.
 type deliverer struct {
 	s     *Server
+	url   atomic.Pointer[string]
 	slots chan struct{}
 	ready chan *delivery
 	wake  chan struct{}
@@ -130,9 +131,7 @@ func newDeliverer(s *Server) *deliverer {
 		ready: make(chan *delivery),
 		wake:  make(chan struct{}, 1),
 	}
-	if s.cfg.WebhookURL == "" {
-		return d
-	}
+	d.url.Store(&s.cfg.WebhookURL)
 	d.wg.Add(1 + s.cfg.Workers)
 	go d.schedule()
 	for range s.cfg.Workers {
@@ -145,7 +144,7 @@ func newDeliverer(s *Server) *deliverer {
 // room in the queue, or until Close.
 func (d *deliverer) enqueue(evts []*event) {
 	d.events.Add(int64(len(evts)))
-	if d.s.cfg.WebhookURL == "" {
+	if *d.url.Load() == "" {
 		return
 	}
 	ch := d.s.cfg.Chaos
@@ -252,9 +251,10 @@ func (d *deliverer) attempt(x *delivery) bool {
 	d.attempts.Add(1)
 	ctx, cancel := context.WithTimeout(d.s.lifetime, d.s.cfg.WebhookTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.s.cfg.WebhookURL, bytes.NewReader(x.ev.body))
+	url := *d.url.Load()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(x.ev.body))
 	if err != nil {
-		d.s.log.Error("paysim: webhook request", "url", d.s.cfg.WebhookURL, "err", err)
+		d.s.log.Error("paysim: webhook request", "url", url, "err", err)
 		return false
 	}
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
