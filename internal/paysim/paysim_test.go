@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -462,7 +463,7 @@ func TestCloseStopsDeliveries(t *testing.T) {
 	rc := newReceiver(t, "whsec_close", 0)
 	rc.refuse = true
 	sim := paysim.New(paysim.Config{WebhookURL: rc.url(), WebhookSecrets: []string{"whsec_close"},
-		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond})
+		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err := sim.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +503,7 @@ func TestSetWebhookURL(t *testing.T) {
 	confirm(t, sim, createIntent(t, sim, "100", "before"), paysim.CardVisa)
 	sim.SetWebhookURL(rc.url())
 	confirm(t, sim, createIntent(t, sim, "100", "after"), paysim.CardVisa)
-	waitFor(t, "the second event", func() bool { return len(rc.accepted("")) == 1 })
+	waitFor(t, "the second event", func() bool { return len(rc.accepted("")) == 1 && sim.Stats().Pending == 0 })
 	if st := sim.Stats(); st.Events != 2 || st.Delivered != 1 {
 		t.Fatalf("stats %+v", st)
 	}
