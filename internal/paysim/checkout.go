@@ -43,7 +43,6 @@ type checkoutView struct {
 	ID, Action, Secret, Amount, OrderID, Status, Message, ReturnURL string
 	Payable, Processing, Succeeded, Canceled, Declined              bool
 	Cards                                                           []cardChoice
-	AsyncSeconds                                                    string
 }
 
 // returnURL accepts a checkout page's return_url: a relative URL, or an http(s) URL on the

@@ -143,7 +143,7 @@ type receiver struct {
 	changed  chan struct{}
 }
 
-func newReceiver(t *testing.T, secret string, failFirst int) *receiver {
+func newReceiver(t testing.TB, secret string, failFirst int) *receiver {
 	rc := &receiver{secret: secret, failFirst: failFirst, attempts: map[string]int{}, changed: make(chan struct{}, 1)}
 	rc.srv = httptest.NewServer(http.HandlerFunc(rc.serve))
 	t.Cleanup(rc.srv.Close)
@@ -222,7 +222,7 @@ func drained(sim *paysim.Server) func() bool {
 }
 
 // httptestServer serves h on loopback for the test and returns its URL.
-func httptestServer(t *testing.T, h http.HandlerFunc) string {
+func httptestServer(t testing.TB, h http.HandlerFunc) string {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL + "/hook"

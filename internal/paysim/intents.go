@@ -324,7 +324,8 @@ func (s *Server) confirmIntent(r *http.Request, c *caller) (int, any) {
 	status, body, evts := s.confirmLocked(pi, pm)
 	s.mu.Unlock()
 	s.hooks.enqueue(evts)
-	if status < 500 && (status == http.StatusOK || status == http.StatusPaymentRequired) && s.failAfterWrite(OpConfirm, pi.id) {
+	charged := status == http.StatusOK || status == http.StatusPaymentRequired // a change was made
+	if charged && s.failAfterWrite(OpConfirm, pi.id) {
 		return fail(errAfterWrite)
 	}
 	return status, body
