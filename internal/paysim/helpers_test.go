@@ -218,7 +218,7 @@ func (rc *receiver) badSignatures() []string {
 
 // drained: every delivery the simulator made was answered 2xx.
 func drained(sim *paysim.Server) func() bool {
-	return func() bool { st := sim.Stats(); return st.Pending == 0 && st.Delivered >= st.Events }
+	return sim.Idle
 }
 
 // httptestServer serves h on loopback for the test and returns its URL.

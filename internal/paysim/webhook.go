@@ -87,6 +87,14 @@ func (s *Server) Stats() Stats {
 	}
 }
 
+// Idle reports whether every event made so far has been delivered (each copy answered 2xx),
+// or was not to be delivered (no webhook URL). Tests wait for it before checking what the
+// receiver did.
+func (s *Server) Idle() bool {
+	d := s.hooks
+	return d.handed.Load() == d.events.Load() && len(d.slots) == 0
+}
+
 // delivery is one copy of an event on its way to the webhook URL.
 type delivery struct {
 	ev      *event
@@ -122,6 +130,7 @@ type deliverer struct {
 	wg    sync.WaitGroup
 
 	events, attempts, delivered, failed atomic.Int64
+	handed                              atomic.Int64 // events whose copies are all queued (or not to be sent)
 }
 
 func newDeliverer(s *Server) *deliverer {
@@ -145,6 +154,7 @@ func newDeliverer(s *Server) *deliverer {
 func (d *deliverer) enqueue(evts []*event) {
 	d.events.Add(int64(len(evts)))
 	if *d.url.Load() == "" {
+		d.handed.Add(int64(len(evts)))
 		return
 	}
 	ch := d.s.cfg.Chaos
@@ -165,6 +175,7 @@ func (d *deliverer) enqueue(evts []*event) {
 			}
 			d.push(&delivery{ev: ev, due: time.Now().Add(wait)})
 		}
+		d.handed.Add(1)
 	}
 }
 
