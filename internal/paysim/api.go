@@ -135,9 +135,16 @@ func (s *Server) api(h apiHandler, acc access) http.Handler {
 			writeRaw(w, e.status, e.body)
 			return
 		}
+		finished := false
+		defer func() { // a handler that panics must not leave the key's later requests waiting
+			if !finished {
+				s.idem.finish(e, w.Header().Get("Request-Id"), http.StatusInternalServerError, marshalReply(errInternal))
+			}
+		}()
 		status, body := h(r, c)
 		raw := marshalReply(body)
 		s.idem.finish(e, w.Header().Get("Request-Id"), status, raw)
+		finished = true
 		writeRaw(w, status, raw)
 	})
 }

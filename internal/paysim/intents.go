@@ -187,6 +187,9 @@ func (s *Server) failAfterWrite(op Op, id string) bool {
 	return c.FailAfterWriteRate > 0 && rand.Float64() < c.FailAfterWriteRate
 }
 
+var errInternal = &apiError{status: http.StatusInternalServerError, Type: apiErrorType, Code: "internal_error",
+	Message: "An unknown error occurred."}
+
 var errAfterWrite = &apiError{status: http.StatusInternalServerError, Type: apiErrorType, Code: "internal_error",
 	Message: "An unknown error occurred (the simulator's chaos setting: the change was made)."}
 
