@@ -121,6 +121,9 @@ type Server struct {
 	hooks    *deliverer
 	lifetime context.Context
 	stop     context.CancelFunc
+	// closeIdle closes the webhook client's kept-alive connections at Close (nil when the
+	// client is the caller's).
+	closeIdle func()
 
 	srvMu    sync.Mutex
 	srv      *http.Server
@@ -157,8 +160,14 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	ownClient := false
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: cfg.WebhookTimeout}
+		// One kept-alive connection per worker, so that a storm of deliveries does not open
+		// (and leave in TIME_WAIT) a connection per attempt.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = cfg.Workers
+		cfg.HTTPClient = &http.Client{Timeout: cfg.WebhookTimeout, Transport: tr}
+		ownClient = true
 	}
 	secrets := append([]string(nil), cfg.WebhookSecrets...)
 	if len(secrets) == 0 {
@@ -176,6 +185,9 @@ func New(cfg Config) *Server {
 		idem:     newIdempotency(cfg.IdempotencyTTL),
 		lifetime: ctx,
 		stop:     stop,
+	}
+	if ownClient {
+		s.closeIdle = cfg.HTTPClient.CloseIdleConnections
 	}
 	s.hooks = newDeliverer(s)
 	s.routes()
@@ -310,6 +322,9 @@ func (s *Server) Close() error {
 		cancel()
 	}
 	s.hooks.close()
+	if s.closeIdle != nil {
+		s.closeIdle()
+	}
 	return err
 }
 
