@@ -41,7 +41,7 @@ type cardChoice struct {
 
 type checkoutView struct {
 	ID, Action, Secret, Amount, OrderID, Status, Message, ReturnURL string
-	Payable, Processing, Succeeded, Canceled, Declined              bool
+	Payable, Processing, Succeeded, Refunded, Canceled, Declined    bool
 	Cards                                                           []cardChoice
 }
 
@@ -94,8 +94,12 @@ func (s *Server) checkoutPage(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	pi := s.intents[id]
 	var v *intentJSON
+	refunded := false
 	if pi != nil {
 		v = pi.view()
+		if ch := s.charges[pi.latestCharge]; ch != nil && ch.status == StatusSucceeded && ch.refunded > 0 {
+			refunded = true
+		}
 	}
 	s.mu.Unlock()
 	if v == nil {
@@ -111,7 +115,8 @@ func (s *Server) checkoutPage(w http.ResponseWriter, r *http.Request) {
 		OrderID: v.Metadata["order_id"], Status: v.Status, ReturnURL: ret,
 		Payable:    v.Status == StatusRequiresPaymentMethod,
 		Processing: v.Status == StatusProcessing,
-		Succeeded:  v.Status == StatusSucceeded,
+		Succeeded:  v.Status == StatusSucceeded && !refunded,
+		Refunded:   refunded,
 		Canceled:   v.Status == StatusCanceled,
 		Declined:   v.Status == StatusRequiresPaymentMethod && v.LastPaymentError != nil,
 		Cards: []cardChoice{

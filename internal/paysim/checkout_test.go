@@ -97,8 +97,15 @@ func TestCheckoutPage(t *testing.T) {
 	}
 	// Paying again changes nothing.
 	browse(t, "POST", base, url.Values{"client_secret": {m[1]}, "payment_method": {paysim.CardVisa}})
+	// A payment the shop refunded says so.
+	if r := call(t, "POST", sim.URL()+"/v1/refunds", testKey, "", url.Values{"payment_intent": {id}}); r.status != 200 {
+		t.Fatalf("refund: %d %s", r.status, r.body)
+	}
+	if p := browse(t, "GET", base, nil); !strings.Contains(p.body, "Payment refunded") || strings.Contains(p.body, "Payment succeeded") {
+		t.Fatalf("refunded page:\n%s", p.body)
+	}
 	waitFor(t, "webhooks", drained(sim))
-	if n := len(rc.accepted("payment_intent.succeeded")); n != 1 || len(rc.accepted("payment_intent.payment_failed")) != 1 {
+	if n := len(rc.accepted("payment_intent.succeeded")); n != 1 || len(rc.accepted("payment_intent.payment_failed")) != 1 || len(rc.accepted("charge.refunded")) != 1 {
 		t.Fatalf("events %v", rc.accepted(""))
 	}
 	if p := browse(t, "GET", sim.URL()+"/checkout/pi_nope", nil); p.status != 404 {
