@@ -2,7 +2,7 @@ package paysim
 
 import (
 	"crypto/subtle"
-	_ "embed"
+	_ "embed" // the page and its stylesheet
 	"fmt"
 	"html/template"
 	"net"

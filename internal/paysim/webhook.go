@@ -100,15 +100,14 @@ type delivery struct {
 	ev      *event
 	attempt int // attempts made so far
 	due     time.Time
-	index   int
 }
 
 type dueHeap []*delivery
 
 func (h dueHeap) Len() int           { return len(h) }
 func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
-func (h *dueHeap) Push(x any)        { d := x.(*delivery); d.index = len(*h); *h = append(*h, d) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(*delivery)) }
 func (h *dueHeap) Pop() any {
 	old := *h
 	d := old[len(old)-1]
