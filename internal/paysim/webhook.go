@@ -111,6 +111,7 @@ func (h *dueHeap) Push(x any)        { *h = append(*h, x.(*delivery)) }
 func (h *dueHeap) Pop() any {
 	old := *h
 	d := old[len(old)-1]
+	old[len(old)-1] = nil // the delivered event's body can go
 	*h = old[:len(old)-1]
 	return d
 }
