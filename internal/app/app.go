@@ -78,7 +78,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 			a = nil
 		}
 	}()
-	if a.rdb, err = redisconn.OpenSecure(ctx, cfg.RedisAddrs, cfg.RedisDB, cfg.Redis); err != nil {
+	if a.rdb, err = redisconn.OpenWith(ctx, cfg.RedisOptions()); err != nil {
 		return nil, err
 	}
 	metrics.InstrumentRedis(a.rdb) // script calls and latency by script name
