@@ -47,6 +47,16 @@ func RequireReplicas(rdb redis.Scripter, r Replicas) {
 	required.Store(rdb, r)
 }
 
+// RequiresReplicas reports whether state changes through rdb wait for replicas.
+func RequiresReplicas(rdb redis.Scripter) bool {
+	v, ok := required.Load(rdb)
+	if !ok {
+		return false
+	}
+	n, _ := v.(Replicas).Required()
+	return n > 0
+}
+
 // replicas returns what a call of s through rdb must reach, or nil for none.
 func (s *Script) replicas(rdb redis.Scripter) Replicas {
 	if !s.change {
