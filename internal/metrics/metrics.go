@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -59,6 +60,11 @@ var (
 		Help: "Script calls re-sent (or given up as outcome unknown) after a send got no reply: a stalling or flapping Redis. Re-sends are safe: each call runs once (lua/once.lua).",
 	}, func() float64 { return float64(lua.Resends()) })
 
+	RedisFailovers = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "flashsale_redis_failovers_total",
+		Help: "Changes of the Redis primary this process saw (a Sentinel promotion, a cluster master replaced by its replica); each is also logged once.",
+	}, func() float64 { return float64(redisconn.Failovers()) })
+
 	ScriptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flashsale_redis_script_duration_seconds",
 		Help:    "Round trip of a Lua script call by script name, as the client sees it (for a pipeline: the whole pipeline, once per script in it).",
@@ -89,6 +95,11 @@ var (
 	ConsumerLag = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "flashsale_consumer_lag_messages",
 		Help: "Messages on the event topic not yet consumed by the reconciler's consumer group (sum over its partitions).",
+	})
+
+	RecordConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_record_conflicts_total",
+		Help: "Order events parked in dead_letters because their order id already names an order with other content (a Redis failover that lost an order, whose id was then reused): never merged.",
 	})
 
 	ConsumerEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -161,9 +172,9 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		HTTPRequests, HTTPDuration, Purchases,
-		ScriptCalls, ScriptResends, ScriptDuration,
+		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers,
 		OutboxBacklog, RelayPublished, RelayErrors,
-		ConsumerLag, ConsumerEvents, ReconcilerBatchSize, ReconcilerCommitDuration,
+		ConsumerLag, ConsumerEvents, RecordConflicts, ReconcilerBatchSize, ReconcilerCommitDuration,
 		ExpirerDrained, QueuePollsMemory, QueuePollsRedis,
 	)
 }
