@@ -102,13 +102,23 @@ func ReplicatedRedis(t testing.TB, n int, extra ...string) *Replicated {
 	return r
 }
 
-// WaitInSync waits until primary has at least n replicas online (INFO replication).
+// WaitInSync waits until primary has at least n replicas online (INFO replication) that
+// acknowledge a write (WAIT).
 func (r *Replicated) WaitInSync(t testing.TB, primary *Server, n int) {
 	t.Helper()
 	c := primary.Client()
-	WaitFor(t, fmt.Sprintf("%d replicas of %s online", n, primary.Addr), 30*time.Second, func() bool {
-		info, err := c.Info(context.Background(), "replication").Result()
-		return err == nil && strings.Count(info, "state=online") >= n
+	WaitFor(t, fmt.Sprintf("%d replicas of %s online and acknowledging", n, primary.Addr), 30*time.Second, func() bool {
+		ctx := context.Background()
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil || strings.Count(info, "state=online") < n {
+			return false
+		}
+		pipe := c.Pipeline()
+		pipe.Set(ctx, "testenv:in-sync", Token(4), time.Minute)
+		acked := pipe.Do(ctx, "WAIT", n, 1000)
+		_, _ = pipe.Exec(ctx)
+		got, err := acked.Int64()
+		return err == nil && got >= int64(n)
 	})
 }
 
@@ -148,6 +158,11 @@ func (r *Replicated) WithSentinels(t testing.TB, count int) []string {
 			if err != nil || len(reps) < len(r.Replicas) {
 				return false
 			}
+			for _, rep := range reps {
+				if rep["flags"] != "slave" || rep["master-link-status"] != "ok" {
+					return false
+				}
+			}
 			others, err := sc.Sentinels(ctx, r.MasterName).Result()
 			return err == nil && len(others) >= count-1
 		})
@@ -163,9 +178,15 @@ func (r *Replicated) Failover(t testing.TB) *Server {
 	old := r.Primary.Addr
 	sc := redis.NewSentinelClient(&redis.Options{Addr: r.Sentinels[0].Addr, MaxRetries: -1})
 	defer sc.Close()
-	if err := sc.Failover(context.Background(), r.MasterName).Err(); err != nil {
-		t.Fatalf("testenv: SENTINEL FAILOVER: %v", err)
-	}
+	// NOGOODSLAVE until the Sentinel has seen a replica fit to promote (its INFO is recent).
+	var err error
+	WaitFor(t, "SENTINEL FAILOVER accepted", 60*time.Second, func() bool {
+		err = sc.Failover(context.Background(), r.MasterName).Err()
+		if err != nil && !strings.Contains(err.Error(), "NOGOODSLAVE") {
+			t.Fatalf("testenv: SENTINEL FAILOVER: %v", err)
+		}
+		return err == nil
+	})
 	return r.WaitNewPrimary(t, old)
 }
 
