@@ -219,7 +219,7 @@ func newQueue(rdb redis.UniversalClient, keys keyspace.Space, cfg config.Config,
 
 // TokenPolicy is what shopper tokens must satisfy, from the configuration.
 func TokenPolicy(cfg config.Config) httpapi.TokenPolicy {
-	return httpapi.TokenPolicy{Keys: cfg.JWTKeys, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience}
+	return httpapi.TokenPolicy{Keys: cfg.JWTKeys, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, DevLogin: cfg.DevLogin}
 }
 
 // HTTPOptions are the HTTP layer's settings from the configuration.
