@@ -212,4 +212,3 @@ func login(t *testing.T, base, user string) string {
 	}
 	return body.Token
 }
-
