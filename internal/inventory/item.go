@@ -161,9 +161,9 @@ func plainText(s string) bool {
 func invisibleRune(r rune) bool {
 	switch {
 	case r >= 0x200B && r <= 0x200F, // zero-width space, non-joiner, joiner; LRM, RLM
-		r >= 0x202A && r <= 0x202E, // LRE, RLE, PDF, LRO, RLO
-		r >= 0x2060 && r <= 0x2064, // word joiner, invisible operators
-		r >= 0x2066 && r <= 0x2069, // LRI, RLI, FSI, PDI
+		r >= 0x202A && r <= 0x202E,            // LRE, RLE, PDF, LRO, RLO
+		r >= 0x2060 && r <= 0x2064,            // word joiner, invisible operators
+		r >= 0x2066 && r <= 0x2069,            // LRI, RLI, FSI, PDI
 		r == 0xFEFF, r == 0x061C, r == 0x180E: // zero-width no-break space, ALM, Mongolian vowel separator
 		return true
 	}
