@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -287,4 +288,38 @@ func writeECKeyFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return file
+}
+
+// Issue 31: the image (Dockerfile: it listens on 0.0.0.0) and compose never turn dev login on
+// by themselves: the image's own environment parses to dev login off, and no compose file or
+// .env.example sets it to true.
+func TestImageAndComposeLeaveDevLoginOff(t *testing.T) {
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)\b(FLASHSALE_[A-Z_]+)=(\S+)`).FindAllStringSubmatch(string(b), -1) {
+		vars[m[1]] = strings.Trim(m[2], `"\`)
+	}
+	if vars["FLASHSALE_HTTP_ADDR"] == "" {
+		t.Fatal("the Dockerfile sets no FLASHSALE_HTTP_ADDR: the test reads it wrongly")
+	}
+	c, err := Parse(env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DevLogin {
+		t.Fatalf("the image's environment %v turns dev login on", vars)
+	}
+	files, _ := filepath.Glob("../../docker-compose*.yml")
+	for _, f := range append(files, "../../.env.example") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := regexp.MustCompile(`(?mi)^[^#\n]*FLASHSALE_DEV_LOGIN\s*[:=]\s*["']?(true|1|\$\{FLASHSALE_DEV_LOGIN:-true)`).Find(b); m != nil {
+			t.Errorf("%s turns dev login on: %s", f, m)
+		}
+	}
 }
