@@ -220,17 +220,18 @@ func TestImportReplyBounded(t *testing.T) {
 	b.WriteString("[")
 	bad, good := 0, 0
 	var goodLines []int
-	for i := 0; b.Len() < 8<<20-200; i++ {
+	pad := strings.Repeat("n", 400)
+	for i := 0; b.Len() < 8<<20-600; i++ {
 		if i > 0 {
 			b.WriteString(",")
 		}
-		if i%20000 == 7 {
+		if i%2000 == 7 {
 			fmt.Fprintf(&b, `{"id":"good%d","name":"Good","category":"c","price_cents":1,"stock":1,"per_user_limit":1}`, i)
 			good++
 			goodLines = append(goodLines, i+1)
 			continue
 		}
-		fmt.Fprintf(&b, `{"id":"bad id %d"}`, i)
+		fmt.Fprintf(&b, `{"id":"bad id %d","name":"%s"}`, i, pad) // rows of ~420 bytes: ~20,000 of them
 		bad++
 	}
 	b.WriteString("]")
