@@ -174,12 +174,17 @@ func strictJWT(token string) error {
 			continue
 		}
 		for _, name := range []string{"exp", "nbf", "iat"} {
-			if v, ok := m[name]; ok && (len(v) == 0 || !(v[0] == '-' || v[0] >= '0' && v[0] <= '9')) {
+			if v, ok := m[name]; ok && !jsonNumber(v) {
 				return fmt.Errorf("token's %s is not a number", name)
 			}
 		}
 	}
 	return nil
+}
+
+// jsonNumber reports whether v, valid JSON, is a number (which starts with '-' or a digit).
+func jsonNumber(v json.RawMessage) bool {
+	return len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9')
 }
 
 func (a *Auth) isAdmin(token string) bool {
