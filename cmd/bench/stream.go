@@ -56,7 +56,8 @@ func (b *bench) streams(ctx context.Context) error {
 	if b.opt.short {
 		n, changes, cpuWindow = 200, 2, 2*time.Second
 	}
-	if _, err := raiseFileLimit(uint64(n) + 512); err != nil {
+	// The api keeps an eighth of its descriptors from streams (internal/app/fdlimit.go).
+	if _, err := raiseFileLimit(uint64(n)*8/7 + 512); err != nil {
 		return err
 	}
 	progress(b.out, "catalogue stream: opening %d streams", n)

@@ -105,6 +105,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 	})
 	a.Orders.Hooks.PaidChanged = a.Ranking.PaidChanged
 	opts := HTTPOptions(cfg)
+	opts.Stream.Max = capStreams(opts.Stream.Max)
 	limiter, err := limits.NewLimiter(a.rdb, keys, httpapi.RatePolicies(opts.Limits))
 	if err != nil {
 		return nil, err
@@ -220,7 +221,7 @@ func newQueue(rdb redis.UniversalClient, keys keyspace.Space, cfg config.Config,
 
 // TokenPolicy is what shopper tokens must satisfy, from the configuration.
 func TokenPolicy(cfg config.Config) httpapi.TokenPolicy {
-	return httpapi.TokenPolicy{Keys: cfg.JWTKeys, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience}
+	return httpapi.TokenPolicy{Keys: cfg.JWTKeys, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, DevLogin: cfg.DevLogin}
 }
 
 // HTTPOptions are the HTTP layer's settings from the configuration.
@@ -228,7 +229,7 @@ func HTTPOptions(cfg config.Config) httpapi.Options {
 	return httpapi.Options{
 		DevLogin: cfg.DevLogin, TrustedProxies: cfg.TrustedProxies, SnapshotInterval: cfg.SnapshotInterval,
 		PurchaseLimit: cfg.LimitPurchase,
-		Stream:        httpapi.StreamOptions{Heartbeat: cfg.StreamHeartbeat},
+		Stream:        httpapi.StreamOptions{Heartbeat: cfg.StreamHeartbeat, PerClient: cfg.StreamPerClient, Max: cfg.StreamMax},
 		StatsKeys:     keyspace.Space{Prefix: cfg.RedisPrefix},
 		Limits: httpapi.RateLimits{Pay: cfg.LimitPay, Cancel: cfg.LimitCancel, Rating: cfg.LimitRating,
 			LoginUser: cfg.LimitLoginUser, LoginIP: cfg.LimitLoginIP},

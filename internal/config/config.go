@@ -50,7 +50,7 @@ type Config struct {
 	// a new one first to rotate). Empty: derived from JWTSecret.
 	QueueSecrets      []string
 	QueueTick         time.Duration // admission step of every item with a waiting room
-	DevLogin          bool
+	DevLogin          bool          // FLASHSALE_DEV_LOGIN; unset: on for a loopback listener without JWTKeysFile
 	TokenTTL          time.Duration
 	ReservationTTL    time.Duration
 	IdempotencyTTL    time.Duration
@@ -76,6 +76,8 @@ type Config struct {
 	HTTPWriteTimeout  time.Duration // a whole answer
 	HTTPIdleTimeout   time.Duration // a keep-alive connection between requests
 	StreamHeartbeat   time.Duration // a comment on every catalogue stream at least this often
+	StreamPerClient   int           // catalogue streams one client address may hold
+	StreamMax         int           // catalogue streams in all (the api lowers it to fit its descriptors)
 	LogLevel          slog.Level    // FLASHSALE_LOG_LEVEL: debug, info, warn, error
 	AccessLogSlow     time.Duration // requests at least this long log at warn; 0: none by duration
 	AccessLogSample   int           // one request in this many logs at info; 0: none
@@ -117,7 +119,6 @@ func parse(p *parser) (Config, error) {
 		AdminToken:        p.str("FLASHSALE_ADMIN_TOKEN", ""),
 		QueueSecrets:      p.list("FLASHSALE_QUEUE_SECRET", ""),
 		QueueTick:         p.duration("FLASHSALE_QUEUE_TICK", 200*time.Millisecond),
-		DevLogin:          p.boolean("FLASHSALE_DEV_LOGIN", true),
 		TokenTTL:          p.duration("FLASHSALE_TOKEN_TTL", 24*time.Hour),
 		ReservationTTL:    p.duration("FLASHSALE_RESERVATION_TTL", 10*time.Minute),
 		IdempotencyTTL:    p.duration("FLASHSALE_IDEMPOTENCY_TTL", 24*time.Hour),
@@ -143,6 +144,8 @@ func parse(p *parser) (Config, error) {
 		HTTPWriteTimeout:  p.duration("FLASHSALE_HTTP_WRITE_TIMEOUT", 30*time.Second),
 		HTTPIdleTimeout:   p.duration("FLASHSALE_HTTP_IDLE_TIMEOUT", 60*time.Second),
 		StreamHeartbeat:   p.duration("FLASHSALE_STREAM_HEARTBEAT", 15*time.Second),
+		StreamPerClient:   p.integer("FLASHSALE_STREAM_PER_CLIENT", 32, 1, 1_000_000),
+		StreamMax:         p.integer("FLASHSALE_STREAM_MAX", 20_000, 1, 10_000_000),
 		LogLevel:          p.level("FLASHSALE_LOG_LEVEL", slog.LevelInfo),
 		AccessLogSlow:     p.duration("FLASHSALE_ACCESS_LOG_SLOW", time.Second),
 		AccessLogSample:   p.integer("FLASHSALE_ACCESS_LOG_SAMPLE", 0, 0, 1_000_000),
@@ -163,6 +166,7 @@ func parse(p *parser) (Config, error) {
 	c.RedisSentinelPassword = p.str("FLASHSALE_REDIS_SENTINEL_PASSWORD", "")
 	c.RedisAckReplicas = p.integer("FLASHSALE_REDIS_ACK_REPLICAS", 0, 0, 16)
 	c.RedisAckTimeout = p.duration("FLASHSALE_REDIS_ACK_TIMEOUT", 250*time.Millisecond)
+	devLogin := p.read("FLASHSALE_DEV_LOGIN", "") // default in words: see below
 	if p.err != nil {
 		return Config{}, p.err
 	}
@@ -188,6 +192,26 @@ func parse(p *parser) (Config, error) {
 	}
 	if c.QueueTick < time.Millisecond || c.QueueTick > 10*time.Second {
 		return Config{}, fmt.Errorf("config: FLASHSALE_QUEUE_TICK must be 1ms..10s")
+	}
+	// Dev login lets anyone become anyone: on by default only where nobody else can reach it (a
+	// loopback listener) and no identity provider signs the tokens. Its tokens are HS256, which
+	// a key file turns off: asking for both is a contradiction, not something to guess about.
+	switch devLogin {
+	case "":
+		c.DevLogin = loopback(c.HTTPAddr) && c.JWTKeysFile == ""
+	default:
+		b, err := strconv.ParseBool(devLogin)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: FLASHSALE_DEV_LOGIN=%q: want true or false", devLogin)
+		}
+		c.DevLogin = b
+	}
+	if c.DevLogin && c.JWTKeysFile != "" {
+		return Config{}, fmt.Errorf("config: FLASHSALE_DEV_LOGIN=true mints HS256 tokens, which FLASHSALE_JWT_KEYS turns off; unset one of them")
+	}
+	// The embedded broker asks nobody to log in: only processes of this host may reach it.
+	if len(c.KafkaBrokers) == 0 && !loopback(c.EmbeddedKafkaAddr) {
+		return Config{}, fmt.Errorf("config: FLASHSALE_EMBEDDED_KAFKA_ADDR=%q: the embedded broker takes no login, so it listens on a loopback address only (127.0.0.1, ::1, localhost); use KAFKA_BROKERS for a broker others reach", c.EmbeddedKafkaAddr)
 	}
 	if c.JWTSecret == "" {
 		c.JWTSecret, c.JWTSecretGenerated = randomHex(32), true
@@ -279,6 +303,20 @@ func (c Config) RedisOptions() redisconn.Options {
 	}
 }
 
+// loopback reports whether addr (host:port) names a loopback host: a loopback IP or
+// "localhost". An empty host is every interface; any other name is not guessed at.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // placeholder reports a secret copied from an example rather than made: the words examples
 // use for "put yours here".
 func placeholder(s string) bool {
@@ -366,6 +404,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("purchase_in_flight", m.PurchaseInFlight),
 		slog.String("log_level", m.LogLevel.String()), slog.String("access_log_slow", m.AccessLogSlow.String()),
 		slog.Int("access_log_sample", m.AccessLogSample),
+		slog.Int("stream_per_client", m.StreamPerClient), slog.Int("stream_max", m.StreamMax),
 		slog.String("shutdown_timeout", m.ShutdownTimeout.String()), slog.String("shutdown_drain", m.ShutdownDrain.String()),
 	)
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -245,6 +246,125 @@ func TestReplication(t *testing.T) {
 		}
 		if msg := err.Error(); !strings.HasPrefix(msg, "config: ") || strings.Contains(msg, "\n") || !strings.Contains(msg, "FLASHSALE_REDIS_") {
 			t.Errorf("%v: error %q", bad, msg)
+		}
+	}
+}
+
+// Issue 31: dev login (anyone becomes anyone) is on by default only where nobody else can reach
+// it: a loopback listener of an api without an identity provider's keys. The variable forces it
+// either way, except that it cannot put HS256 tokens back beside a key file.
+func TestDevLoginDefault(t *testing.T) {
+	keys := writeECKeyFile(t)
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{}, true},
+		{map[string]string{"FLASHSALE_HTTP_ADDR": "127.0.0.1:8080"}, true},
+		{map[string]string{"FLASHSALE_HTTP_ADDR": "[::1]:8080"}, true},
+		{map[string]string{"FLASHSALE_HTTP_ADDR": "localhost:8080"}, true},
+		{map[string]string{"FLASHSALE_HTTP_ADDR": "0.0.0.0:8080"}, false},
+		{map[string]string{"FLASHSALE_HTTP_ADDR": ":8080"}, false},
+		{map[string]string{"FLASHSALE_HTTP_ADDR": "10.1.2.3:8080"}, false},
+		{map[string]string{"FLASHSALE_HTTP_ADDR": "api.example:8080"}, false},
+		{map[string]string{"FLASHSALE_HTTP_ADDR": "0.0.0.0:8080", "FLASHSALE_DEV_LOGIN": "true"}, true},
+		{map[string]string{"FLASHSALE_DEV_LOGIN": "false"}, false},
+		{map[string]string{"FLASHSALE_JWT_KEYS": keys}, false},
+	} {
+		c, err := Parse(env(tc.env))
+		if err != nil {
+			t.Fatalf("%v: %v", tc.env, err)
+		}
+		if c.DevLogin != tc.want {
+			t.Errorf("%v: dev login %v, want %v", tc.env, c.DevLogin, tc.want)
+		}
+	}
+	_, err := Parse(env(map[string]string{"FLASHSALE_JWT_KEYS": keys, "FLASHSALE_DEV_LOGIN": "true"}))
+	if err == nil || !strings.Contains(err.Error(), "FLASHSALE_DEV_LOGIN") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("dev login with a key file: %v, want a one-line error naming FLASHSALE_DEV_LOGIN", err)
+	}
+}
+
+// Issue 31: the embedded broker takes no login, so it listens on loopback only; another
+// address is a one-line configuration error, not a broker open to the network.
+func TestEmbeddedBrokerLoopbackOnly(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:9092", ":9092", "10.0.0.5:9092", "[::]:9092", "kafka.example:9092"} {
+		_, err := Parse(env(map[string]string{"FLASHSALE_EMBEDDED_KAFKA_ADDR": addr}))
+		if err == nil || !strings.Contains(err.Error(), "FLASHSALE_EMBEDDED_KAFKA_ADDR") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want a one-line error naming FLASHSALE_EMBEDDED_KAFKA_ADDR", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:9092", "127.0.0.1:0", "[::1]:9092", "localhost:9092"} {
+		if _, err := Parse(env(map[string]string{"FLASHSALE_EMBEDDED_KAFKA_ADDR": addr})); err != nil {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
+	// With KAFKA_BROKERS no broker is embedded: the address is not used.
+	if _, err := Parse(env(map[string]string{"KAFKA_BROKERS": "kafka:9092", "FLASHSALE_EMBEDDED_KAFKA_ADDR": "0.0.0.0:9092"})); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestStreamCaps(t *testing.T) {
+	c, err := Parse(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StreamPerClient != 32 || c.StreamMax != 20000 {
+		t.Fatalf("stream caps %d, %d; want 32, 20000", c.StreamPerClient, c.StreamMax)
+	}
+	for _, kv := range [][2]string{{"FLASHSALE_STREAM_PER_CLIENT", "0"}, {"FLASHSALE_STREAM_MAX", "-1"}, {"FLASHSALE_STREAM_MAX", "many"}} {
+		if _, err := Parse(env(map[string]string{kv[0]: kv[1]})); err == nil {
+			t.Errorf("%s=%s accepted", kv[0], kv[1])
+		}
+	}
+}
+
+// writeECKeyFile writes one P-256 public key as PEM and returns its path.
+func writeECKeyFile(t *testing.T) string {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	file := filepath.Join(t.TempDir(), "idp.pem")
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// Issue 31: the image (Dockerfile: it listens on 0.0.0.0) and compose never turn dev login on
+// by themselves: the image's own environment parses to dev login off, and no compose file or
+// .env.example sets it to true.
+func TestImageAndComposeLeaveDevLoginOff(t *testing.T) {
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)\b(FLASHSALE_[A-Z_]+)=(\S+)`).FindAllStringSubmatch(string(b), -1) {
+		vars[m[1]] = strings.Trim(m[2], `"\`)
+	}
+	if vars["FLASHSALE_HTTP_ADDR"] == "" {
+		t.Fatal("the Dockerfile sets no FLASHSALE_HTTP_ADDR: the test reads it wrongly")
+	}
+	c, err := Parse(env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DevLogin {
+		t.Fatalf("the image's environment %v turns dev login on", vars)
+	}
+	files, _ := filepath.Glob("../../docker-compose*.yml")
+	for _, f := range append(files, "../../.env.example") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := regexp.MustCompile(`(?mi)^[^#\n]*FLASHSALE_DEV_LOGIN\s*[:=]\s*["']?(true|1|\$\{FLASHSALE_DEV_LOGIN:-true)`).Find(b); m != nil {
+			t.Errorf("%s turns dev login on: %s", f, m)
 		}
 	}
 }

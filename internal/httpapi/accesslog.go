@@ -23,10 +23,11 @@ type accessLog struct {
 	seen atomic.Uint64
 }
 
-// level is the level of a request's line.
-func (l *accessLog) level(status int, took time.Duration) slog.Level {
+// level is the level of a request's line. A catalogue stream is never slow: it lasts as long
+// as its shopper watches, and its end (the client went) is normal.
+func (l *accessLog) level(route string, status int, took time.Duration) slog.Level {
 	switch {
-	case status >= 500 || (l.Slow > 0 && took >= l.Slow):
+	case status >= 500 || (l.Slow > 0 && took >= l.Slow && route != streamRoute):
 		return slog.LevelWarn
 	case l.Sample > 0 && l.seen.Add(1)%uint64(l.Sample) == 0:
 		return slog.LevelInfo
@@ -40,7 +41,7 @@ func (l *accessLog) record(ctx context.Context, id, method, route string, status
 	if lg == nil {
 		lg = slog.Default()
 	}
-	level := l.level(status, took)
+	level := l.level(route, status, took)
 	if !lg.Enabled(ctx, level) {
 		return
 	}

@@ -2,7 +2,11 @@ package httpapi
 
 import (
 	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,10 +30,16 @@ type Auth struct {
 
 // TokenPolicy is what shopper tokens must satisfy beyond a good signature and an `exp`.
 type TokenPolicy struct {
-	Keys     *jwtkeys.Set // public keys for RS256/ES256 tokens; nil: HS256 only
+	Keys     *jwtkeys.Set // public keys for RS256/ES256 tokens, and then no HS256; nil: HS256 only
 	Issuer   string       // required `iss`; empty: not checked
 	Audience string       // required among `aud`; empty: not checked
+	// DevLogin accepts the tokens POST /api/login mints under an iss/aud policy (they carry
+	// DevIssuer, never the policy's iss/aud, so they are never taken for the shop's).
+	DevLogin bool
 }
+
+// DevIssuer is the `iss` of the tokens dev login mints while an issuer or audience is required.
+const DevIssuer = "flashsale-dev-login"
 
 // NewAuth returns an Auth with the shared JWT secret, the admin token and the token lifetime,
 // accepting HS256 tokens only; WithPolicy adds key pairs and iss/aud checks.
@@ -43,19 +53,16 @@ func NewAuth(secret, adminToken string, ttl time.Duration) *Auth {
 // is looked at), `exp` required, and `iss`/`aud` when set. Every token passes them before the
 // token cache may hold it, and the cache is emptied here, so it holds only tokens the current
 // policy passed and a cached token never skips a check.
+//
+// With a key file, HS256 is not accepted at all: the shop's identity provider signs, and a
+// token signed with the shared secret (or minted by dev login) is not its. The iss/aud checks
+// are made in User, where a dev-login token is told apart from the others.
 func (a *Auth) WithPolicy(p TokenPolicy) *Auth {
 	methods := []string{"HS256"}
 	if p.Keys != nil {
-		methods = append(methods, jwtkeys.Methods...)
+		methods = jwtkeys.Methods
 	}
-	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithExpirationRequired()}
-	if p.Issuer != "" {
-		opts = append(opts, jwt.WithIssuer(p.Issuer))
-	}
-	if p.Audience != "" {
-		opts = append(opts, jwt.WithAudience(p.Audience))
-	}
-	a.policy, a.parser = p, jwt.NewParser(opts...)
+	a.policy, a.parser = p, jwt.NewParser(jwt.WithValidMethods(methods), jwt.WithExpirationRequired())
 	a.verified = tokenCache{}
 	return a
 }
@@ -73,17 +80,19 @@ func (a *Auth) key(t *jwt.Token) (any, error) {
 	return a.policy.Keys.Keyfunc(t)
 }
 
-// Mint signs a token for user, valid for the configured lifetime.
+// underPolicy reports whether an issuer or audience is required of shopper tokens.
+func (p TokenPolicy) underPolicy() bool { return p.Issuer != "" || p.Audience != "" }
+
+// Mint signs a token for user, valid for the configured lifetime. Under an iss/aud policy it
+// carries DevIssuer and no audience: it is accepted while dev login is on, never as the shop's.
 func (a *Auth) Mint(user string) (string, time.Time, error) {
 	exp := time.Now().Add(a.ttl).UTC().Truncate(time.Second)
-	var aud jwt.ClaimStrings
-	if a.policy.Audience != "" {
-		aud = jwt.ClaimStrings{a.policy.Audience}
+	iss := ""
+	if a.policy.underPolicy() {
+		iss = DevIssuer
 	}
-	// Minted tokens carry the required iss/aud, so dev login keeps working under a policy.
 	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
-		Issuer:    a.policy.Issuer,
-		Audience:  aud,
+		Issuer:    iss,
 		Subject:   user,
 		ExpiresAt: jwt.NewNumericDate(exp),
 		IssuedAt:  jwt.NewNumericDate(time.Now()),
@@ -97,9 +106,15 @@ func (a *Auth) User(token string) (string, error) {
 	if user, ok := a.verified.get(token, time.Now()); ok {
 		return user, nil
 	}
+	if err := strictJWT(token); err != nil {
+		return "", err
+	}
 	var claims jwt.RegisteredClaims
 	_, err := a.parser.ParseWithClaims(token, &claims, a.key)
 	if err != nil {
+		return "", err
+	}
+	if err := a.policy.check(&claims); err != nil {
 		return "", err
 	}
 	if !validUser(claims.Subject) {
@@ -107,6 +122,69 @@ func (a *Auth) User(token string) (string, error) {
 	}
 	a.verified.put(token, claims.Subject, claims.ExpiresAt.Time)
 	return claims.Subject, nil
+}
+
+// check applies the iss/aud policy to a token whose signature and exp are good. A dev-login
+// token (HS256 only: a key file turns HS256 off) passes while dev login is on, and only then.
+func (p TokenPolicy) check(c *jwt.RegisteredClaims) error {
+	if !p.underPolicy() {
+		return nil
+	}
+	if c.Issuer == DevIssuer {
+		if !p.DevLogin {
+			return errors.New("a dev-login token, and dev login is off")
+		}
+		return nil
+	}
+	if p.Issuer != "" && c.Issuer != p.Issuer {
+		return errors.New("token has the wrong issuer")
+	}
+	if p.Audience != "" && !slices.Contains(c.Audience, p.Audience) {
+		return errors.New("token has the wrong audience")
+	}
+	return nil
+}
+
+// strictJWT refuses a token that readers could read two ways, before golang-jwt reads it:
+// a header or payload with a name twice (encoding/json keeps the last, another reader the
+// first), a `crit` header (extensions the api does not implement: RFC 7515 4.1.11 says
+// refuse), and `exp`, `nbf` or `iat` that is not a JSON number (golang-jwt takes "123").
+func strictJWT(token string) error {
+	header, rest, ok := strings.Cut(token, ".")
+	payload, _, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return errors.New("token is not three parts")
+	}
+	for i, part := range []string{header, payload} {
+		b, err := base64.RawURLEncoding.DecodeString(part)
+		if err != nil || !json.Valid(b) {
+			return errors.New("token part is not base64url JSON")
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			return errors.New("token part is not a JSON object")
+		}
+		if err := (&nameCheck{b: b}).value(nil); err != nil {
+			return errors.New("token has a name twice")
+		}
+		if i == 0 {
+			if _, ok := m["crit"]; ok {
+				return errors.New("token header has crit")
+			}
+			continue
+		}
+		for _, name := range []string{"exp", "nbf", "iat"} {
+			if v, ok := m[name]; ok && !jsonNumber(v) {
+				return fmt.Errorf("token's %s is not a number", name)
+			}
+		}
+	}
+	return nil
+}
+
+// jsonNumber reports whether v, valid JSON, is a number (which starts with '-' or a digit).
+func jsonNumber(v json.RawMessage) bool {
+	return len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9')
 }
 
 func (a *Auth) isAdmin(token string) bool {

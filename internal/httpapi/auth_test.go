@@ -6,7 +6,9 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -103,7 +105,9 @@ func TestIdentityProviderTokens(t *testing.T) {
 		{"rs256", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, good()), http.StatusOK},
 		{"es256", sign(t, jwt.SigningMethodES256, "ec-1", p.ec, good()), http.StatusOK},
 		{"aud list", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, with("aud", []string{"other", aud})), http.StatusOK},
-		{"own hs256 token", a.token("alice"), http.StatusOK},
+		// Issue 31: with a key file, HS256 is off: the shared secret (or dev login) is no IdP.
+		{"own hs256 token", a.token("alice"), http.StatusUnauthorized},
+		{"hs256 with the secret, iss and aud", sign(t, jwt.SigningMethodHS256, "", []byte(a.cfg.JWTSecret), good()), http.StatusUnauthorized},
 		{"unknown kid", sign(t, jwt.SigningMethodRS256, "rsa-2", p.rsa, good()), http.StatusUnauthorized},
 		{"no kid, several keys", sign(t, jwt.SigningMethodRS256, "", p.rsa, good()), http.StatusUnauthorized},
 		{"wrong key", sign(t, jwt.SigningMethodRS256, "rsa-1", p.otherRSA, good()), http.StatusUnauthorized},
@@ -150,7 +154,7 @@ func TestTokenCacheKeepsPolicy(t *testing.T) {
 		}
 	}
 	if r := strict.do("GET", "/api/orders", strict.token("alice"), nil); r.Status != http.StatusOK {
-		t.Fatalf("strict api's own minted token: %d %s (it must carry iss and aud)", r.Status, r.Raw)
+		t.Fatalf("strict api's own minted token: %d %s (dev login is on)", r.Status, r.Raw)
 	}
 }
 
@@ -168,5 +172,91 @@ func TestWithPolicyForgetsCheckedTokens(t *testing.T) {
 	a.WithPolicy(httpapi.TokenPolicy{Issuer: "https://idp.test/", Audience: "flashsale"})
 	if u, err := a.User(tok); err == nil {
 		t.Fatalf("a token without iss/aud, cached under the old policy, accepted as %q under the new one", u)
+	}
+}
+
+// Issue 31: a token the api minted (dev login) is never taken for the identity provider's:
+// under an iss/aud policy it carries the dev-login issuer instead of the shop's, and is
+// accepted only while dev login is on; an api with dev login off refuses it though it shares
+// the secret, the issuer and the audience.
+func TestDevLoginTokensAreNotTheIdPs(t *testing.T) {
+	const iss, aud = "https://idp.example.test/", "flashsale"
+	policy := func(dev bool) func(c *config.Config) {
+		return func(c *config.Config) { c.JWTIssuer, c.JWTAudience, c.DevLogin = iss, aud, dev }
+	}
+	on := newTestAPI(t, policy(true))
+	r := on.do("POST", "/api/login", "", map[string]any{"user": "mallory"})
+	if r.Status != http.StatusOK {
+		t.Fatalf("login: %d %s", r.Status, r.Raw)
+	}
+	tok := r.Body["token"].(string)
+	claims := jwt.MapClaims{}
+	if _, _, err := jwt.NewParser().ParseUnverified(tok, claims); err != nil {
+		t.Fatal(err)
+	}
+	if claims["iss"] == iss || claims["aud"] != nil {
+		t.Errorf("a minted token carries the identity provider's iss/aud: %v", claims)
+	}
+	if r := on.do("GET", "/api/orders", tok, nil); r.Status != http.StatusOK {
+		t.Fatalf("dev login on: its own token %d %s", r.Status, r.Raw)
+	}
+	off := newTestAPI(t, policy(false))
+	if r := off.do("GET", "/api/orders", tok, nil); r.Status != http.StatusUnauthorized {
+		t.Fatalf("dev login off: a minted token answered %d, want 401", r.Status)
+	}
+	if r := off.do("POST", "/api/login", "", map[string]any{"user": "mallory"}); r.Status != http.StatusNotFound {
+		t.Fatalf("dev login off: login answered %d, want 404", r.Status)
+	}
+	// A token of the shop's own service (shared secret, the shop's iss and aud) still works.
+	shop := sign(t, jwt.SigningMethodHS256, "", []byte(off.cfg.JWTSecret),
+		jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix(), "iss": iss, "aud": aud})
+	if r := off.do("GET", "/api/orders", shop, nil); r.Status != http.StatusOK {
+		t.Fatalf("the shop's shared-secret token: %d %s", r.Status, r.Raw)
+	}
+}
+
+// rawToken signs header and payload, given as JSON text exactly as written (duplicate names
+// and all), with the HS256 secret.
+func rawToken(t *testing.T, secret, header, payload string) string {
+	t.Helper()
+	enc := base64.RawURLEncoding
+	signing := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(payload))
+	sig, err := jwt.SigningMethodHS256.Sign(signing, []byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signing + "." + enc.EncodeToString(sig)
+}
+
+// Issue 31: a token is read one way only. Duplicate names (encoding/json keeps the last, another
+// reader the first), a `crit` header (extensions the api does not understand: RFC 7515 says
+// refuse) and registered times given as strings are 401, however well signed.
+func TestStrictTokenClaims(t *testing.T) {
+	a := newTestAPI(t, nil)
+	exp := time.Now().Add(time.Hour).Unix()
+	const hs = `{"alg":"HS256","typ":"JWT"}`
+	cases := []struct {
+		name            string
+		header, payload string
+		want            int
+	}{
+		{"well formed", hs, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp), http.StatusOK},
+		{"duplicate sub", hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"sub":"bob"}`, exp), http.StatusUnauthorized},
+		{"duplicate exp", hs, fmt.Sprintf(`{"sub":"alice","exp":1,"exp":%d}`, exp), http.StatusUnauthorized},
+		{"duplicate escaped", hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"s\u0075b":"bob"}`, exp), http.StatusUnauthorized},
+		{"duplicate header alg", `{"alg":"none","alg":"HS256"}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp), http.StatusUnauthorized},
+		{"crit header", `{"alg":"HS256","typ":"JWT","crit":["exp"]}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp), http.StatusUnauthorized},
+		{"exp as a string", hs, fmt.Sprintf(`{"sub":"alice","exp":"%d"}`, exp), http.StatusUnauthorized},
+		{"nbf as a string", hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"nbf":"1"}`, exp), http.StatusUnauthorized},
+		{"iat as a string", hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":"1"}`, exp), http.StatusUnauthorized},
+		{"payload not an object", hs, `["alice"]`, http.StatusUnauthorized},
+	}
+	for round := 1; round <= 2; round++ { // the second round may meet the token cache
+		for _, c := range cases {
+			r := a.do("GET", "/api/orders", rawToken(t, a.cfg.JWTSecret, c.header, c.payload), nil)
+			if r.Status != c.want {
+				t.Errorf("round %d, %s: %d %s, want %d", round, c.name, r.Status, r.Raw, c.want)
+			}
+		}
 	}
 }

@@ -18,7 +18,9 @@ import (
 // interval (500 ms by default): during a sale every open shopper page polls the boards about
 // once a second, so Redis sees one read per board per interval per instance, not one per
 // shopper. One loader per board at a time (singleflight); a rating on this instance drops
-// the cache so its author sees it at once. Bounded: the keys come from query strings.
+// the cache so its author sees it at once. Bounded: the keys come from query strings, so only
+// categories the catalogue has are cached (others are read through), and a full cache keeps
+// what it holds (store).
 type boardReplies struct {
 	mu    sync.Mutex
 	m     map[string]encodedBoard
@@ -39,11 +41,24 @@ func (r *boardReplies) lookup(key string, ttl time.Duration) ([]byte, bool) {
 	return e.body, ok && time.Since(e.at) < ttl
 }
 
-func (r *boardReplies) store(key string, at time.Time, body []byte) {
+// store keeps a board's reply. A full cache first drops the replies that are out of date
+// (every one is after an interval); if none is, the new reply is not kept: a key nobody asks
+// for again never pushes out the boards shoppers are reading.
+func (r *boardReplies) store(key string, at time.Time, body []byte, ttl time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.m == nil || len(r.m) >= maxCachedBoards {
+	if r.m == nil {
 		r.m = make(map[string]encodedBoard)
+	}
+	if _, ok := r.m[key]; !ok && len(r.m) >= maxCachedBoards {
+		for k, e := range r.m {
+			if time.Since(e.at) >= ttl {
+				delete(r.m, k)
+			}
+		}
+		if len(r.m) >= maxCachedBoards {
+			return
+		}
 	}
 	r.m[key] = encodedBoard{at: at, body: body}
 }
@@ -55,6 +70,10 @@ func (r *boardReplies) forget() {
 	r.mu.Unlock()
 }
 
+func boardKey(name, category string, limit int) string {
+	return name + "\x00" + category + "\x00" + strconv.Itoa(limit)
+}
+
 // cachedBoard answers a leaderboard read from the cache, loading it through read when stale.
 func (s *Server) cachedBoard(c *gin.Context, name, category string, limit int,
 	read func(ctx context.Context) ([]ranking.Entry, error)) {
@@ -62,7 +81,15 @@ func (s *Server) cachedBoard(c *gin.Context, name, category string, limit int,
 	if ttl <= 0 {
 		ttl = 500 * time.Millisecond
 	}
-	key := name + "\x00" + category + "\x00" + strconv.Itoa(limit)
+	// Only boards of categories the catalogue has are cached: the query is anyone's to choose.
+	// Another category is read through (it may be one the snapshot does not show yet).
+	keep := true
+	if category != "" {
+		if e, err := s.catalogue.get(c.Request.Context(), s.Inventory); err == nil {
+			_, keep = e.categories[category]
+		}
+	}
+	key := boardKey(name, category, limit)
 	if body, ok := s.boards.lookup(key, ttl); ok {
 		writeJSON(c, http.StatusOK, body)
 		return
@@ -80,7 +107,9 @@ func (s *Server) cachedBoard(c *gin.Context, name, category string, limit int,
 		if err != nil {
 			return nil, err
 		}
-		s.boards.store(key, at, body)
+		if keep {
+			s.boards.store(key, at, body, ttl)
+		}
 		return body, nil
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -81,5 +82,37 @@ func TestCatalogueETag(t *testing.T) {
 	r = a.do("GET", "/api/items", "", nil, "If-None-Match", tag)
 	if r.Status != http.StatusOK || r.Header.Get("ETag") == tag {
 		t.Fatalf("after a change: %d, ETag %q (was %q)", r.Status, r.Header.Get("ETag"), tag)
+	}
+}
+
+// Issue 31: names and categories are shown to shoppers and admins, so text that displays as
+// something else is refused: bidi overrides and isolates (which reorder what follows) and
+// zero-width characters (which hide in a name that looks like another). 400, nothing saved.
+func TestNamesRefuseInvisibleCharacters(t *testing.T) {
+	a := newTestAPI(t, nil)
+	for i, ch := range []rune{0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E,
+		0x2060, 0x2066, 0x2067, 0x2068, 0x2069, 0xFEFF, 0x061C} {
+		for _, field := range []string{"name", "category"} {
+			id := fmt.Sprintf("bidi-%d-%s", i, field)
+			body := map[string]any{"name": "Phone", "category": "phones", "price_cents": 1, "stock": 1, "per_user_limit": 1}
+			body[field] = "Pho" + string(ch) + "ne"
+			r := a.do("PUT", "/api/admin/items/"+id, testAdminToken, body)
+			if r.Status != http.StatusBadRequest || r.code() != "invalid_request" {
+				t.Errorf("%s with U+%04X: %d %s, want 400 invalid_request", field, ch, r.Status, r.Raw)
+			}
+			if g := a.do("GET", "/api/items/"+id, "", nil); g.Status != http.StatusNotFound {
+				t.Errorf("%s with an invisible character: the item was saved (%d)", field, g.Status)
+			}
+		}
+	}
+	// Other scripts, accents and emoji are names like any other.
+	if r := a.do("PUT", "/api/admin/items/intl", testAdminToken, map[string]any{
+		"name": "Téléphone 电话 هاتف 📱", "category": "téléphones", "price_cents": 1, "stock": 1, "per_user_limit": 1}); r.Status != http.StatusCreated {
+		t.Fatalf("an international name: %d %s", r.Status, r.Raw)
+	}
+	// The import checks rows the same way.
+	r := a.do("POST", "/api/admin/items/import", testAdminToken, "id,name,category,price_cents,stock,per_user_limit,starts_at,ends_at\nimp1,Pho\u202ene,c,1,1,1,,\n", "Content-Type", "text/csv")
+	if r.Status != http.StatusOK || r.Body["created"] != float64(0) || len(r.Body["errors"].([]any)) != 1 {
+		t.Fatalf("import of a name with a bidi override: %s", r.Raw)
 	}
 }

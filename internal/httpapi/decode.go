@@ -53,7 +53,7 @@ func strictUnmarshal(b []byte, v any) error {
 		if errors.Is(err, io.EOF) {
 			return errInvalid("request body must be a JSON object")
 		}
-		return errInvalid(fmt.Sprintf("malformed JSON: %v", err))
+		return errInvalid(jsonMessage(err, "the body must be a JSON object"))
 	}
 	// Only JSON whitespace may follow the value. (Decoder.More is no test for that: it reports
 	// false before a stray '}' or ']', so `{"quantity":2}}` would pass as valid.)
@@ -66,6 +66,53 @@ func strictUnmarshal(b []byte, v any) error {
 	// and the contract do not: every name, nested ones too, must be one of v's exactly.
 	n := nameCheck{b: b}
 	return n.value(jsonNamesOf(reflect.TypeOf(v)))
+}
+
+// jsonMessage says what is wrong with JSON that encoding/json refused, in the contract's words:
+// the field and what it must be, or where the syntax broke; never a Go type (encoding/json's
+// "cannot unmarshal string into Go struct field .quantity of type int64"). whole is the message
+// when the value as a whole has the wrong type.
+func jsonMessage(err error, whole string) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return whole
+		}
+		return fmt.Sprintf("%s must be %s", clip(te.Field, 64), jsonKind(te.Type))
+	case errors.As(err, &se):
+		return fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed JSON: it ends too soon"
+	}
+	return "malformed JSON"
+}
+
+// jsonKind names what JSON a Go type takes, as the contract would say it.
+func jsonKind(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "another kind of value"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer (in range)"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "another kind of value"
 }
 
 // jsonNames are the exact member names a struct type accepts; each maps to the names of its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -205,6 +206,67 @@ func TestImportRedisFailure(t *testing.T) {
 			if r := a.do("GET", "/api/items/"+id, "", nil); r.Status != http.StatusOK {
 				t.Fatalf("%s is in Redis, GET /api/items/%s: %d", id, id, r.Status)
 			}
+		}
+	}
+}
+
+// Issue 31: an import's reply stays small whatever the file: `errors` lists the first 1,000
+// bad rows in file order and `failed` counts them all, and the good rows among them load. The
+// file here is a JSON array just under the 8 MiB limit, almost all of it bad rows. (Before,
+// every bad row was in the reply, and the whole file's rows were in memory at once.)
+func TestImportReplyBounded(t *testing.T) {
+	a := newTestAPI(t, nil)
+	var b strings.Builder
+	b.WriteString("[")
+	bad, good := 0, 0
+	var goodLines []int
+	pad := strings.Repeat("n", 400)
+	for i := 0; b.Len() < 8<<20-600; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		if i%2000 == 7 {
+			fmt.Fprintf(&b, `{"id":"good%d","name":"Good","category":"c","price_cents":1,"stock":1,"per_user_limit":1}`, i)
+			good++
+			goodLines = append(goodLines, i+1)
+			continue
+		}
+		fmt.Fprintf(&b, `{"id":"bad id %d","name":"%s"}`, i, pad) // rows of ~420 bytes: ~20,000 of them
+		bad++
+	}
+	b.WriteString("]")
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r := a.do("POST", "/api/admin/items/import", testAdminToken, b.String())
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	t.Logf("an %.1f MiB import of %d rows: reply %d bytes; allocated %.0f MiB in all during it",
+		float64(b.Len())/(1<<20), bad+good, len(r.Raw), float64(after.TotalAlloc-before.TotalAlloc)/(1<<20))
+	if r.Status != http.StatusOK || r.Body["created"] != float64(good) || r.Body["failed"] != float64(bad) {
+		t.Fatalf("import: %d %.300s; want created %d, failed %d", r.Status, r.Raw, good, bad)
+	}
+	errs := r.Body["errors"].([]any)
+	if len(errs) != 1000 {
+		t.Fatalf("errors lists %d rows, want the first 1,000", len(errs))
+	}
+	// The first 1,000 bad rows, in file order: positions 1..1001 without the good row at 8.
+	want := 1
+	for _, e := range errs {
+		if want == 8 {
+			want++
+		}
+		if line := int(e.(map[string]any)["line"].(float64)); line != want {
+			t.Fatalf("errors: line %d where %d was expected", line, want)
+		}
+		want++
+	}
+	if len(r.Raw) > 256<<10 {
+		t.Fatalf("the reply is %d bytes; want it small whatever the file", len(r.Raw))
+	}
+	for _, line := range goodLines {
+		if g := a.do("GET", fmt.Sprintf("/api/items/good%d", line-1), "", nil); g.Status != http.StatusOK {
+			t.Fatalf("good row at %d not loaded: %d", line, g.Status)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/csv"
@@ -155,21 +154,49 @@ type importRow struct {
 	err  error
 }
 
+const (
+	// importChunk rows are parsed, then saved in one inventory.UpsertMany, at a time: an
+	// import's memory is bounded by a chunk, not by the file (150,000 short rows fit in 8 MiB).
+	importChunk = 4096
+	// maxImportErrors bad rows are listed in a reply; "failed" counts them all.
+	maxImportErrors = 1000
+)
+
+var errImportCut = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service failed during the import: the rows before the failure may be loaded, the rest are not; send the file again (each row is an upsert)"}
+
+// importReport is an import's reply: counts, and the first bad rows in file order.
+type importReport struct {
+	created, updated, failed int
+	errors                   []importError
+}
+
+type importError struct {
+	line    int
+	message string
+}
+
+func (r *importReport) bad(line int, err error) {
+	r.failed++
+	if len(r.errors) < maxImportErrors {
+		r.errors = append(r.errors, importError{line, clip(err.Error(), 200)})
+	}
+}
+
 // importItems loads a CSV file or a JSON array of items: bad rows are reported and skipped,
-// good rows load.
+// good rows load. The body (at most 8 MiB) is read whole, but its rows are parsed and saved
+// a chunk at a time, in file order, so the memory an import takes does not grow with its rows.
 func (s *Server) importItems(c *gin.Context) {
 	b, err := readBody(c, maxImportBody)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	var rows []importRow
-	ct := strings.ToLower(c.ContentType())
-	switch ct {
+	var rows func(yield func(importRow) bool)
+	switch strings.ToLower(c.ContentType()) {
 	case "text/csv":
-		rows, err = parseCSV(b)
+		rows, err = csvRows(b)
 	case "application/json", "":
-		rows, err = parseJSONItems(b)
+		rows, err = jsonRows(b)
 	default:
 		err = fmt.Errorf("Content-Type must be text/csv or application/json")
 	}
@@ -177,23 +204,52 @@ func (s *Server) importItems(c *gin.Context) {
 		fail(c, asInvalid(err))
 		return
 	}
-	// Every good row is saved in one call (each row still its own upsert, in file order), then
-	// the reply is built in file order, as if the rows had been saved one by one.
+	var rep importReport
+	chunk := make([]importRow, 0, importChunk)
+	sent := false // whether a chunk reached Redis: a failure after it changed something
+	save := func() error {
+		if err := s.saveImportChunk(c.Request.Context(), chunk, &rep); err != nil {
+			return err
+		}
+		sent, chunk = true, chunk[:0]
+		return nil
+	}
+	for row := range rows {
+		if chunk = append(chunk, row); len(chunk) == importChunk {
+			if err = save(); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil && len(chunk) > 0 {
+		err = save()
+	}
+	if err != nil {
+		if !sent && len(chunk) == 0 {
+			fail(c, err)
+			return
+		}
+		slog.Error("import cut short", "request_id", requestIDOf(c), "created", rep.created, "updated", rep.updated, "err", err)
+		fail(c, errImportCut)
+		return
+	}
+	writeImportReply(c, &rep)
+}
+
+// saveImportChunk saves a chunk's good rows in one call (each row still its own upsert, in
+// file order) and adds each row's outcome to rep in file order, as if saved one by one.
+func (s *Server) saveImportChunk(ctx context.Context, rows []importRow, rep *importReport) error {
 	ins := make([]inventory.Input, 0, len(rows))
 	for _, r := range rows {
 		if r.err == nil {
 			ins = append(ins, r.in)
 		}
 	}
-	saved, err := s.upsertItems(c.Request.Context(), ins)
+	saved, err := s.upsertItems(ctx, ins)
 	if err != nil {
-		fail(c, err)
-		return
+		return err
 	}
-	// Each row's outcome, in file order: a save's error joins the parse errors in rows.
-	created, updated, failed := 0, 0, 0
-	for i := range rows {
-		r := &rows[i]
+	for _, r := range rows {
 		if r.err == nil {
 			res := saved[0]
 			saved = saved[1:]
@@ -201,48 +257,35 @@ func (s *Server) importItems(c *gin.Context) {
 			case res.Err != nil:
 				r.err = res.Err
 			case res.Created:
-				created++
+				rep.created++
 			default:
-				updated++
+				rep.updated++
 			}
 		}
 		if r.err != nil {
-			failed++
+			rep.bad(r.line, r.err)
 		}
 	}
-	writeImportReply(c, created, updated, failed, rows)
+	return nil
 }
 
-// writeImportReply answers {"created","updated","failed","errors"} with every bad row, as the
-// contract asks, streamed through a small buffer instead of built whole: 8 MiB of junk lines
-// make a reply of a few hundred MB (a message may quote its bad input, clipped to 200 bytes),
-// which must never sit in the api's memory at once. "failed" (how many rows were refused) comes
-// before the list, so a client can tell the size of what follows.
-func writeImportReply(c *gin.Context, created, updated, failed int, rows []importRow) {
-	c.Writer.Header()["Content-Type"] = jsonContentTypeValue
-	c.Writer.WriteHeader(http.StatusOK)
-	w := bufio.NewWriterSize(c.Writer, 32<<10)
-	b := fmt.Appendf(make([]byte, 0, 512), `{"created":%d,"updated":%d,"failed":%d,"errors":[`, created, updated, failed)
-	sep := false
-	for _, r := range rows {
-		if r.err == nil {
-			continue
-		}
-		if sep {
+// writeImportReply answers {"created","updated","failed","errors"}: "failed" counts every bad
+// row, "errors" lists the first maxImportErrors of them, so the reply stays small (a message
+// may quote its bad input, clipped to 200 bytes: at most ~250 KB).
+func writeImportReply(c *gin.Context, rep *importReport) {
+	b := fmt.Appendf(make([]byte, 0, 512+len(rep.errors)*64), `{"created":%d,"updated":%d,"failed":%d,"errors":[`, rep.created, rep.updated, rep.failed)
+	for i, e := range rep.errors {
+		if i > 0 {
 			b = append(b, ',')
 		}
-		sep = true
 		b = append(b, `{"line":`...)
-		b = strconv.AppendInt(b, int64(r.line), 10)
+		b = strconv.AppendInt(b, int64(e.line), 10)
 		b = append(b, `,"message":`...)
-		b = jsonx.AppendString(b, clip(r.err.Error(), 200))
+		b = jsonx.AppendString(b, e.message)
 		b = append(b, '}')
-		_, _ = w.Write(b)
-		b = b[:0]
 	}
 	b = append(b, "]}"...)
-	_, _ = w.Write(b)
-	_ = w.Flush() // a client gone half-way is the only error: nothing is left to tell it
+	writeJSON(c, http.StatusOK, b)
 }
 
 // clip cuts s to at most n bytes on a rune boundary (a message may quote the bad input).
@@ -258,9 +301,11 @@ func clip(s string, n int) string {
 
 var csvHeader = []string{"id", "name", "category", "price_cents", "stock", "per_user_limit", "starts_at", "ends_at"}
 
-func parseCSV(b []byte) ([]importRow, error) {
+// csvRows checks the header of a CSV file and returns its rows, read one at a time.
+func csvRows(b []byte) (func(yield func(importRow) bool), error) {
 	r := csv.NewReader(bytes.NewReader(b))
 	r.FieldsPerRecord = -1
+	r.ReuseRecord = true // csvInput copies what it keeps
 	header, err := r.Read()
 	if err != nil {
 		return nil, fmt.Errorf("CSV must start with the header row %s", strings.Join(csvHeader, ","))
@@ -276,36 +321,40 @@ func parseCSV(b []byte) ([]importRow, error) {
 			return nil, fmt.Errorf("CSV header must be %s", strings.Join(csvHeader, ","))
 		}
 	}
-	var rows []importRow
-	for {
-		rec, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			// No FieldPos here: a record that failed in its first field has none (it panics).
-			// The reader goes on at the line after the broken record, so the rows after it are
-			// read as written. A stray quote that stretched a record over several lines leaves a
-			// newline in one of its fields, which no field's check lets through: such a record is
-			// reported (with the lines it took), never loaded.
-			line, msg := 0, "unreadable CSV row"
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				line = pe.StartLine
-				msg = fmt.Sprintf("unreadable CSV row: %v", pe.Err)
-				if pe.Line > pe.StartLine {
-					msg += fmt.Sprintf(" (lines %d to %d)", pe.StartLine, pe.Line)
-				}
+	return func(yield func(importRow) bool) {
+		for {
+			rec, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				return
 			}
-			rows = append(rows, importRow{line: line, err: errors.New(msg)})
-			continue
+			if err != nil {
+				// No FieldPos here: a record that failed in its first field has none (it panics).
+				// The reader goes on at the line after the broken record, so the rows after it are
+				// read as written. A stray quote that stretched a record over several lines leaves a
+				// newline in one of its fields, which no field's check lets through: such a record is
+				// reported (with the lines it took), never loaded.
+				line, msg := 0, "unreadable CSV row"
+				var pe *csv.ParseError
+				if errors.As(err, &pe) {
+					line = pe.StartLine
+					msg = fmt.Sprintf("unreadable CSV row: %v", pe.Err)
+					if pe.Line > pe.StartLine {
+						msg += fmt.Sprintf(" (lines %d to %d)", pe.StartLine, pe.Line)
+					}
+				}
+				if !yield(importRow{line: line, err: errors.New(msg)}) {
+					return
+				}
+				continue
+			}
+			line, _ := r.FieldPos(0)
+			row := importRow{line: line}
+			row.in, row.err = csvInput(rec)
+			if !yield(row) {
+				return
+			}
 		}
-		line, _ := r.FieldPos(0)
-		row := importRow{line: line}
-		row.in, row.err = csvInput(rec)
-		rows = append(rows, row)
-	}
-	return rows, nil
+	}, nil
 }
 
 func csvInput(rec []string) (inventory.Input, error) {
@@ -342,27 +391,62 @@ func csvInput(rec []string) (inventory.Input, error) {
 	return in, err
 }
 
-func parseJSONItems(b []byte) ([]importRow, error) {
-	var raw []json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("body must be a JSON array of items: %v", err)
+// jsonRows checks that b is one JSON array and returns its elements as rows, decoded one at a
+// time (json.Decoder's Token and More): never the whole array's values at once. The syntax is
+// checked first, whole, so a broken file is refused before any row loads.
+func jsonRows(b []byte) (func(yield func(importRow) bool), error) {
+	const want = "body must be a JSON array of items"
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("%s: %s", want, jsonSyntaxMessage(b))
 	}
-	rows := make([]importRow, len(raw))
-	for i, m := range raw {
-		rows[i].line = i + 1
-		var body itemBody
-		if err := strictUnmarshal(m, &body); err != nil {
-			rows[i].err = err
-			continue
-		}
-		if body.ID == nil {
-			rows[i].err = fmt.Errorf("id is required")
-			continue
-		}
-		rows[i].in, rows[i].err = body.input(*body.ID)
-		rows[i].in.KeepQueue = body.Queue == nil
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, errors.New(want)
 	}
-	return rows, nil
+	return func(yield func(importRow) bool) {
+		for line := 1; dec.More(); line++ {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return // not after json.Valid
+			}
+			row := importRow{line: line}
+			row.in, row.err = jsonInput(raw)
+			if !yield(row) {
+				return
+			}
+		}
+	}, nil
+}
+
+// jsonSyntaxMessage says where JSON that json.Valid refused breaks, reading it token by token.
+func jsonSyntaxMessage(b []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		_, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return "malformed JSON: more than one value"
+		}
+		if err != nil {
+			return jsonMessage(err, "malformed JSON")
+		}
+	}
+}
+
+// jsonInput reads one element of a JSON import.
+func jsonInput(raw json.RawMessage) (inventory.Input, error) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return inventory.Input{}, errors.New("an item must be a JSON object")
+	}
+	var body itemBody
+	if err := strictUnmarshal(raw, &body); err != nil {
+		return inventory.Input{}, err
+	}
+	if body.ID == nil {
+		return inventory.Input{}, fmt.Errorf("id is required")
+	}
+	in, err := body.input(*body.ID)
+	in.KeepQueue = body.Queue == nil
+	return in, err
 }
 
 // upsertItem saves an item and, for an update, moves it to its (possibly new) category board.

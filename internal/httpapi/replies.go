@@ -118,11 +118,12 @@ type encodedCatalogue struct {
 	// The ETag header's values: the tag, and its weak form for gzip-compressed replies.
 	etagHeader, weakEtagHeader []string
 	one                        map[string][]byte
-	ids                        []string          // sorted
-	cat                        map[string]string // id -> category
-	pages                      sync.Map          // pageQuery -> *listBody: the paged or filtered lists asked for so far
-	npage                      atomic.Int32      // entries in pages (bounded by maxCachedPages)
-	pageBytes                  atomic.Int64      // their plain bytes (bounded by maxCachedPageBytes)
+	ids                        []string            // sorted
+	cat                        map[string]string   // id -> category
+	categories                 map[string]struct{} // every category of the snapshot
+	pages                      sync.Map            // pageQuery -> *listBody: the paged or filtered lists asked for so far
+	npage                      atomic.Int32        // entries in pages (bounded by maxCachedPages)
+	pageBytes                  atomic.Int64        // their plain bytes (bounded by maxCachedPageBytes)
 }
 
 // listBody is one encoded list reply and, once a client that accepts gzip asked for it, its
@@ -255,7 +256,7 @@ func (r *catalogueReplies) get(ctx context.Context, inv *inventory.Store) (*enco
 // 10,000 marshals. The bytes are exactly encoding/json's for {"items": [...]} and {"item": ...}.
 func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time, prev *encodedCatalogue) (*encodedCatalogue, error) {
 	e := &encodedCatalogue{gen: gen, src: snap, at: now, one: make(map[string][]byte, len(snap)),
-		cat: make(map[string]string, len(snap)), ids: sortedIDs(snap, prev)}
+		cat: make(map[string]string, len(snap)), categories: map[string]struct{}{}, ids: sortedIDs(snap, prev)}
 	size := 16
 	if prev != nil {
 		size += len(prev.list)
@@ -285,6 +286,7 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time, 
 			}
 		}
 		e.one[id], e.cat[id] = one, it.Category
+		e.categories[it.Category] = struct{}{}
 		if i > 0 {
 			list = append(list, ',')
 		}

@@ -113,7 +113,7 @@ func (s *Server) routes() {
 
 	api := r.Group("/api")
 	api.GET("/openapi.json", s.openapi)
-	api.POST("/login", s.limitLogin, s.login)
+	api.POST("/login", noStore, s.limitLogin, s.login)
 	api.GET("/items", s.listItems)
 	api.GET("/items/stream", s.streamItems)
 	api.GET("/items/:id", s.getItem)
@@ -122,9 +122,9 @@ func (s *Server) routes() {
 
 	// The purchase rate limit is folded into the purchase script (one round trip). The route
 	// verifies its token like the shopper group, handing the user over directly (Auth.shopper).
-	api.POST("/items/:id/purchase", s.Auth.shopper(s.purchase))
-	api.GET("/items/:id/queue", s.Auth.shopper(s.pollQueue)) // a waiting room's polls: as hot
-	shopper := api.Group("", s.Auth.requireUser)
+	api.POST("/items/:id/purchase", noStore, s.Auth.shopper(s.purchase))
+	api.GET("/items/:id/queue", noStore, s.Auth.shopper(s.pollQueue)) // a waiting room's polls: as hot
+	shopper := api.Group("", noStore, s.Auth.requireUser)
 	shopper.POST("/items/:id/rating", s.limit("rating"), s.rateItem)
 	shopper.POST("/items/:id/queue", s.joinQueue)
 	shopper.GET("/orders", s.listOrders)
@@ -132,7 +132,7 @@ func (s *Server) routes() {
 	shopper.POST("/orders/:id/pay", s.limit("pay"), s.payOrder)
 	shopper.POST("/orders/:id/cancel", s.limit("cancel"), s.cancelOrder)
 
-	admin := api.Group("/admin", s.Auth.requireAdmin)
+	admin := api.Group("/admin", noStore, s.Auth.requireAdmin)
 	admin.PUT("/items/:id", s.putItem)
 	admin.POST("/items/:id/stock", s.adjustStock)
 	admin.POST("/items/import", s.importItems)
@@ -144,6 +144,13 @@ func (s *Server) routes() {
 		s.webRoutes()
 	}
 }
+
+var noStoreValue = []string{"no-store"}
+
+// noStore marks a reply that belongs to one shopper or admin (orders, tickets and passes,
+// tokens, admin data): no shared cache or browser may keep it. Set before the handler runs, so
+// every answer of the route carries it, errors included.
+func noStore(c *gin.Context) { c.Writer.Header()["Cache-Control"] = noStoreValue }
 
 func (s *Server) readyz(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)

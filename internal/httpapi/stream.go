@@ -25,6 +25,8 @@ type StreamOptions struct {
 	Check     time.Duration // how often the hub looks at the snapshot (100 ms)
 	Queue     int           // events a subscriber may lag behind before it is dropped (4)
 	WriteWait time.Duration // longest a single write to one stream may block (10 s)
+	PerClient int           // streams one client address may hold (32); one more is 429
+	Max       int           // streams in all (20,000); one more is 503
 }
 
 func (o StreamOptions) withDefaults() StreamOptions {
@@ -42,6 +44,12 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	}
 	if o.WriteWait <= 0 {
 		o.WriteWait = 10 * time.Second
+	}
+	if o.PerClient <= 0 {
+		o.PerClient = 32
+	}
+	if o.Max <= 0 {
+		o.Max = 20_000
 	}
 	return o
 }
@@ -67,13 +75,51 @@ type streamHub struct {
 	closed  bool
 	dropped int64 // subscribers dropped for falling behind (tests, logs)
 
+	// Admitted streams, in all and by client address: a place is taken before a stream starts
+	// and given back when its handler returns (at once when its client goes: openStream).
+	open    int
+	clients map[string]int
+
 	// beforeJoin, set only by tests, runs in a stream's handler after it read the catalogue
 	// for its first event and before it joins the hub.
 	beforeJoin func()
 }
 
 func newStreamHub(opt StreamOptions) *streamHub {
-	return &streamHub{opt: opt.withDefaults(), subs: map[*subscriber]struct{}{}}
+	return &streamHub{opt: opt.withDefaults(), subs: map[*subscriber]struct{}{}, clients: map[string]int{}}
+}
+
+var (
+	errStreamsPerClient = &apiError{http.StatusTooManyRequests, "rate_limited", "too many catalogue streams from this client address; close one, or retry later"}
+	errStreamsFull      = &apiError{http.StatusServiceUnavailable, "unavailable", "the api holds as many catalogue streams as it may; nothing was changed, retry later (GET /api/items answers meanwhile)"}
+)
+
+// streamRetryAfter is the Retry-After of a refused stream, in seconds.
+const streamRetryAfter = "5"
+
+// admit takes a place for a stream of client, or says which cap refuses it.
+func (h *streamHub) admit(client string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.clients[client] >= h.opt.PerClient {
+		return errStreamsPerClient
+	}
+	if h.open >= h.opt.Max {
+		return errStreamsFull
+	}
+	h.open++
+	h.clients[client]++
+	return nil
+}
+
+// release gives back the place admit took.
+func (h *streamHub) release(client string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.open--
+	if h.clients[client]--; h.clients[client] <= 0 {
+		delete(h.clients, client)
+	}
 }
 
 func itemsFrame(list []byte) *frame {
@@ -259,6 +305,15 @@ var (
 )
 
 func (s *Server) streamItems(c *gin.Context) {
+	// Every stream holds a connection (a file descriptor) for as long as it lasts: the caps
+	// keep streams from starving the purchases, /healthz and everything else.
+	client := c.ClientIP()
+	if err := s.stream.admit(client); err != nil {
+		c.Header("Retry-After", streamRetryAfter)
+		fail(c, err)
+		return
+	}
+	defer s.stream.release(client)
 	e, err := s.catalogue.get(c.Request.Context(), s.Inventory)
 	if err != nil {
 		fail(c, err)
@@ -278,13 +333,12 @@ func (s *Server) streamItems(c *gin.Context) {
 	h["Content-Type"] = eventStreamType
 	h["Cache-Control"] = noCacheValue
 	h["X-Accel-Buffering"] = noBufferValue // nginx: pass events through at once
-	write, end := s.openStream(c)
+	write, end, done := s.openStream(c)
 	defer end()
 	if !write(retryFrame, first.b) {
 		return
 	}
 	last := first
-	done := c.Request.Context().Done()
 	for {
 		select {
 		case f := <-sub.queue:
@@ -312,9 +366,12 @@ func (s *Server) streamItems(c *gin.Context) {
 // buffered reader and writers, its background read goroutine): about half of a stream's
 // memory. The server's read and write timeouts bound whole requests, and a stream is
 // open-ended, so the read deadline is cleared and each write gets its own deadline instead: a
-// stuck client costs at most WriteWait before its handler returns. Where the connection
-// cannot be taken over (HTTP/2), the answer streams through the ResponseWriter.
-func (s *Server) openStream(c *gin.Context) (write func(b ...[]byte) bool, end func()) {
+// stuck client costs at most WriteWait before its handler returns. A taken-over connection is
+// no longer watched by net/http, so one goroutine per stream reads it: a client that goes is
+// seen at once (done closes), and its connection and place are freed without waiting for a
+// write to fail. Where the connection cannot be taken over (HTTP/2), the answer streams through
+// the ResponseWriter and the request's context says when the client has gone.
+func (s *Server) openStream(c *gin.Context) (write func(b ...[]byte) bool, end func(), done <-chan struct{}) {
 	wait := s.stream.opt.WriteWait
 	rc := http.NewResponseController(c.Writer)
 	conn, _, err := rc.Hijack()
@@ -340,7 +397,19 @@ func (s *Server) openStream(c *gin.Context) (write func(b ...[]byte) bool, end f
 			_, err := bufs.WriteTo(conn)
 			return err == nil
 		}
-		return write, func() { conn.Close() }
+		gone := make(chan struct{})
+		go func() {
+			// A stream's client sends nothing after its request; whatever it sends is dropped,
+			// and the read ends when it closes (or end closes the connection).
+			defer close(gone)
+			var buf [64]byte
+			for {
+				if _, err := conn.Read(buf[:]); err != nil {
+					return
+				}
+			}
+		}()
+		return write, func() { conn.Close() }, gone
 	}
 	w := c.Writer
 	_ = rc.SetReadDeadline(time.Time{})
@@ -354,5 +423,5 @@ func (s *Server) openStream(c *gin.Context) (write func(b ...[]byte) bool, end f
 		}
 		return rc.Flush() == nil
 	}
-	return write, func() {}
+	return write, func() {}, c.Request.Context().Done()
 }

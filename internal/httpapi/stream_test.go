@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/app"
+	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/httpapi"
 )
 
@@ -129,4 +133,120 @@ func TestStreamKeepsChangeMadeWhileJoining(t *testing.T) {
 	armed.Store(true)
 	joining := openSSE(t, ts.URL)
 	joining.waitStock(t, "phone", 15)
+}
+
+// streamFrom opens GET /api/items/stream from the local address ip (any 127.0.0.0/8 address
+// is this host's), reads the head and returns the status, the Retry-After header and the
+// connection (nil unless 200). The caller closes it.
+func streamFrom(t *testing.T, base, ip string) (status int, retryAfter string, conn net.Conn) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
+	c, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET /api/items/stream HTTP/1.1\r\nHost: api\r\nAccept: text/event-stream\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		c.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After"), nil
+	}
+	_ = c.SetDeadline(time.Time{})
+	return resp.StatusCode, resp.Header.Get("Retry-After"), c
+}
+
+// Issue 31: streams are capped per client address (429 rate_limited) and in all (503
+// unavailable), both with Retry-After, while other routes answer; a stream whose client has
+// gone frees its place at once, not at the next heartbeat (15 s here, and no hub runs, so no
+// heartbeat ever comes).
+func TestStreamCaps(t *testing.T) {
+	a := newTestAPI(t, func(c *config.Config) { c.StreamPerClient, c.StreamMax = 2, 3 })
+	a.item("phone", 10, 2)
+	ts := httptest.NewServer(a.srv)
+	t.Cleanup(ts.Close)
+	t.Cleanup(a.srv.CloseStreams)
+
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for _, ip := range []string{"127.0.0.1", "127.0.0.1", "127.0.0.2"} {
+		st, _, c := streamFrom(t, ts.URL, ip)
+		if st != http.StatusOK {
+			t.Fatalf("stream from %s: %d, want 200", ip, st)
+		}
+		held = append(held, c)
+	}
+	if st, ra, _ := streamFrom(t, ts.URL, "127.0.0.1"); st != http.StatusTooManyRequests || ra == "" {
+		t.Fatalf("a third stream from one address: %d (Retry-After %q), want 429 with Retry-After", st, ra)
+	}
+	if st, ra, _ := streamFrom(t, ts.URL, "127.0.0.3"); st != http.StatusServiceUnavailable || ra == "" {
+		t.Fatalf("a fourth stream in all: %d (Retry-After %q), want 503 with Retry-After", st, ra)
+	}
+	if r := a.do("GET", "/healthz", "", nil); r.Status != http.StatusOK {
+		t.Fatalf("healthz: %d", r.Status)
+	}
+	if r := a.do("POST", "/api/items/phone/purchase", a.token("alice"), map[string]any{"quantity": 1}); r.Status != http.StatusCreated {
+		t.Fatalf("purchase beside full streams: %d %s", r.Status, r.Raw)
+	}
+	// The client of the first stream goes: its place is free well before any heartbeat.
+	held[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _, c := streamFrom(t, ts.URL, "127.0.0.3")
+		if st == http.StatusOK {
+			held = append(held, c)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after a client closed its stream, a new one still gets %d", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// And the address it came from may open one again.
+	if st, _, _ := streamFrom(t, ts.URL, "127.0.0.1"); st != http.StatusServiceUnavailable {
+		t.Fatalf("the cap in all is full again, yet a stream got %d", st)
+	}
+}
+
+// Issue 31: a stream its client closed is a normal end, logged at debug, never a slow
+// request's warning (streams last as long as shoppers watch).
+func TestClosedStreamLogsNoWarn(t *testing.T) {
+	a := newTestAPI(t, nil)
+	sink := &syncBuffer{}
+	opts := app.HTTPOptions(a.cfg)
+	opts.AccessLog = httpapi.AccessLog{Slow: time.Nanosecond, Logger: slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	s := httpapi.New(httpapi.Deps{Options: opts, Auth: a.auth, Inventory: a.inv})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	t.Cleanup(s.CloseStreams)
+	st, _, c := streamFrom(t, ts.URL, "127.0.0.1")
+	if st != http.StatusOK {
+		t.Fatalf("stream: %d", st)
+	}
+	c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	var lines []accessLine
+	for len(lines) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no access line for the closed stream within 10 s (its handler did not end)")
+		}
+		time.Sleep(10 * time.Millisecond)
+		for _, l := range sink.lines(t) {
+			if l.Route == "/api/items/stream" {
+				lines = append(lines, l)
+			}
+		}
+	}
+	if lines[0].Level != "DEBUG" {
+		t.Fatalf("a closed stream logged at %s: %+v", lines[0].Level, lines[0])
+	}
 }

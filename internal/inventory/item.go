@@ -117,11 +117,11 @@ func (in Input) Validate() error {
 	case in.Name == "" || len(in.Name) > 200:
 		return fmt.Errorf("%w: name is required (at most 200 bytes)", ErrInvalid)
 	case !plainText(in.Name):
-		return fmt.Errorf("%w: name must be UTF-8 text without control characters", ErrInvalid)
+		return fmt.Errorf("%w: name must be UTF-8 text without control characters, bidi controls or zero-width characters", ErrInvalid)
 	case len(in.Category) > 64:
 		return fmt.Errorf("%w: category is at most 64 bytes", ErrInvalid)
 	case !plainText(in.Category):
-		return fmt.Errorf("%w: category must be UTF-8 text without control characters", ErrInvalid)
+		return fmt.Errorf("%w: category must be UTF-8 text without control characters, bidi controls or zero-width characters", ErrInvalid)
 	case in.PriceCents < 0 || in.PriceCents > 1e12:
 		return fmt.Errorf("%w: price_cents must be 0..1000000000000", ErrInvalid)
 	case in.Stock != nil && (*in.Stock < 0 || *in.Stock > 1e12):
@@ -142,17 +142,32 @@ func (in Input) Validate() error {
 
 // plainText reports whether s is valid UTF-8 without control characters (C0, DEL, C1): a NUL
 // is refused by Postgres and would stop the record, and a newline or escape code has no place
-// in a name shown on a page or a report.
+// in a name shown on a page or a report. Nor have characters that make a name show as
+// something else (invisibleRune).
 func plainText(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
-		if unicode.IsControl(r) {
+		if unicode.IsControl(r) || invisibleRune(r) {
 			return false
 		}
 	}
 	return true
+}
+
+// invisibleRune reports a bidi control (marks, embeddings, overrides, isolates: they reorder
+// the text around them) or a zero-width character (a name that looks like another's).
+func invisibleRune(r rune) bool {
+	switch {
+	case r >= 0x200B && r <= 0x200F, // zero-width space, non-joiner, joiner; LRM, RLM
+		r >= 0x202A && r <= 0x202E,            // LRE, RLE, PDF, LRO, RLO
+		r >= 0x2060 && r <= 0x2064,            // word joiner, invisible operators
+		r >= 0x2066 && r <= 0x2069,            // LRI, RLI, FSI, PDI
+		r == 0xFEFF, r == 0x061C, r == 0x180E: // zero-width no-break space, ALM, Mongolian vowel separator
+		return true
+	}
+	return false
 }
 
 // itemFromHash builds an Item from its Redis hash fields.

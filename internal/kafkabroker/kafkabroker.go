@@ -18,7 +18,8 @@ var ErrStopped = errors.New("kafkabroker: closed")
 
 // Options describe the broker.
 type Options struct {
-	// Addr is host:port to listen on; port 0 picks a free port (kept across Restart).
+	// Addr is host:port to listen on, a loopback host (the broker asks for no login); port 0
+	// picks a free port (kept across Restart).
 	Addr string
 	// Topic is created with Partitions partitions when the broker starts empty.
 	Topic      string
@@ -60,6 +61,10 @@ func (b *Broker) start(addr string) error {
 	port, err := strconv.Atoi(portS)
 	if err != nil || port < 0 || port > 65535 {
 		return fmt.Errorf("kafkabroker: address %q: bad port", addr)
+	}
+	// No login, no TLS: only processes of this host may reach it.
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("kafkabroker: address %q: the embedded broker listens on a loopback address only", addr)
 	}
 	opts := []kfake.Opt{
 		kfake.Ports(port),

@@ -59,3 +59,23 @@ func TestRestartKeepsTheLog(t *testing.T) {
 		t.Fatalf("restart after close: %v", err)
 	}
 }
+
+// Issue 31: the broker asks nobody to log in, so it listens on loopback only: an address of
+// every interface or of another host is refused before anything listens.
+func TestLoopbackOnly(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		b, err := kafkabroker.Start(kafkabroker.Options{Addr: addr, Topic: "t"})
+		if err == nil {
+			b.Close()
+			t.Errorf("Start(%q) listened; want a refusal", addr)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0"} {
+		b, err := kafkabroker.Start(kafkabroker.Options{Addr: addr, Topic: "t"})
+		if err != nil {
+			t.Errorf("Start(%q): %v", addr, err)
+			continue
+		}
+		b.Close()
+	}
+}
