@@ -279,19 +279,43 @@ const MaxStockTotal = 1<<53 - 1
 // AdjustStock adds (or, negative, withdraws) unsold stock. A withdrawal below zero unsold, or an
 // addition taking stock_total over MaxStockTotal, is ErrInvalidState and changes nothing.
 func (s *Store) AdjustStock(ctx context.Context, id string, delta int64) (Item, error) {
+	return s.AdjustStockOnce(ctx, id, delta, "")
+}
+
+// AdjustStockOnce is AdjustStock with an idempotency key (1-64 printable ASCII; "" for none):
+// the first change made with the key is the only one, and a retry with it gets the item that
+// change answered (IdempotencyTTL long), so a change whose outcome was unknown can be retried.
+func (s *Store) AdjustStockOnce(ctx context.Context, id string, delta int64, key string) (Item, error) {
 	if !keyspace.ValidID(id) {
 		return Item{}, ErrNotFound
 	}
 	if delta == 0 || delta > 1e12 || delta < -1e12 {
 		return Item{}, fmt.Errorf("%w: delta must be a non-zero integer within ±1000000000000", ErrInvalid)
 	}
+	if key != "" && !ValidIdempotencyKey(key) {
+		return Item{}, fmt.Errorf("%w: Idempotency-Key must be 1-64 printable ASCII characters", ErrInvalid)
+	}
 	k := s.keys.Item(id)
-	res, err := adjustStockScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock()}, id, delta).Slice()
+	idem := k.Hash() // a change without a key names no key of its own (adjust_stock.lua)
+	if key != "" {
+		idem = k.StockIdempotency(key)
+	}
+	res, err := adjustStockScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock(), idem},
+		id, delta, key, s.opt.IdempotencyTTL.Milliseconds()).Slice()
 	if err != nil {
 		return Item{}, fmt.Errorf("inventory: adjust %s: %w", id, err)
 	}
 	if res[0] == "not_found" {
 		return Item{}, ErrNotFound
+	}
+	if res[0] == "replayed" {
+		// The item as the first change left it: the snapshot may hold a newer one.
+		it, err := itemFromHash(id, pairs(res[1]))
+		if err != nil {
+			return Item{}, err
+		}
+		it.Status = it.StatusAt(time.Now())
+		return it, nil
 	}
 	it, err := s.remember(id, res[1])
 	if err != nil {
