@@ -78,6 +78,9 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 	if req.IdempotencyKey != "" && !ValidIdempotencyKey(req.IdempotencyKey) {
 		return PurchaseResult{}, fmt.Errorf("%w: Idempotency-Key must be 1-64 printable ASCII characters", ErrInvalid)
 	}
+	if !s.Known(ctx, req.ItemID) {
+		return PurchaseResult{}, ErrNotFound
+	}
 	if s.opt.Admit != nil {
 		if err := s.opt.Admit(); err != nil {
 			if req.IdempotencyKey != "" {

@@ -58,7 +58,14 @@ type Store struct {
 	order   *snapOrder // the ids of the latest generation asked for, in order
 
 	looping atomic.Int32 // RunSnapshot loops running
+
+	// lookups bounds the Redis look-ups of ids the snapshot lacks (Known).
+	lookups *limits.Local
 }
+
+// UnknownLookups is how often one api may ask Redis about an item id its snapshot lacks (an
+// item another api created a moment ago): a flood of made-up ids costs Redis at most this.
+var UnknownLookups = limits.Policy{Rate: 20, Period: time.Second, Burst: 20}
 
 // maxStale is how old a snapshot reads serve: through a blip of Redis (the refresh failed),
 // and, while RunSnapshot runs, without refreshing it themselves (or two intervals if longer).
@@ -125,7 +132,28 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Stor
 	}
 	s := &Store{rdb: rdb, keys: keys, opt: opt}
 	s.batcher = batch.New(opt.PurchaseBatch, opt.PurchaseInFlight, s.runBatch)
+	s.lookups, _ = limits.NewLocal(UnknownLookups) // a valid constant policy
 	return s
+}
+
+// Known reports whether id may name an item, without Redis for any id the catalogue snapshot
+// holds (the snapshot as it is: Known never refreshes it). An id it lacks may be an item
+// another api created a moment ago: it is looked up in Redis, at most UnknownLookups a second
+// per api; past that rate, it is unknown. Without a snapshot (none loaded yet) or on a failed
+// look-up it answers true: the script that follows has the last word.
+func (s *Store) Known(ctx context.Context, id string) bool {
+	s.snapMu.RLock()
+	snap := s.snap
+	_, ok := snap[id]
+	s.snapMu.RUnlock()
+	if ok || snap == nil {
+		return true
+	}
+	if !keyspace.ValidID(id) || !s.lookups.Allow("", time.Now()).Allowed {
+		return false
+	}
+	n, err := s.rdb.Exists(ctx, s.keys.Item(id).Hash()).Result()
+	return err != nil || n > 0
 }
 
 // Upsert creates or updates an item. created reports which.

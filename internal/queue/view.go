@@ -207,6 +207,9 @@ func (s *Store) Poll(ctx context.Context, item, user, token string) (Ticket, err
 			return tk, nil
 		}
 	}
+	if !s.cat.Known(ctx, item) {
+		return Ticket{}, inventory.ErrNotFound
+	}
 	s.PollsFromRedis.Add(1)
 	return s.Read(ctx, item, user)
 }
