@@ -214,6 +214,19 @@ func (s *Store) Poll(ctx context.Context, item, user, token string) (Ticket, err
 	return s.Read(ctx, item, user)
 }
 
+// PollMemory is the memory half of Poll: the answer to a poll with the ticket's token when it
+// needs no Redis call (ok false: it does; call Poll).
+func (s *Store) PollMemory(item, user, token string) (Ticket, bool) {
+	if token == "" {
+		return Ticket{}, false
+	}
+	tk, ok := s.fromMemory(item, user, token, time.Now())
+	if ok {
+		s.PollsFromMemory.Add(1)
+	}
+	return tk, ok
+}
+
 func (s *Store) fromMemory(item, user, token string, now time.Time) (Ticket, bool) {
 	v := s.view(item, now)
 	if v == nil {
