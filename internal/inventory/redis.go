@@ -152,8 +152,17 @@ func (s *Store) Known(ctx context.Context, id string) bool {
 	if !keyspace.ValidID(id) || !s.lookups.Allow("", time.Now()).Allowed {
 		return false
 	}
-	n, err := s.rdb.Exists(ctx, s.keys.Item(id).Hash()).Result()
-	return err != nil || n > 0
+	h, err := s.rdb.HGetAll(ctx, s.keys.Item(id).Hash()).Result()
+	if err != nil {
+		return true
+	}
+	if len(h) == 0 {
+		return false
+	}
+	if it, err := itemFromHash(id, h); err == nil {
+		s.update(it) // known from now on: the next purchase of it costs no look-up
+	}
+	return true
 }
 
 // Upsert creates or updates an item. created reports which.
