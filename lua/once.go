@@ -28,9 +28,17 @@ const (
 	AttemptTimeout = 2 * time.Second
 	// CallDeadline bounds a call whose context has no earlier deadline.
 	CallDeadline = 10 * time.Second
-	// recordTTL keeps a call's reply well past any re-send of it.
-	recordTTL = 60 * time.Second
+	// ClockSkew is how far this process's clock may be from Redis's. A call carries the
+	// deadline CallDeadline + ClockSkew from when it was built, by this process's clock; Redis
+	// refuses a send of it that arrives later by its own clock, and keeps the call's record
+	// until then, so however late a re-send arrives it is applied at most once (once.lua).
+	// A clock behind Redis's by more than ClockSkew makes re-sends late: outcome unknown.
+	ClockSkew = 20 * time.Second
 )
+
+// errLate is once.lua's refusal of a send that arrived after its call's deadline: that send
+// did nothing, but an earlier one may have run and its record expired.
+const errLate = "LATE"
 
 // Script is one embedded script (see New).
 type Script struct {
@@ -79,6 +87,9 @@ func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, arg
 		err := cmd.Err()
 		if errors.Is(err, ErrNotReplicated) {
 			return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w", s.name, err))
+		}
+		if redis.HasErrorPrefix(err, errLate) {
+			return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w (%v)", s.name, ErrOutcomeUnknown, err))
 		}
 		if err == nil || !resendable(err) {
 			return cmd
@@ -160,6 +171,8 @@ func (s *Script) RunEach(ctx context.Context, rdb redis.UniversalClient, calls [
 			case redis.HasErrorPrefix(err, "NOSCRIPT"):
 				withBody = true // nothing ran: send it again at once
 				again = append(again, i)
+			case redis.HasErrorPrefix(err, errLate):
+				out[i] = redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w (%v)", s.name, ErrOutcomeUnknown, err))
 			case err == nil || !resendable(err):
 				out[i] = cmds[i]
 			default:
@@ -238,11 +251,11 @@ func (s *Script) Eval(ctx context.Context, c redis.Scripter, keys []string, args
 	return s.rs.Eval(ctx, c, keys, args...)
 }
 
-// withCallRecord appends a fresh call's record key and lifetime (once.lua) without touching
-// the caller's slices.
+// withCallRecord appends a fresh call's record key and deadline (once.lua) without touching
+// the caller's slices. Every send of the call carries the same deadline.
 func withCallRecord(keys []string, args []any) ([]string, []any) {
 	keys = append(keys[:len(keys):len(keys)], callKey(keys[0], nextCallID()))
-	args = append(args[:len(args):len(args)], recordTTL.Milliseconds())
+	args = append(args[:len(args):len(args)], time.Now().Add(CallDeadline+ClockSkew).UnixMilli())
 	return keys, args
 }
 

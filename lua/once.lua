@@ -5,15 +5,24 @@
 -- but the record's lifetime.
 -- So every state change happens once however often the transport delivers the call.
 --
+-- However late, too: each call carries its deadline, fixed when the api built it. A send that
+-- finds no record after the deadline (by this server's clock) is refused and runs nothing, and
+-- a record lives until a second past the deadline, so a re-send held back anywhere for any
+-- time either finds the record or is refused. The deadline is the api's clock, so the api's
+-- clock and this server's must agree within the margin the api adds (lua.ClockSkew).
+--
 -- KEYS: the script's own keys, then the call record key (same hash tag as the script's keys).
--- ARGV: the script's own arguments, then the record's lifetime in ms (integer >= 1).
+-- ARGV: the script's own arguments, then the call's deadline in Unix ms (an integer, at most
+--       10 minutes ahead of the server's clock, which bounds how long a record lives).
 -- Reply: the script's reply, recorded (msgpack keeps integers, strings and nesting); an error
 -- reply is not recorded (scripts validate before their first write, so an error wrote nothing).
+-- A send past its deadline without a record: the error reply 'LATE ...', nothing written.
 
 local call_key = table.remove(KEYS)
-local call_ttl = tonumber(table.remove(ARGV))
-if not call_key or not call_ttl or call_ttl < 1 or call_ttl > 1e9 or call_ttl ~= math.floor(call_ttl) then
-  return redis.error_reply('ERR once: the call record key or lifetime is missing')
+local call_deadline = tonumber(table.remove(ARGV))
+if not call_key or not call_deadline or call_deadline < 1 or call_deadline > 1e15
+    or call_deadline ~= math.floor(call_deadline) then
+  return redis.error_reply('ERR once: the call record key or deadline is missing')
 end
 local recorded = redis.call('GET', call_key)
 if recorded then
@@ -23,6 +32,14 @@ if recorded then
   redis.call('PEXPIRE', call_key, call_ttl)
   return cmsgpack.unpack(recorded)
 end
+local call_clock = redis.call('TIME')
+local call_now = tonumber(call_clock[1]) * 1000 + math.floor(tonumber(call_clock[2]) / 1000)
+if call_now > call_deadline then
+  return redis.error_reply('LATE once: the call arrived after its deadline; it did not run')
+end
+if call_deadline - call_now > 600000 then
+  return redis.error_reply('ERR once: the call deadline is more than 10 minutes ahead of the Redis clock')
+end
 
 local function script()
 --[[ script ]]
@@ -30,6 +47,6 @@ end
 
 local reply = script()
 if type(reply) ~= 'table' or reply.err == nil then
-  redis.call('SET', call_key, cmsgpack.pack(reply), 'PX', call_ttl)
+  redis.call('SET', call_key, cmsgpack.pack(reply), 'PX', call_deadline - call_now + 1000)
 end
 return reply

@@ -2,8 +2,10 @@ package lua
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -62,8 +64,47 @@ func TestOnceReplaysTheRecordedReply(t *testing.T) {
 	if v, err := counter.Run(ctx, rdb, []string{key}, "go").Slice(); err != nil || v[0] != int64(2) {
 		t.Fatalf("second call: %v %v", v, err)
 	}
-	if ttl := rdb.PTTL(ctx, keys[1]).Val(); ttl <= 0 || ttl > recordTTL {
-		t.Fatalf("call record TTL %v, want (0, %v]", ttl, recordTTL)
+	// The record outlives the call's deadline (a second past it), and no more.
+	if ttl, life := rdb.PTTL(ctx, keys[1]).Val(), CallDeadline+ClockSkew+time.Second; ttl <= CallDeadline || ttl > life {
+		t.Fatalf("call record TTL %v, want (%v, %v]", ttl, CallDeadline, life)
+	}
+}
+
+// A send that arrives after its call's deadline (by the server's clock) and finds no record is
+// refused and writes nothing, however it got there; one that finds the record still answers
+// from it. Run reports the refusal as an unknown outcome: an earlier send may have run.
+func TestOnceRefusesALateCall(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	ctx := context.Background()
+	key := prefix + "{c}:n"
+	past := time.Now().Add(-time.Second).UnixMilli()
+	late := []string{key, callKey(key, nextCallID())}
+	err := counter.rs.Run(ctx, rdb, late, "go", past).Err()
+	if !redis.HasErrorPrefix(err, errLate) {
+		t.Fatalf("a call past its deadline answered %v, want a LATE refusal", err)
+	}
+	if n := rdb.Exists(ctx, key, late[1]).Val(); n != 0 {
+		t.Fatal("a call past its deadline wrote")
+	}
+	// A deadline far ahead of the server's clock would keep a record that long: refused.
+	far := time.Now().Add(time.Hour).UnixMilli()
+	if err := counter.rs.Run(ctx, rdb, late, "go", far).Err(); err == nil || redis.HasErrorPrefix(err, errLate) {
+		t.Fatalf("a deadline an hour ahead answered %v, want an error", err)
+	}
+	// A call that ran answers from its record even when re-sent after its deadline.
+	keys, args := withCallRecord([]string{key}, []any{"go"})
+	first, err := counter.rs.Run(ctx, rdb, keys, args...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args[len(args)-1] = past // the same call, as if its deadline had passed
+	if again, err := counter.rs.Run(ctx, rdb, keys, args...).Result(); err != nil || !equalReply(first, again) {
+		t.Fatalf("a late re-send with a record answered %v %v, want %v", again, err, first)
+	}
+	// Run turns a refusal into ErrOutcomeUnknown.
+	lateScript := Register("once_test_late", `return redis.error_reply('LATE once_test: as once.lua would')`)
+	if err := lateScript.Run(ctx, rdb, []string{key}).Err(); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("Run of a refused call: %v, want ErrOutcomeUnknown", err)
 	}
 }
 

@@ -5,8 +5,10 @@
 -- the start, number the shuffled pre-start group 1..P in line order (a chunk per call); then
 -- admit from the head of the line: at most admit_per_second in any second (a token bucket of
 -- one second's worth, and a strict sliding second), at most max_active live passes, and never
--- more live passes than stock_left. Nothing is admitted before the start, after the end, or
--- while the item is sold out with nothing reserved that could come back.
+-- more live passes than stock_left can serve: counted in units, each live pass may buy up to
+-- per_user_limit (or all that is left, if less), and those units never exceed stock_left, so
+-- nobody is admitted to find nothing to buy. Nothing is admitted before the start, after the
+-- end, or while the item is sold out with nothing reserved that could come back.
 --
 -- KEYS[1] item hash   KEYS[2] line zset   KEYS[3] tickets hash   KEYS[4] line state hash
 -- KEYS[5] passes zset   KEYS[6] recent admissions zset
@@ -28,7 +30,7 @@ end
 
 local now = now_ms()
 local f = redis.call('HMGET', KEYS[1], 'stock_total', 'stock_left', 'reserved', 'starts_at',
-  'ends_at', 'q_rate', 'q_max', 'q_ttl')
+  'ends_at', 'q_rate', 'q_max', 'q_ttl', 'per_user_limit')
 local rate, max_active, ttl = tonumber(f[6]) or 0, tonumber(f[7]) or 0, tonumber(f[8]) or 0
 local st = redis.call('HMGET', KEYS[4], 'pre', 'popped', 'fixed', 'tokens', 'tok_ms', 'passno')
 local pre, popped, fixed = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
@@ -98,7 +100,10 @@ local in_second = 0
 for _, m in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do
   in_second = in_second + (tonumber(string.match(m, '^(%d+):')) or 0)
 end
-local k = math.min(math.floor(tokens), rate - in_second, max_active - live, left - live, waiting, most)
+-- Units: a pass may buy up to per_user_limit units, or all that is left if less.
+local per_pass = math.max(1, math.min(tonumber(f[9]) or 1, left))
+local k = math.min(math.floor(tokens), rate - in_second, max_active - live,
+  math.floor(left / per_pass) - live, waiting, most)
 local passno = tonumber(st[6]) or 0
 if k > 0 then
   local head = redis.call('ZPOPMIN', KEYS[2], k)

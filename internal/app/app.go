@@ -232,7 +232,7 @@ func HTTPOptions(cfg config.Config) httpapi.Options {
 		Stream:        httpapi.StreamOptions{Heartbeat: cfg.StreamHeartbeat, PerClient: cfg.StreamPerClient, Max: cfg.StreamMax},
 		StatsKeys:     keyspace.Space{Prefix: cfg.RedisPrefix},
 		Limits: httpapi.RateLimits{Pay: cfg.LimitPay, Cancel: cfg.LimitCancel, Rating: cfg.LimitRating,
-			LoginUser: cfg.LimitLoginUser, LoginIP: cfg.LimitLoginIP},
+			LoginUser: cfg.LimitLoginUser, LoginIP: cfg.LimitLoginIP, Reads: cfg.LimitReads},
 		AccessLog: httpapi.AccessLog{Slow: cfg.AccessLogSlow, Sample: cfg.AccessLogSample},
 	}
 }

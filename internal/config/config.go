@@ -69,6 +69,7 @@ type Config struct {
 	LimitRating       limits.Policy
 	LimitLoginUser    limits.Policy
 	LimitLoginIP      limits.Policy
+	LimitReads        limits.Policy // order reads and waiting-room polls that reach Redis, per user, per api
 	ReconcileInterval time.Duration // 0 = batch only on demand
 	ShutdownTimeout   time.Duration // SIGTERM to exit, the drain included
 	ShutdownDrain     time.Duration // /readyz answers 503 this long before the listener closes
@@ -137,6 +138,7 @@ func parse(p *parser) (Config, error) {
 		LimitRating:       p.limit("FLASHSALE_LIMIT_RATING", "2/1s:5"),
 		LimitLoginUser:    p.limit("FLASHSALE_LIMIT_LOGIN_USER", "10/1m:10"),
 		LimitLoginIP:      p.limit("FLASHSALE_LIMIT_LOGIN_IP", "10/1m:10"),
+		LimitReads:        p.limit("FLASHSALE_LIMIT_READS", "10/1s:20"),
 		ReconcileInterval: p.duration("FLASHSALE_RECONCILE_INTERVAL", 0),
 		ShutdownTimeout:   p.duration("FLASHSALE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		ShutdownDrain:     p.duration("FLASHSALE_SHUTDOWN_DRAIN", 0),
@@ -401,7 +403,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("reservation_ttl", m.ReservationTTL.String()),
 		slog.String("idempotency_ttl", m.IdempotencyTTL.String()), slog.Int("outbox_max", m.OutboxMax),
 		slog.String("purchase_limit", m.LimitPurchase.String()), slog.Int("purchase_batch", m.PurchaseBatch),
-		slog.Int("purchase_in_flight", m.PurchaseInFlight),
+		slog.Int("purchase_in_flight", m.PurchaseInFlight), slog.String("reads_limit", m.LimitReads.String()),
 		slog.String("log_level", m.LogLevel.String()), slog.String("access_log_slow", m.AccessLogSlow.String()),
 		slog.Int("access_log_sample", m.AccessLogSample),
 		slog.Int("stream_per_client", m.StreamPerClient), slog.Int("stream_max", m.StreamMax),

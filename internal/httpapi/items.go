@@ -138,7 +138,12 @@ func (s *Server) adjustStock(c *gin.Context) {
 		fail(c, errInvalid("delta is required"))
 		return
 	}
-	it, err := s.Inventory.AdjustStock(c.Request.Context(), c.Param("id"), *body.Delta)
+	key, err := idempotencyKey(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	it, err := s.Inventory.AdjustStockOnce(c.Request.Context(), c.Param("id"), *body.Delta, key)
 	if err != nil {
 		fail(c, err)
 		return

@@ -193,6 +193,9 @@ func quickQuantity(b []byte) (qty int64, ok bool) {
 }
 
 func (s *Server) listOrders(c *gin.Context) {
+	if !s.allowRead(c, userOf(c)) {
+		return
+	}
 	list, err := s.Orders.List(c.Request.Context(), userOf(c))
 	if err != nil {
 		fail(c, err)
@@ -202,6 +205,9 @@ func (s *Server) listOrders(c *gin.Context) {
 }
 
 func (s *Server) getOrder(c *gin.Context) {
+	if !s.allowRead(c, userOf(c)) {
+		return
+	}
 	o, err := s.Orders.Get(c.Request.Context(), userOf(c), c.Param("id"))
 	if err != nil {
 		fail(c, err)

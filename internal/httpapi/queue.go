@@ -29,7 +29,8 @@ func (s *Server) joinQueue(c *gin.Context) {
 }
 
 // pollQueue answers from memory when the Queue-Ticket header carries a waiting ticket's token.
-// Like the purchase, it takes the user as an argument (Auth.shopper): no Gin context map.
+// Like the purchase, it takes the user as an argument (Auth.shopper): no Gin context map. A
+// poll that must read Redis counts against the user's read limit; one from memory does not.
 func (s *Server) pollQueue(c *gin.Context, user string) {
 	if s.Queue == nil {
 		fail(c, errNoQueueStore)
@@ -39,7 +40,14 @@ func (s *Server) pollQueue(c *gin.Context, user string) {
 	if h := c.Request.Header["Queue-Ticket"]; len(h) > 0 {
 		token = h[0]
 	}
-	tk, err := s.Queue.Poll(c.Request.Context(), c.Param("id"), user, token)
+	if tk, ok := s.Queue.PollMemory(c.Param("id"), user, token); ok {
+		writeTicket(c, tk)
+		return
+	}
+	if !s.allowRead(c, user) {
+		return
+	}
+	tk, err := s.Queue.Poll(c.Request.Context(), c.Param("id"), user, "")
 	if err != nil {
 		fail(c, err)
 		return

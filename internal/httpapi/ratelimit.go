@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -21,6 +22,7 @@ const (
 	policyRating    = "rating"
 	policyLoginIP   = "login_ip"
 	policyLoginUser = "login_user"
+	policyReads     = "reads" // in memory (Server.reads), not the limiter's
 )
 
 // RatePolicies names the limits for the limiter. Passing new ones to Limiter.SetPolicies
@@ -131,6 +133,22 @@ func (s *Server) applyLimits(c *gin.Context, checks ...check) {
 		fail(c, fmt.Errorf("%w: %s limit reached, retry in %s", limits.ErrRateLimited,
 			strings.ReplaceAll(name, "_", " "), c.Writer.Header().Get("Retry-After")+"s"))
 	}
+}
+
+// allowRead applies the per-user read limit (Options.Limits.Reads) in this api's memory: no
+// Redis call, so it costs the hot path nothing. It sets the RateLimit headers; false means the
+// request was answered 429 rate_limited.
+func (s *Server) allowRead(c *gin.Context, user string) bool {
+	if s.reads == nil {
+		return true
+	}
+	d := s.reads.Allow(user, time.Now())
+	setRateLimitHeaders(c, policyReads, s.reads.Policy(), d)
+	if !d.Allowed {
+		fail(c, fmt.Errorf("%w: reads limit reached, retry in %ss", limits.ErrRateLimited, c.Writer.Header().Get("Retry-After")))
+		return false
+	}
+	return true
 }
 
 // peekLoginUser reads the login body (at most maxBody+1 bytes), restores it for the handler,

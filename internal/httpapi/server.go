@@ -36,6 +36,9 @@ type Options struct {
 // RateLimits are the policies the HTTP layer applies through the limiter.
 type RateLimits struct {
 	Pay, Cancel, Rating, LoginUser, LoginIP limits.Policy
+	// Reads limits, per user and in this api's memory (limits.Local: no Redis call), the reads
+	// that reach Redis: order reads and waiting-room polls not answered from memory.
+	Reads limits.Policy
 }
 
 // Deps are what the handlers need. Optional parts (nil) leave their routes out.
@@ -72,6 +75,7 @@ type Server struct {
 	catalogue catalogueReplies // encoded GET /api/items bodies (replies.go)
 	boards    boardReplies     // encoded leaderboard bodies (boards.go)
 	stream    *streamHub       // GET /api/items/stream subscribers (stream.go)
+	reads     *limits.Local    // Options.Limits.Reads (nil: off)
 }
 
 const (
@@ -84,6 +88,9 @@ func New(d Deps) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Deps: d, engine: gin.New(), stream: newStreamHub(d.Options.Stream)}
 	s.access.AccessLog = d.Options.AccessLog
+	if p := d.Options.Limits.Reads; !p.Off() {
+		s.reads, _ = limits.NewLocal(p) // config.Parse validated it; an invalid one is off
+	}
 	// observe comes first so that it times and logs a request whose handler panicked too, after
 	// requestID (inside it) recovered and answered 500 with the id.
 	s.engine.Use(s.observe, s.requestID, checkItemID)

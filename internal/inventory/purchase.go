@@ -78,8 +78,14 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 	if req.IdempotencyKey != "" && !ValidIdempotencyKey(req.IdempotencyKey) {
 		return PurchaseResult{}, fmt.Errorf("%w: Idempotency-Key must be 1-64 printable ASCII characters", ErrInvalid)
 	}
+	if !s.Known(ctx, req.ItemID) {
+		return PurchaseResult{}, ErrNotFound
+	}
 	if s.opt.Admit != nil {
 		if err := s.opt.Admit(); err != nil {
+			if req.IdempotencyKey != "" {
+				return s.replayOr(ctx, req, err)
+			}
 			return PurchaseResult{}, err
 		}
 	}
@@ -98,6 +104,26 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 		// the order if it was made.
 		return PurchaseResult{}, fmt.Errorf("inventory: purchase %s: %w (%w)", req.ItemID, lua.ErrOutcomeUnknown, ctx.Err())
 	}
+}
+
+// replayOr answers a purchase that Admit refused (refusal) from its idempotency record, if it
+// has one: a replay of a known key gets its order back whatever the outbox holds, and only
+// reads. A key without a record gets the refusal; so does any read error (nothing changed).
+func (s *Store) replayOr(ctx context.Context, req PurchaseRequest, refusal error) (PurchaseResult, error) {
+	k := s.keys.Item(req.ItemID)
+	oid, err := s.rdb.Get(ctx, k.Idempotency(req.UserID, req.IdempotencyKey)).Result()
+	if err != nil {
+		return PurchaseResult{}, refusal
+	}
+	packed, err := s.rdb.HGet(ctx, k.Orders(), oid).Result()
+	if err != nil {
+		return PurchaseResult{}, refusal
+	}
+	o, err := orders.Unpack(oid, req.ItemID, packed)
+	if err != nil {
+		return PurchaseResult{}, refusal
+	}
+	return PurchaseResult{Order: o, Replayed: true}, nil
 }
 
 type purchaseCall struct {

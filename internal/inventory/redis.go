@@ -59,7 +59,14 @@ type Store struct {
 	order   *snapOrder // the ids of the latest generation asked for, in order
 
 	looping atomic.Int32 // RunSnapshot loops running
+
+	// lookups bounds the Redis look-ups of ids the snapshot lacks (Known).
+	lookups *limits.Local
 }
+
+// UnknownLookups is how often one api may ask Redis about an item id its snapshot lacks (an
+// item another api created a moment ago): a flood of made-up ids costs Redis at most this.
+var UnknownLookups = limits.Policy{Rate: 20, Period: time.Second, Burst: 20}
 
 // maxStale is how old a snapshot reads serve: through a blip of Redis (the refresh failed),
 // and, while RunSnapshot runs, without refreshing it themselves (or two intervals if longer).
@@ -126,7 +133,37 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Stor
 	}
 	s := &Store{rdb: rdb, keys: keys, opt: opt}
 	s.batcher = batch.New(opt.PurchaseBatch, opt.PurchaseInFlight, s.runBatch)
+	s.lookups, _ = limits.NewLocal(UnknownLookups) // a valid constant policy
 	return s
+}
+
+// Known reports whether id may name an item, without Redis for any id the catalogue snapshot
+// holds (the snapshot as it is: Known never refreshes it). An id it lacks may be an item
+// another api created a moment ago: it is looked up in Redis, at most UnknownLookups a second
+// per api; past that rate, it is unknown. Without a snapshot (none loaded yet) or on a failed
+// look-up it answers true: the script that follows has the last word.
+func (s *Store) Known(ctx context.Context, id string) bool {
+	s.snapMu.RLock()
+	snap := s.snap
+	_, ok := snap[id]
+	s.snapMu.RUnlock()
+	if ok || snap == nil {
+		return true
+	}
+	if !keyspace.ValidID(id) || !s.lookups.Allow("", time.Now()).Allowed {
+		return false
+	}
+	h, err := s.rdb.HGetAll(ctx, s.keys.Item(id).Hash()).Result()
+	if err != nil {
+		return true
+	}
+	if len(h) == 0 {
+		return false
+	}
+	if it, err := itemFromHash(id, h); err == nil {
+		s.update(it) // known from now on: the next purchase of it costs no look-up
+	}
+	return true
 }
 
 // Upsert creates or updates an item. created reports which.
@@ -280,19 +317,43 @@ const MaxStockTotal = 1<<53 - 1
 // AdjustStock adds (or, negative, withdraws) unsold stock. A withdrawal below zero unsold, or an
 // addition taking stock_total over MaxStockTotal, is ErrInvalidState and changes nothing.
 func (s *Store) AdjustStock(ctx context.Context, id string, delta int64) (Item, error) {
+	return s.AdjustStockOnce(ctx, id, delta, "")
+}
+
+// AdjustStockOnce is AdjustStock with an idempotency key (1-64 printable ASCII; "" for none):
+// the first change made with the key is the only one, and a retry with it gets the item that
+// change answered (IdempotencyTTL long), so a change whose outcome was unknown can be retried.
+func (s *Store) AdjustStockOnce(ctx context.Context, id string, delta int64, key string) (Item, error) {
 	if !keyspace.ValidID(id) {
 		return Item{}, ErrNotFound
 	}
 	if delta == 0 || delta > 1e12 || delta < -1e12 {
 		return Item{}, fmt.Errorf("%w: delta must be a non-zero integer within ±1000000000000", ErrInvalid)
 	}
+	if key != "" && !ValidIdempotencyKey(key) {
+		return Item{}, fmt.Errorf("%w: Idempotency-Key must be 1-64 printable ASCII characters", ErrInvalid)
+	}
 	k := s.keys.Item(id)
-	res, err := adjustStockScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock()}, id, delta).Slice()
+	idem := k.Hash() // a change without a key names no key of its own (adjust_stock.lua)
+	if key != "" {
+		idem = k.StockIdempotency(key)
+	}
+	res, err := adjustStockScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock(), idem},
+		id, delta, key, s.opt.IdempotencyTTL.Milliseconds()).Slice()
 	if err != nil {
 		return Item{}, fmt.Errorf("inventory: adjust %s: %w", id, err)
 	}
 	if res[0] == "not_found" {
 		return Item{}, ErrNotFound
+	}
+	if res[0] == "replayed" {
+		// The item as the first change left it: the snapshot may hold a newer one.
+		it, err := itemFromHash(id, pairs(res[1]))
+		if err != nil {
+			return Item{}, err
+		}
+		it.Status = it.StatusAt(time.Now())
+		return it, nil
 	}
 	it, err := s.remember(id, res[1])
 	if err != nil {

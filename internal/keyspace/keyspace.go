@@ -106,6 +106,9 @@ func (k Item) UserOrders(user string) string { return k.Shard.UserOrders(user) }
 // Idempotency is where an idempotency key's order id is kept.
 func (k Item) Idempotency(user, key string) string { return k.base + "idem:" + user + ":" + key }
 
+// StockIdempotency is the recorded reply of an admin stock change made with an Idempotency-Key.
+func (k Item) StockIdempotency(key string) string { return k.base + "stockidem:" + key }
+
 // PurchaseLimits is the item's purchase rate-limit state: a hash user -> GCRA TAT.
 func (k Item) PurchaseLimits() string { return k.base + "rl" }
 

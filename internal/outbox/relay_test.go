@@ -390,6 +390,16 @@ func TestOutboxBound(t *testing.T) {
 	guarded := inventory.NewStore(e.rdb, e.keys, inventory.Options{Admit: r.Admit})
 	stop, _ := start(t, r)
 	e.waitDrained()
+	// A purchase with a key before the bound, replayed over it (issue 31): its order back.
+	keyed := inventory.PurchaseRequest{ItemID: "a", UserID: "keyed", Quantity: 1, IdempotencyKey: "k1"}
+	made, err := guarded.Purchase(context.Background(), keyed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	e.events++
+	e.mu.Unlock()
+	e.waitDrained()
 
 	e.broker.Stop()
 	e.sell(bound+20, 4) // through the unguarded store: the outbox passes its bound
@@ -404,9 +414,19 @@ func TestOutboxBound(t *testing.T) {
 		t.Fatalf("Ready = %v, want the bound named", err)
 	}
 	before := e.backlog()
-	_, err := guarded.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: "a", UserID: "late", Quantity: 1})
+	_, err = guarded.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: "a", UserID: "late", Quantity: 1})
 	if !errors.Is(err, outbox.ErrFull) {
 		t.Fatalf("purchase over the bound: %v, want outbox.ErrFull", err)
+	}
+	// A replay of a known key is answered from its record whatever the outbox holds; a new
+	// key of the same shopper is a new purchase, refused.
+	replay, err := guarded.Purchase(context.Background(), keyed)
+	if err != nil || !replay.Replayed || replay.Order.ID != made.Order.ID {
+		t.Fatalf("replay over the bound: %+v %v, want order %s replayed", replay, err, made.Order.ID)
+	}
+	keyed.IdempotencyKey = "k2"
+	if _, err := guarded.Purchase(context.Background(), keyed); !errors.Is(err, outbox.ErrFull) {
+		t.Fatalf("a new key over the bound: %v, want outbox.ErrFull", err)
 	}
 	if after := e.backlog(); after != before {
 		t.Fatalf("a refused purchase wrote: outbox %d -> %d", before, after)

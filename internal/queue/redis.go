@@ -53,6 +53,9 @@ func (s *Store) Join(ctx context.Context, item, user string) (Ticket, error) {
 	if !keyspace.ValidID(user) {
 		return Ticket{}, fmt.Errorf("%w: bad user id", inventory.ErrInvalid)
 	}
+	if !s.cat.Known(ctx, item) {
+		return Ticket{}, inventory.ErrNotFound
+	}
 	c := &joinCall{ctx: ctx, user: user, score: randomScore(), done: make(chan joinReply, 1)}
 	s.joins.Submit(item, c)
 	var r joinReply

@@ -207,8 +207,24 @@ func (s *Store) Poll(ctx context.Context, item, user, token string) (Ticket, err
 			return tk, nil
 		}
 	}
+	if !s.cat.Known(ctx, item) {
+		return Ticket{}, inventory.ErrNotFound
+	}
 	s.PollsFromRedis.Add(1)
 	return s.Read(ctx, item, user)
+}
+
+// PollMemory is the memory half of Poll: the answer to a poll with the ticket's token when it
+// needs no Redis call (ok false: it does; call Poll).
+func (s *Store) PollMemory(item, user, token string) (Ticket, bool) {
+	if token == "" {
+		return Ticket{}, false
+	}
+	tk, ok := s.fromMemory(item, user, token, time.Now())
+	if ok {
+		s.PollsFromMemory.Add(1)
+	}
+	return tk, ok
 }
 
 func (s *Store) fromMemory(item, user, token string, now time.Time) (Ticket, bool) {
@@ -229,15 +245,21 @@ func (s *Store) fromMemory(item, user, token string, now time.Time) (Ticket, boo
 		return Ticket{}, false
 	}
 	tk := Ticket{ItemID: item, UserID: user, State: StateWaiting, ETASeconds: -1, PollAfterMS: -1, Token: token}
+	seen := max(v.admitted, c.seen)
 	switch {
 	case v.status == lineSoldOut || v.status == lineEnded:
+		// Only a shopper still behind everyone admitted is told sold_out from memory: one
+		// admitted since the token was signed may have bought, and a spent ticket stays
+		// spent (its token says waiting; Redis says what it became).
+		if (c.line == 0 && seen > 0) || (c.line > 0 && c.line <= seen) {
+			return Ticket{}, false
+		}
 		tk.State = StateSoldOut
 		return tk, true
 	case c.line == 0 && v.status == lineUpcoming:
 		s.waiting(&tk, 0, v, now)
 		return tk, true
 	case c.line > 0 && v.status == lineLive:
-		seen := max(v.admitted, c.seen)
 		if c.line <= seen {
 			return Ticket{}, false // admitted since: the pass is in Redis
 		}
