@@ -222,6 +222,13 @@ func (s *sale) checkFailoverRow(name string, items map[string]int, fault time.Ti
 			t.Errorf("flashsale_redis_failovers_total is %v on the apis after a failover", switches)
 		}
 	}
+	var late int
+	for _, c := range s.shop.Calls() {
+		if c.Kind == "purchase" && c.Status == 201 && c.Started.Add(c.Took).After(fault) {
+			late++
+		}
+	}
+	t.Logf("%d purchases were answered 201 after the fault began", late)
 	t.Logf("%s: acknowledged orders %d, lost %d, answers 503 %d (outcome unknown %d), time to recover %.1f s",
 		name, len(owner), f.lost, replies503, f.unknown, f.recover.Seconds())
 	report(t, strings.ReplaceAll(name, "|", "/"), f)

@@ -43,7 +43,16 @@ func newRedisNode(t *testing.T, root, name string, args ...string) *redisNode {
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(n.kill9)
+	t.Cleanup(func() {
+		n.kill9()
+		if t.Failed() {
+			for _, f := range []string{"redis.log", "sentinel.log"} {
+				if b, err := os.ReadFile(filepath.Join(n.dir, f)); err == nil {
+					t.Logf("--- %s %s (last 3000 bytes):\n%s", n.name, f, procs.Tail(b, 3000))
+				}
+			}
+		}
+	})
 	return n
 }
 
