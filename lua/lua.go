@@ -41,6 +41,15 @@ var all = map[string]*Script{}
 // preloads it and metrics can name it.
 func New(name string, files ...string) *Script { return Register(name, concat(files...)) }
 
+// NewChange is New for a script whose run is a state change a client is answered for (a
+// purchase, a payment, a restock...): through a client that requires replicas
+// (RequireReplicas), its run is acknowledged only once they hold it (replicas.go).
+func NewChange(name string, files ...string) *Script {
+	s := New(name, files...)
+	s.change = true
+	return s
+}
+
 // Bare builds a script from embedded files without the call record, unregistered: only for
 // benchmarks that measure what the record costs.
 func Bare(files ...string) *redis.Script { return redis.NewScript(concat(files...)) }

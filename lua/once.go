@@ -34,8 +34,9 @@ const (
 
 // Script is one embedded script (see New).
 type Script struct {
-	name string
-	rs   *redis.Script
+	name   string
+	rs     *redis.Script
+	change bool // a state change: acknowledged once the required replicas hold it (NewChange)
 }
 
 // Name is the script's registered name.
@@ -49,10 +50,18 @@ func (s *Script) Hash() string { return s.rs.Hash() }
 // the reply is the one the single run gave. When the deadline (ctx's, at most CallDeadline)
 // passes without a reply, Err is ErrOutcomeUnknown. A first send that provably never reached
 // Redis (no connection) returns its error at once: nothing was changed. Every key must carry
-// the same hash tag.
+// the same hash tag. A state change (NewChange) through a client that requires replicas is
+// refused with ErrTooFewReplicas before it is sent while too few are live, and answers
+// ErrNotReplicated when WAIT does not confirm it in time (replicas.go).
 func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, args ...any) *redis.Cmd {
 	if len(keys) == 0 {
 		return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: a script needs its keys", s.name))
+	}
+	rep := s.replicas(rdb)
+	if rep != nil {
+		if err := rep.Admit(ctx, keys[0]); err != nil {
+			return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w", s.name, err))
+		}
 	}
 	keys, args = withCallRecord(keys, args)
 	ctx, cancel := context.WithTimeout(ctx, CallDeadline)
@@ -60,9 +69,17 @@ func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, arg
 	sent := false
 	for attempt := 0; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, AttemptTimeout)
-		cmd := s.rs.Run(actx, rdb, keys, args...)
+		var cmd *redis.Cmd
+		if rep != nil {
+			cmd = s.runAcked(actx, rdb, rep, keys, args)
+		} else {
+			cmd = s.rs.Run(actx, rdb, keys, args...)
+		}
 		acancel()
 		err := cmd.Err()
+		if errors.Is(err, ErrNotReplicated) {
+			return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w", s.name, err))
+		}
 		if err == nil || !resendable(err) {
 			return cmd
 		}
@@ -104,10 +121,17 @@ func (s *Script) RunEach(ctx context.Context, rdb redis.UniversalClient, calls [
 	keys := make([][]string, len(calls))
 	args := make([][]any, len(calls))
 	pending := make([]int, 0, len(calls))
+	rep := s.replicas(rdb)
 	for i, c := range calls {
 		if len(c.Keys) == 0 {
 			out[i] = redis.NewCmdResult(nil, fmt.Errorf("lua: %s: a script needs its keys", s.name))
 			continue
+		}
+		if rep != nil {
+			if err := rep.Admit(ctx, c.Keys[0]); err != nil {
+				out[i] = redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w", s.name, err))
+				continue
+			}
 		}
 		keys[i], args[i] = withCallRecord(c.Keys, c.Args)
 		pending = append(pending, i)
@@ -159,7 +183,46 @@ func (s *Script) RunEach(ctx context.Context, rdb redis.UniversalClient, calls [
 			}
 		}
 	}
+	if rep != nil {
+		s.confirmEach(ctx, rdb, rep, keys, args, out)
+	}
 	return out
+}
+
+// confirmEach waits until the required replicas hold the runs of RunEach that succeeded: per
+// primary, it re-sends the last of them (its call record answers, and is touched, so the
+// connection's replication offset covers every earlier run) with a WAIT behind it. The runs of
+// a primary not confirmed answer ErrNotReplicated (or a transport error, also an unknown
+// outcome).
+func (s *Script) confirmEach(ctx context.Context, rdb redis.UniversalClient, rep Replicas, keys [][]string, args [][]any, out []*redis.Cmd) {
+	last := map[pipeliner]int{}
+	byNode := map[pipeliner][]int{}
+	for i, cmd := range out {
+		if cmd == nil || cmd.Err() != nil {
+			continue
+		}
+		node, err := primaryFor(ctx, rdb, keys[i][0])
+		if err != nil {
+			out[i] = redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w (%v)", s.name, ErrNotReplicated, err))
+			continue
+		}
+		last[node] = i
+		byNode[node] = append(byNode[node], i)
+	}
+	for node, i := range last {
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		err := s.runAcked(actx, rdb, rep, keys[i], args[i]).Err()
+		cancel()
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, ErrNotReplicated) {
+			err = fmt.Errorf("%w (%v)", ErrNotReplicated, err)
+		}
+		for _, j := range byNode[node] {
+			out[j] = redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w", s.name, err))
+		}
+	}
 }
 
 // EvalSha sends the script once by its hash, with a fresh call id: for pipelines (load the
@@ -208,7 +271,7 @@ func resendable(err error) bool {
 // refuse a call (BUSY, LOADING, ...) also prove it.
 func mayHaveRun(err error) bool {
 	var re redis.Error
-	if errors.As(err, &re) {
+	if errors.As(err, &re) || errors.Is(err, errNotSent) {
 		return false
 	}
 	var op *net.OpError

@@ -30,7 +30,7 @@ const consumerGroup = "reconciler"
 // openReconciler builds a Reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
 // pipeline (embedded broker address when KAFKA_BROKERS is unset), the ranking store.
 func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconciler, func(), error) {
-	rdb, err := redisconn.OpenSecure(ctx, cfg.RedisAddrs, cfg.RedisDB, cfg.Redis)
+	rdb, err := redisconn.OpenWith(ctx, cfg.RedisOptions())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -78,7 +78,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 			a = nil
 		}
 	}()
-	if a.rdb, err = redisconn.OpenSecure(ctx, cfg.RedisAddrs, cfg.RedisDB, cfg.Redis); err != nil {
+	if a.rdb, err = redisconn.OpenWith(ctx, cfg.RedisOptions()); err != nil {
 		return nil, err
 	}
 	metrics.InstrumentRedis(a.rdb) // script calls and latency by script name
@@ -159,6 +159,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		total, _ := a.relay.Backlog()
 		return map[string]int64{"outbox": total}, true
 	})
+	a.stats.CountFrom("redis_failovers", func() int64 { return int64(redisconn.Failovers()) })
 	transport, err := a.kafkaTransport(cfg)
 	if err != nil {
 		return nil, err
@@ -250,11 +251,15 @@ func brokerDir(addr string) (string, error) {
 }
 
 // ready is /readyz: not shutting down (load balancers stop sending here first), Redis
-// answers, every script is loaded (reloaded after a Redis restart or SCRIPT FLUSH; the EVAL
+// answers, the primary has the live replicas FLASHSALE_REDIS_ACK_REPLICAS requires, every
+// script is loaded (reloaded after a Redis restart, a failover or SCRIPT FLUSH; the EVAL
 // fallback covers the gap), and the outbox is under its bound.
 func (a *API) ready(ctx context.Context) error {
 	if a.stopping.Load() {
 		return errShuttingDown
+	}
+	if err := redisconn.Ready(a.rdb); err != nil {
+		return err
 	}
 	ok, err := lua.Loaded(ctx, a.rdb)
 	if err != nil {

@@ -82,6 +82,13 @@ type Config struct {
 	OutboxMax         int           // outbox entries (all items) above which purchases answer 503
 	Redis             redisconn.Security
 	Kafka             kafkaconn.Security
+	// Replication: the primary found through Sentinel, and how many replicas must hold a
+	// change before it is acknowledged (see redisconn.Options).
+	RedisSentinels        []string      // FLASHSALE_REDIS_SENTINELS: host:port of Sentinels; empty: none
+	RedisMasterName       string        // FLASHSALE_REDIS_MASTER_NAME: the primary's name at the Sentinels
+	RedisSentinelPassword string        // FLASHSALE_REDIS_SENTINEL_PASSWORD: the Sentinels' own password
+	RedisAckReplicas      int           // FLASHSALE_REDIS_ACK_REPLICAS: replicas that must hold a change
+	RedisAckTimeout       time.Duration // FLASHSALE_REDIS_ACK_TIMEOUT: how long WAIT waits for them
 }
 
 // FromEnv reads the configuration from the process environment.
@@ -150,6 +157,12 @@ func parse(p *parser) (Config, error) {
 			TLS: p.tls("KAFKA_TLS", "KAFKA_CA_FILE"),
 		},
 	}
+	// Redis replication: where the primary is, and what acknowledges a change.
+	c.RedisSentinels = p.list("FLASHSALE_REDIS_SENTINELS", "")
+	c.RedisMasterName = p.str("FLASHSALE_REDIS_MASTER_NAME", "mymaster")
+	c.RedisSentinelPassword = p.str("FLASHSALE_REDIS_SENTINEL_PASSWORD", "")
+	c.RedisAckReplicas = p.integer("FLASHSALE_REDIS_ACK_REPLICAS", 0, 0, 16)
+	c.RedisAckTimeout = p.duration("FLASHSALE_REDIS_ACK_TIMEOUT", 250*time.Millisecond)
 	if p.err != nil {
 		return Config{}, p.err
 	}
@@ -198,6 +211,9 @@ func parse(p *parser) (Config, error) {
 	if len(c.RedisAddrs) == 0 {
 		return Config{}, fmt.Errorf("config: FLASHSALE_REDIS_ADDRS: at least one address is needed")
 	}
+	if err := c.checkReplication(p.getenv("FLASHSALE_REDIS_ADDRS") != ""); err != nil {
+		return Config{}, err
+	}
 	// The scripts work in whole milliseconds: anything shorter would round to 0.
 	if c.ReservationTTL < time.Millisecond || c.IdempotencyTTL < time.Millisecond || c.TokenTTL < time.Second {
 		return Config{}, fmt.Errorf("config: reservation and idempotency TTLs must be at least 1ms, the token TTL at least 1s")
@@ -224,6 +240,43 @@ func parse(p *parser) (Config, error) {
 		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")
 	}
 	return c, nil
+}
+
+// checkReplication checks the Sentinel and acknowledgement settings; addrsSet reports whether
+// FLASHSALE_REDIS_ADDRS was given (Sentinel names the primary, so both would be a guess).
+func (c Config) checkReplication(addrsSet bool) error {
+	if len(c.RedisSentinels) > 0 {
+		if addrsSet {
+			return fmt.Errorf("config: FLASHSALE_REDIS_SENTINELS and FLASHSALE_REDIS_ADDRS exclude each other: the Sentinels name the primary")
+		}
+		for _, a := range c.RedisSentinels {
+			host, port, err := net.SplitHostPort(a)
+			if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+				return fmt.Errorf("config: FLASHSALE_REDIS_SENTINELS: %q is not host:port", a)
+			}
+		}
+		if strings.ContainsAny(c.RedisMasterName, " \t\r\n") {
+			return fmt.Errorf("config: FLASHSALE_REDIS_MASTER_NAME=%q: a name without spaces, as the Sentinels know the primary", c.RedisMasterName)
+		}
+	} else if c.RedisSentinelPassword != "" {
+		return fmt.Errorf("config: FLASHSALE_REDIS_SENTINEL_PASSWORD is for FLASHSALE_REDIS_SENTINELS, which is unset")
+	}
+	// WAIT with 0 waits for ever, and one send of a script with its WAIT must fit in
+	// lua.AttemptTimeout (2s) with room for the script.
+	if c.RedisAckTimeout < time.Millisecond || c.RedisAckTimeout > time.Second {
+		return fmt.Errorf("config: FLASHSALE_REDIS_ACK_TIMEOUT=%s: want 1ms..1s", c.RedisAckTimeout)
+	}
+	return nil
+}
+
+// RedisOptions is how both binaries reach Redis: the addresses or the Sentinels, the login,
+// and the replicas a change must reach.
+func (c Config) RedisOptions() redisconn.Options {
+	return redisconn.Options{
+		Addrs: c.RedisAddrs, DB: c.RedisDB, Security: c.Redis,
+		Sentinels: c.RedisSentinels, MasterName: c.RedisMasterName, SentinelPassword: c.RedisSentinelPassword,
+		AckReplicas: c.RedisAckReplicas, AckTimeout: c.RedisAckTimeout,
+	}
 }
 
 // placeholder reports a secret copied from an example rather than made: the words examples
@@ -257,6 +310,9 @@ func (c Config) Masked() Config {
 	}
 	if c.Redis.Password != "" {
 		c.Redis.Password = "***"
+	}
+	if c.RedisSentinelPassword != "" {
+		c.RedisSentinelPassword = "***"
 	}
 	if c.Kafka.Password != "" {
 		c.Kafka.Password = "***"
@@ -298,6 +354,8 @@ func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("http_addr", m.HTTPAddr), slog.Any("redis_addrs", m.RedisAddrs),
 		slog.String("redis_prefix", m.RedisPrefix), slog.Bool("redis_tls", m.Redis.TLS != nil),
+		slog.Any("redis_sentinels", m.RedisSentinels), slog.String("redis_master_name", m.RedisMasterName),
+		slog.Int("redis_ack_replicas", m.RedisAckReplicas), slog.String("redis_ack_timeout", m.RedisAckTimeout.String()),
 		slog.String("postgres_dsn", m.PostgresDSN), slog.Any("kafka_brokers", m.Brokers()),
 		slog.String("kafka_topic", m.KafkaTopic), slog.String("kafka_sasl", m.Kafka.Mechanism),
 		slog.Bool("dev_login", m.DevLogin), slog.String("jwt_keys", m.JWTKeysFile), slog.Any("jwt_kids", m.jwtKIDs()),

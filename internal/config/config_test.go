@@ -203,3 +203,48 @@ func TestAdminTokenLengthInCharacters(t *testing.T) {
 		t.Errorf("an admin token of 24 characters refused: %v", err)
 	}
 }
+
+// Replication: the Sentinels name the primary (so they exclude FLASHSALE_REDIS_ADDRS), WAIT's
+// timeout is never 0 (for ever), and every bad value is one line naming its variable.
+func TestReplication(t *testing.T) {
+	c, err := Parse(env(map[string]string{
+		"FLASHSALE_REDIS_SENTINELS":         "127.0.0.1:26379, s2:26380",
+		"FLASHSALE_REDIS_SENTINEL_PASSWORD": "sentinel-pass",
+		"FLASHSALE_REDIS_ACK_REPLICAS":      "1",
+		"FLASHSALE_REDIS_ACK_TIMEOUT":       "100ms",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.RedisOptions()
+	if len(o.Sentinels) != 2 || o.Sentinels[1] != "s2:26380" || o.MasterName != "mymaster" ||
+		o.SentinelPassword != "sentinel-pass" || o.AckReplicas != 1 || o.AckTimeout != 100*time.Millisecond {
+		t.Fatalf("options %+v", o)
+	}
+	if m := c.Masked(); m.RedisSentinelPassword != "***" {
+		t.Fatal("Masked leaves the Sentinel password")
+	}
+	if d, _ := Parse(env(nil)); d.RedisAckReplicas != 0 || d.RedisAckTimeout != 250*time.Millisecond || len(d.RedisSentinels) != 0 {
+		t.Fatalf("defaults %+v", d.RedisOptions())
+	}
+	for _, bad := range []map[string]string{
+		{"FLASHSALE_REDIS_SENTINELS": "s1:26379", "FLASHSALE_REDIS_ADDRS": "127.0.0.1:6379"},
+		{"FLASHSALE_REDIS_SENTINELS": "s1"},
+		{"FLASHSALE_REDIS_SENTINELS": "s1:port"},
+		{"FLASHSALE_REDIS_SENTINELS": "s1:26379", "FLASHSALE_REDIS_MASTER_NAME": "my master"},
+		{"FLASHSALE_REDIS_SENTINEL_PASSWORD": "sentinel-pass"},
+		{"FLASHSALE_REDIS_ACK_REPLICAS": "-1"},
+		{"FLASHSALE_REDIS_ACK_REPLICAS": "17"},
+		{"FLASHSALE_REDIS_ACK_TIMEOUT": "0"},
+		{"FLASHSALE_REDIS_ACK_TIMEOUT": "2s"},
+	} {
+		_, err := Parse(env(bad))
+		if err == nil {
+			t.Errorf("%v accepted", bad)
+			continue
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, "config: ") || strings.Contains(msg, "\n") || !strings.Contains(msg, "FLASHSALE_REDIS_") {
+			t.Errorf("%v: error %q", bad, msg)
+		}
+	}
+}

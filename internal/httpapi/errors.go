@@ -42,6 +42,8 @@ var (
 	errShuttingDown = &apiError{http.StatusServiceUnavailable, "unavailable", "the server is shutting down; nothing was changed, try again"}
 	errNoReports    = &apiError{http.StatusServiceUnavailable, "unavailable", "reconciliation reports are not configured"}
 	errNoRecord     = &apiError{http.StatusServiceUnavailable, "unavailable", "the reconciliation record (Postgres) is unreachable"}
+	errNoReplicas   = &apiError{http.StatusServiceUnavailable, "unavailable", "too few Redis replicas are live to confirm a change; nothing was changed, try again"}
+	errNotConfirmed = &apiError{http.StatusServiceUnavailable, "unavailable", "the Redis replicas did not confirm the change in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
 	errInternal     = &apiError{http.StatusInternalServerError, "internal", "an internal error occurred (a bug, logged); the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
 )
 
@@ -90,6 +92,16 @@ func fail(c *gin.Context, err error) {
 			abort(c, s.status, s.code, err.Error())
 			return
 		}
+	}
+	// A replica stalled or gone: expected during a failover, counted by the purchase-outcome
+	// metric, not logged per request.
+	if errors.Is(err, lua.ErrTooFewReplicas) {
+		fail(c, errNoReplicas)
+		return
+	}
+	if errors.Is(err, lua.ErrNotReplicated) {
+		fail(c, errNotConfirmed)
+		return
 	}
 	if errors.Is(err, context.Canceled) && c.Request.Context().Err() != nil {
 		c.Abort() // the client went away

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -58,6 +59,11 @@ var (
 		Name: "flashsale_redis_script_resends_total",
 		Help: "Script calls re-sent (or given up as outcome unknown) after a send got no reply: a stalling or flapping Redis. Re-sends are safe: each call runs once (lua/once.lua).",
 	}, func() float64 { return float64(lua.Resends()) })
+
+	RedisFailovers = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "flashsale_redis_failovers_total",
+		Help: "Changes of the Redis primary this process saw (a Sentinel promotion, a cluster master replaced by its replica); each is also logged once.",
+	}, func() float64 { return float64(redisconn.Failovers()) })
 
 	ScriptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flashsale_redis_script_duration_seconds",
@@ -161,7 +167,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		HTTPRequests, HTTPDuration, Purchases,
-		ScriptCalls, ScriptResends, ScriptDuration,
+		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers,
 		OutboxBacklog, RelayPublished, RelayErrors,
 		ConsumerLag, ConsumerEvents, ReconcilerBatchSize, ReconcilerCommitDuration,
 		ExpirerDrained, QueuePollsMemory, QueuePollsRedis,

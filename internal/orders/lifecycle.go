@@ -13,9 +13,9 @@ import (
 
 // The lifecycle scripts; release.lua is their shared "give stock and allowance back".
 var (
-	payScript    = lua.New("pay", "release.lua", "changed.lua", "pay.lua")
-	cancelScript = lua.New("cancel", "release.lua", "changed.lua", "cancel.lua")
-	expireScript = lua.New("expire", "release.lua", "changed.lua", "expire.lua")
+	payScript    = lua.NewChange("pay", "release.lua", "changed.lua", "pay.lua")
+	cancelScript = lua.NewChange("cancel", "release.lua", "changed.lua", "cancel.lua")
+	expireScript = lua.NewChange("expire", "release.lua", "changed.lua", "expire.lua")
 )
 
 // MaxExpireBatch bounds one expire script call, so it holds Redis for milliseconds at most.

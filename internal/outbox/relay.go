@@ -25,6 +25,7 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
 )
 
@@ -201,17 +202,7 @@ func New(rdb redis.UniversalClient, keys keyspace.Space, pub Publisher, opt Opti
 // connections per node: the relay's blocking reads each hold a connection for up to Block, so
 // on the caller's pool they would queue purchases behind them. Run closes it when it returns.
 func ownPool(rdb redis.UniversalClient, size int) redis.UniversalClient {
-	switch c := rdb.(type) {
-	case *redis.Client:
-		o := *c.Options()
-		o.PoolSize = size
-		return redis.NewClient(&o)
-	case *redis.ClusterClient:
-		o := *c.Options()
-		o.PoolSize = size
-		return redis.NewClusterClient(&o)
-	}
-	return rdb // another kind of client: shared, as given
+	return redisconn.WithPool(rdb, size)
 }
 
 // Stats returns the relay's counters.
@@ -400,8 +391,22 @@ var ackScript = lua.New("outbox_ack", "outbox_ack.lua")
 // maxAckIDs is the most ids one outbox_ack.lua call takes.
 const maxAckIDs = 10000
 
+// confirmScript: its run and the WAIT behind it confirm that the replicas hold what the
+// stream held before it (outbox_confirm.lua).
+var confirmScript = lua.NewChange("outbox_confirm", "outbox_confirm.lua")
+
 // publish writes entries to Kafka, then acknowledges them and removes them from the stream.
+// With replicas required (FLASHSALE_REDIS_ACK_REPLICAS), it first waits until they hold the
+// entries: an entry a failover could still lose is published later, never now.
 func (r *Relay) publish(st *stream, batch []entry) error {
+	if lua.RequiresReplicas(r.rdb) {
+		cctx, cancel := context.WithTimeout(r.hard, lua.CallDeadline)
+		err := confirmScript.Run(cctx, r.rdb, []string{st.key}).Err()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: %d events: the Redis replicas do not hold them yet: %w", errUnpublished, len(batch), err)
+		}
+	}
 	msgs := make([]kafka.Message, len(batch))
 	for i, e := range batch {
 		msgs[i] = e.msg

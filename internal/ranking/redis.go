@@ -15,9 +15,9 @@ import (
 
 // The scripts; board.lua (the bounded-board functions) is prepended to each.
 var (
-	rateScript         = lua.New("rank_rate", "board.lua", "rate.lua")
+	rateScript         = lua.NewChange("rank_rate", "board.lua", "rate.lua")
 	soldScript         = lua.New("rank_sold", "board.lua", "sold.lua")
-	recategorizeScript = lua.New("rank_recategorize", "board.lua", "recategorize.lua")
+	recategorizeScript = lua.NewChange("rank_recategorize", "board.lua", "recategorize.lua")
 )
 
 // maxStale bounds the retries when concurrent calls keep moving an item between categories.

@@ -7,7 +7,7 @@ import (
 	"github.com/flashsale/flashsale/lua"
 )
 
-var reemitScript = lua.New("reconcile_reemit", "reconcile_reemit.lua")
+var reemitScript = lua.NewChange("reconcile_reemit", "reconcile_reemit.lua")
 
 // Why some drift is not repaired: repair only brings Postgres up to Redis through events, and
 // the consumer's rules (first user and quantity kept, status only forward) limit what events

@@ -18,9 +18,9 @@ import (
 )
 
 var (
-	restoreBegin  = lua.New("restore_begin", "changed.lua", "restore_begin.lua")
-	restorePut    = lua.New("restore_put", "restore_put.lua")
-	restoreFinish = lua.New("restore_finish", "changed.lua", "restore_finish.lua")
+	restoreBegin  = lua.NewChange("restore_begin", "changed.lua", "restore_begin.lua")
+	restorePut    = lua.NewChange("restore_put", "restore_put.lua")
+	restoreFinish = lua.NewChange("restore_finish", "changed.lua", "restore_finish.lua")
 )
 
 // restoreChunk bounds the entries of one restore_put call, so no script runs long.

@@ -1,5 +1,8 @@
 // Package redisconn opens flashsale's Redis connection: one address is a single node, more
-// than one is a Redis Cluster. Both binaries and the tests use it.
+// than one is a Redis Cluster, and Sentinels name a primary to follow through failovers. Both
+// binaries and the tests use it. With replicas required (Options.AckReplicas), it also watches
+// the replicas of every primary (replication.go), so a state change is refused before it runs
+// when too few are live, and acknowledged only once they hold it (lua.Script.Run).
 package redisconn
 
 import (
@@ -21,23 +24,90 @@ type Security struct {
 	TLS                *tls.Config // nil: plaintext
 }
 
-var routeLogs sync.Once
-
-// Open connects without a login; see OpenSecure.
-func Open(ctx context.Context, addrs []string, db int) (redis.UniversalClient, error) {
-	return OpenSecure(ctx, addrs, db, Security{})
+// Options is how to reach Redis.
+type Options struct {
+	Addrs    []string // one: a single node; more: a Redis Cluster (unused with Sentinels)
+	DB       int      // single node and Sentinel only
+	Security Security
+	// Sentinels (host:port) name the primary MasterName; the client follows it when it
+	// changes (go-redis's failover client). SentinelPassword is the Sentinels' own.
+	Sentinels        []string
+	MasterName       string
+	SentinelPassword string
+	// AckReplicas replicas must hold a state change before it is acknowledged (WAIT, within
+	// AckTimeout); 0: none.
+	AckReplicas int
+	AckTimeout  time.Duration
+	// PoolSize is the connections per node (0: go-redis's default).
+	PoolSize int
 }
 
-// OpenSecure connects with sec's login and TLS, and pings; it fails with a message that says
-// how to start Redis. go-redis's own log lines go into slog as throttled warnings.
+var routeLogs sync.Once
+
+// Open connects without a login; see OpenWith.
+func Open(ctx context.Context, addrs []string, db int) (redis.UniversalClient, error) {
+	return OpenWith(ctx, Options{Addrs: addrs, DB: db})
+}
+
+// OpenSecure connects with sec's login and TLS; see OpenWith.
 func OpenSecure(ctx context.Context, addrs []string, db int, sec Security) (redis.UniversalClient, error) {
+	return OpenWith(ctx, Options{Addrs: addrs, DB: db, Security: sec})
+}
+
+// OpenWith connects as o says and pings; it fails with a message that says how to start Redis.
+// go-redis's own log lines go into slog as throttled warnings. Behind Sentinels or a Cluster,
+// and with replicas required, a watch of the primaries runs until the client is closed.
+func OpenWith(ctx context.Context, o Options) (redis.UniversalClient, error) {
 	routeLogs.Do(func() { redis.SetLogger(logging.NewRedis()) })
+	rdb := newClient(o)
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		rdb.Close()
+		if len(o.Sentinels) > 0 {
+			return nil, fmt.Errorf("redis primary %q through the Sentinels %v is not answering (%w)", o.MasterName, o.Sentinels, err)
+		}
+		return nil, fmt.Errorf("redis at %v is not answering (%w); start it with: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no", o.Addrs, err)
+	}
+	if err := watchReplication(ctx, rdb, o); err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return rdb, nil
+}
+
+// WithPool returns a client to the same Redis as rdb (same primaries, login, TLS, replicas
+// required) with a pool of its own of size connections per node, for a caller whose blocking
+// reads would hold the shared pool's connections. The caller closes it.
+func WithPool(rdb redis.UniversalClient, size int) redis.UniversalClient {
+	if w := watchOf(rdb); w != nil {
+		o := w.opt
+		o.PoolSize = size
+		c := newClient(o)
+		w.share(c)
+		return c
+	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		o := *c.Options()
+		o.PoolSize = size
+		return redis.NewClient(&o)
+	case *redis.ClusterClient:
+		o := *c.Options()
+		o.PoolSize = size
+		return redis.NewClusterClient(&o)
+	}
+	return rdb // another kind of client: shared, as given
+}
+
+func newClient(o Options) redis.UniversalClient {
 	opt := &redis.UniversalOptions{
-		Addrs:        addrs,
-		DB:           db,
-		Username:     sec.Username,
-		Password:     sec.Password,
-		TLSConfig:    sec.TLS,
+		Addrs:        o.Addrs,
+		DB:           o.DB,
+		Username:     o.Security.Username,
+		Password:     o.Security.Password,
+		TLSConfig:    o.Security.TLS,
+		PoolSize:     o.PoolSize,
 		DialTimeout:  2 * time.Second,
 		ReadTimeout:  3 * time.Second,
 		WriteTimeout: 3 * time.Second,
@@ -46,15 +116,15 @@ func OpenSecure(ctx context.Context, addrs []string, db int, sec Security) (redi
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 	}
-	if len(addrs) > 1 {
+	if len(o.Sentinels) > 0 {
+		// go-redis's failover client asks the Sentinels for the primary, subscribes to their
+		// +switch-master and drops its connections to a demoted primary: the api follows a
+		// failover without a restart.
+		opt.Addrs = o.Sentinels
+		opt.MasterName = o.MasterName
+		opt.SentinelPassword = o.SentinelPassword
+	} else if len(o.Addrs) > 1 {
 		opt.DB = 0
 	}
-	rdb := redis.NewUniversalClient(opt)
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("redis at %v is not answering (%w); start it with: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no", addrs, err)
-	}
-	return rdb, nil
+	return redis.NewUniversalClient(opt)
 }

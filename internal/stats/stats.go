@@ -200,6 +200,9 @@ type Series struct {
 	Expired     []int64               `json:"reservations_expired"`
 	Outbox      []*int64              `json:"outbox_backlog"`
 	ConsumerLag []*int64              `json:"consumer_lag"`
+	// RedisFailovers are the Redis primary changes the instances saw, per second (each
+	// instance counts one it saw, so two instances show 2 for one failover).
+	RedisFailovers []int64 `json:"redis_failovers"`
 }
 
 // Read returns the last n whole seconds before now (1..MaxSeconds) for every instance.
@@ -211,7 +214,8 @@ func Read(ctx context.Context, rdb redis.UniversalClient, keys keyspace.Space, n
 	s := Series{StepSeconds: 1, T: make([]int64, n), Instances: make([]int64, n), Requests: make([]int64, n),
 		Errors5xx: make([]int64, n), Purchases: map[string][]int64{}, Expired: make([]int64, n),
 		LatencyMS: map[string][]*float64{"p50": make([]*float64, n), "p99": make([]*float64, n)},
-		StockLeft: map[string][]*int64{}, Outbox: make([]*int64, n), ConsumerLag: make([]*int64, n)}
+		StockLeft: map[string][]*int64{}, Outbox: make([]*int64, n), ConsumerLag: make([]*int64, n),
+		RedisFailovers: make([]int64, n)}
 	for i := range n {
 		s.T[i] = last - int64(n-1-i)
 		cmds[i] = pipe.HGetAll(ctx, keys.StatsSecond(s.T[i]))
@@ -239,6 +243,8 @@ func Read(ctx context.Context, rdb redis.UniversalClient, keys keyspace.Space, n
 				s.Outbox[i] = &x
 			case f == "lag":
 				s.ConsumerLag[i] = &x
+			case f == "redis_failovers":
+				s.RedisFailovers[i] = x
 			case strings.HasPrefix(f, "p:"):
 				o := f[2:]
 				if s.Purchases[o] == nil {

@@ -1,0 +1,138 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// replicated is a private primary with one replica, and a store whose changes one replica must
+// confirm (FLASHSALE_REDIS_ACK_REPLICAS=1).
+func replicated(t *testing.T) (*testenv.Replicated, redis.UniversalClient, keyspace.Space, *inventory.Store) {
+	t.Helper()
+	r := testenv.ReplicatedRedis(t, 1)
+	ctx := context.Background()
+	rdb, err := redisconn.OpenWith(ctx, redisconn.Options{Addrs: []string{r.Primary.Addr}, AckReplicas: 1, AckTimeout: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	if err := lua.Load(ctx, rdb); err != nil {
+		t.Fatal(err)
+	}
+	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
+	return r, rdb, keys, inventory.NewStore(rdb, keys, inventory.Options{})
+}
+
+func waitReady(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	testenv.WaitFor(t, "the watch counts the replica live", 30*time.Second, func() bool { return redisconn.Ready(rdb) == nil })
+}
+
+// An acknowledged purchase is on the replica the moment it is answered: WAIT confirmed it.
+func TestAcknowledgedPurchaseIsOnTheReplica(t *testing.T) {
+	r, rdb, keys, s := replicated(t)
+	ctx := context.Background()
+	waitReady(t, rdb)
+	newItem(t, s, "hot", 10, 5)
+	res, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "hot", UserID: "u1", Quantity: 2, IdempotencyKey: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := r.Replicas[0].Client()
+	it, err := inventory.NewStore(replica, keys, inventory.Options{}).Get(ctx, "hot")
+	if err != nil || it.StockLeft != 8 {
+		t.Fatalf("the replica's item right after the answer: %+v, %v", it, err)
+	}
+	if o, err := orders.NewStore(replica, keys).Get(ctx, "u1", res.Order.ID); err != nil || o.Quantity != 2 {
+		t.Fatalf("the replica's order right after the answer: %+v, %v", o, err)
+	}
+}
+
+// A purchase the stalled replica does not confirm answers "the outcome is unknown"; the retry
+// with the same key, once the replica is back, returns that one order, and stock was taken once.
+func TestUnconfirmedPurchaseIsUnknownAndItsRetryReturnsTheOrder(t *testing.T) {
+	r, rdb, _, s := replicated(t)
+	ctx := context.Background()
+	waitReady(t, rdb)
+	newItem(t, s, "hot", 10, 5)
+	replica := r.Replicas[0]
+	key := ""
+	// The stall must meet a purchase before the watch notices it (then the purchase is refused
+	// with nothing changed, which this loop also checks): try again until it does.
+	for i := 0; key == "" && i < 10; i++ {
+		waitReady(t, rdb)
+		replica.Pause()
+		k := "k" + strconv.Itoa(i)
+		_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "hot", UserID: "u1", Quantity: 1, IdempotencyKey: k})
+		replica.Resume()
+		switch {
+		case errors.Is(err, lua.ErrNotReplicated):
+			if !errors.Is(err, lua.ErrOutcomeUnknown) {
+				t.Fatalf("not replicated must be an unknown outcome: %v", err)
+			}
+			key = k
+		case errors.Is(err, lua.ErrTooFewReplicas):
+			t.Logf("attempt %d: refused before it ran (the watch saw the stall first)", i)
+		default:
+			t.Fatalf("purchase with a stalled replica: %v", err)
+		}
+	}
+	if key == "" {
+		t.Fatal("no purchase met the stall before the watch did")
+	}
+	waitReady(t, rdb)
+	res, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "hot", UserID: "u1", Quantity: 1, IdempotencyKey: key})
+	if err != nil || !res.Replayed {
+		t.Fatalf("retry with the same key: %+v, %v", res, err)
+	}
+	again, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "hot", UserID: "u1", Quantity: 1, IdempotencyKey: key})
+	if err != nil || again.Order.ID != res.Order.ID {
+		t.Fatalf("second retry: %+v, %v", again, err)
+	}
+	it, err := s.Get(ctx, "hot")
+	if err != nil || it.StockLeft != 9 {
+		t.Fatalf("stock after one order (and refused attempts): %+v, %v", it, err)
+	}
+}
+
+// With no live replica a change is refused before it runs: nothing is written at all, the
+// caller is told so, and readiness fails.
+func TestTooFewReplicasChangesNothing(t *testing.T) {
+	r, rdb, _, s := replicated(t)
+	ctx := context.Background()
+	waitReady(t, rdb)
+	newItem(t, s, "hot", 10, 5)
+	r.Replicas[0].Kill()
+	testenv.WaitFor(t, "readiness fails without the replica", 30*time.Second, func() bool { return redisconn.Ready(rdb) != nil })
+	primary := r.Primary.Client()
+	before, err := primary.DBSize(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "hot", UserID: "u1", Quantity: 1, IdempotencyKey: "k"})
+	if !errors.Is(err, lua.ErrTooFewReplicas) || errors.Is(err, lua.ErrOutcomeUnknown) {
+		t.Fatalf("purchase without a live replica: %v", err)
+	}
+	if _, err := s.AdjustStock(ctx, "hot", 5); !errors.Is(err, lua.ErrTooFewReplicas) {
+		t.Fatalf("restock without a live replica: %v", err)
+	}
+	after, err := primary.DBSize(ctx).Result()
+	if err != nil || after != before {
+		t.Fatalf("keys before %d, after %d (%v): something was written", before, after, err)
+	}
+	if it, err := s.Get(ctx, "hot"); err != nil || it.StockLeft != 10 || it.StockTotal != 10 {
+		t.Fatalf("item after refused changes: %+v, %v", it, err)
+	}
+}

@@ -1,0 +1,156 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A state change is acknowledged only once the replicas a client requires hold it (Redis
+// replicates asynchronously: a replica promoted before it received a change has lost it). The
+// one choke point is Script.Run (and RunEach) of a script declared with NewChange: it refuses
+// the call before it runs when the primary has too few live replicas, and otherwise sends the
+// script and a WAIT behind it in one pipeline on the primary's connection, so one batch costs
+// one round trip.
+
+// ErrTooFewReplicas refuses a state change before it runs: the primary has fewer live
+// replicas than the client requires, so the change could not be confirmed.
+var ErrTooFewReplicas = errors.New("fewer live Redis replicas than FLASHSALE_REDIS_ACK_REPLICAS; nothing was changed, try again")
+
+// ErrNotReplicated means a change ran on the primary but WAIT did not confirm that the
+// required replicas hold it in time: it may be lost in a failover. It is an ErrOutcomeUnknown.
+var ErrNotReplicated = fmt.Errorf("the Redis replicas did not confirm the change in time: %w", ErrOutcomeUnknown)
+
+// Replicas is what a client's state changes must reach before they are acknowledged;
+// redisconn implements it from its watch of the primaries.
+type Replicas interface {
+	// Required is how many replicas must hold a change, and how long WAIT waits for them.
+	Required() (n int, timeout time.Duration)
+	// Admit returns an error wrapping ErrTooFewReplicas when the primary serving key has
+	// fewer live replicas than required. It must be cheap (no Redis call).
+	Admit(ctx context.Context, key string) error
+}
+
+var required sync.Map // redis.Scripter (a client) -> Replicas
+
+// RequireReplicas makes every state change (NewChange scripts) run through rdb wait for r's
+// replicas; nil stops it. redisconn calls it for the clients it opens.
+func RequireReplicas(rdb redis.Scripter, r Replicas) {
+	if r == nil {
+		required.Delete(rdb)
+		return
+	}
+	required.Store(rdb, r)
+}
+
+// RequiresReplicas reports whether state changes through rdb wait for replicas.
+func RequiresReplicas(rdb redis.Scripter) bool {
+	v, ok := required.Load(rdb)
+	if !ok {
+		return false
+	}
+	n, _ := v.(Replicas).Required()
+	return n > 0
+}
+
+// replicas returns what a call of s through rdb must reach, or nil for none.
+func (s *Script) replicas(rdb redis.Scripter) Replicas {
+	if !s.change {
+		return nil
+	}
+	v, ok := required.Load(rdb)
+	if !ok {
+		return nil
+	}
+	r := v.(Replicas)
+	if n, _ := r.Required(); n < 1 {
+		return nil
+	}
+	return r
+}
+
+// pipeliner is a client that pipelines on one connection (a node's *redis.Client).
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// primaryFor returns the client of the primary that serves key: a cluster's master for the
+// key's slot, or rdb itself. WAIT must reach the connection that ran the script.
+func primaryFor(ctx context.Context, rdb redis.Scripter, key string) (pipeliner, error) {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errNotSent, err)
+		}
+		return node, nil
+	case pipeliner:
+		return c, nil
+	}
+	return nil, fmt.Errorf("%w: replicas are required but the client cannot pipeline", errNotSent)
+}
+
+// errNotSent marks a failure before anything was sent.
+var errNotSent = errors.New("not sent")
+
+// runAcked sends one call (keys and args with the call record) and a WAIT behind it on the
+// connection of the key's primary, and returns the script's reply once WAIT confirmed it, or:
+// the script's error; a transport error (re-sendable: the re-send finds the call record, which
+// it touches so that its WAIT covers the recorded run); ErrNotReplicated.
+func (s *Script) runAcked(ctx context.Context, rdb redis.Scripter, rep Replicas, keys []string, args []any) *redis.Cmd {
+	n, timeout := rep.Required()
+	for moved := 0; ; moved++ {
+		node, err := primaryFor(ctx, rdb, keys[0])
+		if err != nil {
+			return redis.NewCmdResult(nil, err)
+		}
+		cmd, wait := s.sendAcked(ctx, node, n, timeout, keys, args, false)
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // nothing ran: again with the body
+			cmd, wait = s.sendAcked(ctx, node, n, timeout, keys, args, true)
+		}
+		err = cmd.Err()
+		if redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
+			// The slot has a new master (a failover): nothing ran. Ask the cluster again.
+			c, _ := rdb.(*redis.ClusterClient)
+			if c == nil || moved >= 5 || ctx.Err() != nil {
+				return redis.NewCmdResult(nil, fmt.Errorf("%w: %w", errNotSent, err))
+			}
+			c.ReloadState(ctx)
+			select {
+			case <-time.After(backoff(moved)):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if err != nil {
+			return cmd
+		}
+		confirmed, err := wait.Int64()
+		var re redis.Error
+		if err != nil && !errors.As(err, &re) {
+			return redis.NewCmdResult(nil, err) // transport: re-send
+		}
+		if err != nil || confirmed < int64(n) {
+			return redis.NewCmdResult(nil, fmt.Errorf("%w (WAIT: %d of %d replicas within %s, %v)", ErrNotReplicated, confirmed, n, timeout, err))
+		}
+		return cmd
+	}
+}
+
+// sendAcked pipelines the script (by hash, or with its body) and WAIT on node's connection.
+func (s *Script) sendAcked(ctx context.Context, node pipeliner, n int, timeout time.Duration, keys []string, args []any, withBody bool) (*redis.Cmd, *redis.Cmd) {
+	pipe := node.Pipeline()
+	var cmd *redis.Cmd
+	if withBody {
+		cmd = s.rs.Eval(ctx, pipe, keys, args...)
+	} else {
+		cmd = s.rs.EvalSha(ctx, pipe, keys, args...)
+	}
+	wait := pipe.Do(ctx, "WAIT", n, timeout.Milliseconds())
+	_, _ = pipe.Exec(ctx) // each command holds its own reply or error
+	return cmd, wait
+}
