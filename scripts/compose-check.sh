@@ -155,6 +155,7 @@ def replicated(name, cfg):
         named = sorted(a.split(":")[0] for a in e.get("FLASHSALE_REDIS_SENTINELS", "").split(",") if a)
         check(named == sentinels and all(a.endswith(":26379") for a in e.get("FLASHSALE_REDIS_SENTINELS", "").split(",")),
               f"{where} {sname}'s FLASHSALE_REDIS_SENTINELS={e.get('FLASHSALE_REDIS_SENTINELS')!r} is not every Sentinel service on :26379")
+        check(e.get("FLASHSALE_REDIS_ADDRS", "") == "", f"{where} {sname} sets FLASHSALE_REDIS_ADDRS={e.get('FLASHSALE_REDIS_ADDRS')!r} beside the Sentinels")
         check(e.get("FLASHSALE_REDIS_MASTER_NAME") == "mymaster", f"{where} {sname} has FLASHSALE_REDIS_MASTER_NAME={e.get('FLASHSALE_REDIS_MASTER_NAME')!r}")
         check(e.get("FLASHSALE_REDIS_SENTINEL_PASSWORD") == password, f"{where} {sname}'s FLASHSALE_REDIS_SENTINEL_PASSWORD is not the Sentinels' password")
         check(e.get("FLASHSALE_REDIS_ACK_REPLICAS") == "1", f"{where} {sname} has FLASHSALE_REDIS_ACK_REPLICAS={e.get('FLASHSALE_REDIS_ACK_REPLICAS')!r}, want 1")

@@ -109,9 +109,9 @@ func newSale(t *testing.T, opt saleOptions) *sale {
 	case sentinel:
 		s.sentinels = startSentinelSet(t, s.dir)
 		s.rdb = s.sentinels.client()
-		// The processes find the primary through the Sentinels; FLASHSALE_REDIS_ADDRS names the
-		// first primary, which is all a process without Sentinel support would know.
-		redisAddrs = s.sentinels.nodes[0].addr()
+		// The processes find the primary through the Sentinels only (FLASHSALE_REDIS_ADDRS
+		// empty: the two exclude each other).
+		redisAddrs = ""
 		opt.extraEnv = append([]string{"FLASHSALE_REDIS_SENTINELS=" + s.sentinels.sentinelAddrs(),
 			"FLASHSALE_REDIS_MASTER_NAME=" + masterName}, opt.extraEnv...)
 	case cluster:
