@@ -117,12 +117,31 @@ func (n *redisNode) info(section, field string) string {
 	return ""
 }
 
+// clusterState is cluster_state of CLUSTER INFO on the node ("" when it does not answer).
+func (n *redisNode) clusterState() string {
+	c := n.client()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(s, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "cluster_state:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // replicaArgs are the arguments of every data node of a replicated set: an AOF, DEBUG for the
 // stalls, and short replication timeouts, so a primary drops a replica that stopped answering
 // within 2 s (it then really falls behind: what the primary writes afterwards is not on it).
 func replicaArgs(extra ...string) []string {
 	return append([]string{"--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
-		"--enable-debug-command", "yes", "--repl-timeout", "2", "--repl-ping-replica-period", "1"}, extra...)
+		"--enable-debug-command", "yes", "--repl-timeout", "2", "--repl-ping-replica-period", "1",
+		"--repl-diskless-sync-delay", "0"}, extra...)
 }
 
 // sentinelSet is a primary, its replica and three Sentinels (quorum 2) watching them.
@@ -360,7 +379,7 @@ func (rc *replicatedCluster) healthy() bool {
 		if n.cmd == nil {
 			return false
 		}
-		if n.info("cluster", "cluster_state") != "ok" {
+		if n.clusterState() != "ok" {
 			return false
 		}
 		switch n.info("replication", "role") {
