@@ -177,7 +177,33 @@ func (s *sale) checkFailoverRow(name string, items map[string]int, fault time.Ti
 	s.t.Helper()
 	t := s.t
 	s.felt(name)
-	f := s.verify(items)
+	var replies503 int
+	owners := 0
+	f := s.verifyThen(items, func(ledger procs.Ledger) {
+		owner := map[string]string{}
+		for _, c := range s.shop.Calls() {
+			if c.Status == 503 {
+				replies503++
+			}
+			if c.Status != 200 && c.Status != 201 || c.OrderID == "" {
+				continue
+			}
+			switch c.Kind {
+			case "purchase":
+				who := c.User + " " + c.Item
+				if o, ok := owner[c.OrderID]; ok && o != who {
+					t.Errorf("order id %s was answered to %s and to %s", c.OrderID, o, who)
+				}
+				owner[c.OrderID] = who
+			case "pay", "cancel":
+				want := map[string]string{"pay": "paid", "cancel": "cancelled"}[c.Kind]
+				if o, ok := ledger.Orders[c.OrderID]; !ok || o.Status != want {
+					t.Errorf("%s of %s was acknowledged, Redis holds %+v", c.Kind, c.OrderID, o)
+				}
+			}
+		}
+		owners = len(owner)
+	})
 	if s.recovery(fault) == 0 {
 		t.Errorf("no purchase begun after the fault got a real answer: the sale did not go on")
 	}
@@ -186,30 +212,6 @@ func (s *sale) checkFailoverRow(name string, items map[string]int, fault time.Ti
 	for _, c := range s.shop.Calls() {
 		if c.Kind == "purchase" && !c.Started.Before(fault) && (c.Status == 503 || c.Unknown()) {
 			f.recover = max(f.recover, c.Started.Add(c.Took).Sub(fault))
-		}
-	}
-	ledger := procs.CheckRedis(t, s.rdb, s.keys(), items)
-	owner := map[string]string{}
-	var replies503 int
-	for _, c := range s.shop.Calls() {
-		if c.Status == 503 {
-			replies503++
-		}
-		if c.Status != 200 && c.Status != 201 || c.OrderID == "" {
-			continue
-		}
-		switch c.Kind {
-		case "purchase":
-			who := c.User + " " + c.Item
-			if o, ok := owner[c.OrderID]; ok && o != who {
-				t.Errorf("order id %s was answered to %s and to %s", c.OrderID, o, who)
-			}
-			owner[c.OrderID] = who
-		case "pay", "cancel":
-			want := map[string]string{"pay": "paid", "cancel": "cancelled"}[c.Kind]
-			if o, ok := ledger.Orders[c.OrderID]; !ok || o.Status != want {
-				t.Errorf("%s of %s was acknowledged, Redis holds %+v", c.Kind, c.OrderID, o)
-			}
 		}
 	}
 	var dead int
@@ -236,6 +238,6 @@ func (s *sale) checkFailoverRow(name string, items map[string]int, fault time.Ti
 	}
 	t.Logf("%d purchases were answered 201 after the fault began", late)
 	t.Logf("%s: acknowledged orders %d, lost %d, answers 503 %d (outcome unknown %d), time to recover %.1f s",
-		name, len(owner), f.lost, replies503, f.unknown, f.recover.Seconds())
+		name, owners, f.lost, replies503, f.unknown, f.recover.Seconds())
 	report(t, strings.ReplaceAll(name, "|", "/"), f)
 }

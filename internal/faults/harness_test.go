@@ -283,10 +283,17 @@ type figures struct {
 // nobody over a limit, every answered order exists and nothing unanswered beyond the calls of
 // unknown outcome, Postgres holds exactly Redis's orders, batch reconciliation is clean); it
 // returns the row.
-func (s *sale) verify(items map[string]int) figures {
+func (s *sale) verify(items map[string]int) figures { return s.verifyThen(items, nil) }
+
+// verifyThen is verify with more checks of Redis's ledger (nil: none), run before the wait for
+// Postgres so that they report even when Postgres then differs.
+func (s *sale) verifyThen(items map[string]int, more func(procs.Ledger)) figures {
 	s.t.Helper()
 	ledger := procs.CheckRedis(s.t, s.rdb, s.keys(), items)
 	a := procs.CheckAnswers(s.t, s.shop.Calls(), ledger.Orders)
+	if more != nil {
+		more(ledger)
+	}
 	f := figures{calls: a.Calls, created: a.Created, unknown: a.Unknown, duplicates: a.Duplicates, lost: a.Lost,
 		oversold: ledger.Broken, unchanged: a.Unchanged, slowest: a.Slowest}
 	settleStart := time.Now()
