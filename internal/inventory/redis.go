@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -500,10 +501,12 @@ func (s *Store) loadAll(ctx context.Context, seen time.Time) error {
 func (s *Store) loadChanged(ctx context.Context, seen time.Time) error {
 	pipe := s.rdb.Pipeline()
 	logs := make([]*redis.ZSliceCmd, keyspace.Shards)
+	heads := make([]*redis.StringCmd, keyspace.Shards)
 	for n := range keyspace.Shards {
 		logs[n] = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
 			Key: s.keys.Shard(n).Changed(), Start: "(" + strconv.FormatInt(s.clocks[n], 10), Stop: "+inf", ByScore: true,
 		})
+		heads[n] = pipe.Get(ctx, s.keys.Shard(n).Clock())
 	}
 	var scan *redis.ScanCmd
 	if len(s.sweep.pending) == 0 {
@@ -511,6 +514,16 @@ func (s *Store) loadChanged(ctx context.Context, seen time.Time) error {
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("inventory: change logs: %w", err)
+	}
+	for n, head := range heads {
+		// A shard clock below the one last seen went back: a failover promoted a replica that
+		// lacks the last changes and whose time is behind the old primary's, or the data was
+		// lost or restored. Changes since may carry clocks below the one seen, which the log
+		// query would skip: read the whole catalogue again.
+		if c, _ := head.Int64(); c < s.clocks[n] {
+			slog.Warn("inventory: a change clock went back (failover or data loss); reloading the catalogue", "shard", n, "clock", c, "seen", s.clocks[n])
+			return s.loadAll(ctx, seen)
+		}
 	}
 	var ids []string
 	clocks := slices.Clone(s.clocks)

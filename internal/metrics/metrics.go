@@ -97,6 +97,11 @@ var (
 		Help: "Messages on the event topic not yet consumed by the reconciler's consumer group (sum over its partitions).",
 	})
 
+	RecordConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_record_conflicts_total",
+		Help: "Order events parked in dead_letters because their order id already names an order with other content (a Redis failover that lost an order, whose id was then reused): never merged.",
+	})
+
 	ConsumerEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashsale_consumer_events_total",
 		Help: "Events the reconciler consumed, by result: applied, duplicate (event_id already processed) or invalid (parked as poison).",
@@ -169,7 +174,7 @@ func init() {
 		HTTPRequests, HTTPDuration, Purchases,
 		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers,
 		OutboxBacklog, RelayPublished, RelayErrors,
-		ConsumerLag, ConsumerEvents, ReconcilerBatchSize, ReconcilerCommitDuration,
+		ConsumerLag, ConsumerEvents, RecordConflicts, ReconcilerBatchSize, ReconcilerCommitDuration,
 		ExpirerDrained, QueuePollsMemory, QueuePollsRedis,
 	)
 }

@@ -404,6 +404,8 @@ func (r *Relay) publish(st *stream, batch []entry) error {
 		err := confirmScript.Run(cctx, r.rdb, []string{st.key}).Err()
 		cancel()
 		if err != nil {
+			r.failures.Add(1)
+			metrics.RelayErrors.Inc()
 			return fmt.Errorf("%w: %d events: the Redis replicas do not hold them yet: %w", errUnpublished, len(batch), err)
 		}
 	}

@@ -262,6 +262,7 @@ func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 	metrics.ConsumerEvents.WithLabelValues("applied").Add(float64(res.Applied))
 	metrics.ConsumerEvents.WithLabelValues("duplicate").Add(float64(res.Duplicates))
 	metrics.ConsumerEvents.WithLabelValues("invalid").Add(float64(res.Invalid))
+	metrics.RecordConflicts.Add(float64(res.Conflicts))
 	metrics.ReconcilerBatchSize.Observe(float64(len(batch)))
 
 	if c.opt.AfterCommit != nil {

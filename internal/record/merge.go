@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -42,21 +43,61 @@ import (
 // connection.
 
 // write writes a batch in one transaction: its dead letters and its valid events. It returns
-// the events applied now (not before).
-func write(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) ([]parsed, error) {
-	err := writeNew(ctx, pc, dead, valid)
-	if err == nil {
-		return valid, nil
+// the events applied now (not before), and the order events parked as conflicts with orders
+// already recorded (conflict.go).
+func write(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) ([]parsed, int, error) {
+	merged := map[string]bool{}
+	fresh, parked := valid, 0
+	err := writeNew(ctx, pc, dead, valid, merged)
+	if err != nil {
+		if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+			return nil, 0, err
+		}
+		clear(merged)
+		if fresh, parked, err = writeMerged(ctx, pc, dead, valid, merged); err != nil {
+			return nil, 0, err
+		}
 	}
-	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23505" {
-		return nil, err
+	// An order update the merge's guard refused met another order under its id (one that
+	// arrived since writeMerged looked, or in writeNew, which does not look): not merged; its
+	// events are parked now, after the commit.
+	fresh, late := refusedOrders(fresh, merged)
+	if len(late) > 0 {
+		b := newTxBatch(ctx, pc)
+		queueDead(b, late)
+		if err := b.send(); err != nil {
+			slog.Error("reconciler: parking conflicting order events failed; they were not merged", "events", len(late), "err", err)
+		}
+		parked += len(late)
 	}
-	return writeMerged(ctx, pc, dead, valid)
+	return fresh, parked, nil
+}
+
+// refusedOrders splits off the order events whose row mergeOrders was given but did not write
+// (merged[id] false).
+func refusedOrders(fresh []parsed, merged map[string]bool) ([]parsed, []DeadLetter) {
+	refused := false
+	for _, ok := range merged {
+		refused = refused || !ok
+	}
+	if !refused {
+		return fresh, nil
+	}
+	var dead []DeadLetter
+	kept := fresh[:0:0]
+	for _, p := range fresh {
+		if ok, sent := merged[p.ev.OrderID]; sent && !ok && isOrderEvent(p.ev.Type) {
+			dead = append(dead, conflictLetter(p))
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept, dead
 }
 
 // writeNew writes events none of which was applied before, and fails with a unique violation
 // (the transaction rolled back) if one was.
-func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) error {
+func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, merged map[string]bool) error {
 	b := newTxBatch(ctx, pc)
 	b.plain("BEGIN")
 	queueDead(b, dead)
@@ -75,17 +116,18 @@ func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []pars
 			changed = append(changed, o)
 		}
 	}
-	queueOrders(b, insertOrders, created)
+	queueOrders(b, insertOrders, created, nil)
 	queueMovements(b, insertMovements, rows.moves)
 	rows.orders, rows.moves = changed, nil
-	queueMerge(b, rows)
+	queueMerge(b, rows, merged)
 	b.plain("COMMIT")
 	return b.send()
 }
 
-// writeMerged claims the events in processed_events, then merges the rows of those not
-// applied before, which it returns.
-func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) ([]parsed, error) {
+// writeMerged claims the events in processed_events, parks those of them that contradict an
+// order already recorded, then merges the rows of the others not applied before, which it
+// returns with the count parked. (writeNew needs no such check: an order it inserts is new.)
+func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, merged map[string]bool) ([]parsed, int, error) {
 	isNew := make(map[string]bool, len(valid))
 	b := newTxBatch(ctx, pc)
 	b.plain("BEGIN")
@@ -100,7 +142,7 @@ func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []p
 		}, ids, types, parts, offsets)
 	}
 	if err := b.send(); err != nil {
-		return nil, fmt.Errorf("processed events: %w", err)
+		return nil, 0, fmt.Errorf("processed events: %w", err)
 	}
 	fresh := valid[:0:0]
 	for _, p := range valid {
@@ -108,10 +150,18 @@ func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []p
 			fresh = append(fresh, p)
 		}
 	}
+	stored := map[string]storedOrder{}
 	b = newTxBatch(ctx, pc)
-	queueMerge(b, fold(fresh))
+	queueSelectOrders(b, fresh, stored)
+	if err := b.send(); err != nil {
+		return nil, 0, fmt.Errorf("stored orders: %w", err)
+	}
+	fresh, conflicts := conflictsStored(fresh, stored)
+	b = newTxBatch(ctx, pc)
+	queueDead(b, conflicts)
+	queueMerge(b, fold(fresh), merged)
 	b.plain("COMMIT")
-	return fresh, b.send()
+	return fresh, len(conflicts), b.send()
 }
 
 // claimArrays are the processed_events columns of the events, as arrays.
@@ -143,8 +193,10 @@ func queueDead(b *txBatch, dead []DeadLetter) {
 	b.exec(insertDead, topics, parts, offsets, keys, values, errs, at)
 }
 
-// queueOrders queues one statement (insertOrders or mergeOrders) for the order rows.
-func queueOrders(b *txBatch, s stmt, rows []*orderRow) {
+// queueOrders queues one statement (insertOrders or mergeOrders) for the order rows. With
+// merged, the statement returns the ids it wrote (mergeOrders): each row's id is noted false,
+// then true when written.
+func queueOrders(b *txBatch, s stmt, rows []*orderRow, merged map[string]bool) {
 	n := len(rows)
 	if n == 0 {
 		return
@@ -160,7 +212,19 @@ func queueOrders(b *txBatch, s stmt, rows []*orderRow) {
 		qtys[i], prices[i], created[i], updated[i] = r.Quantity, r.PriceCents, r.CreatedAt, r.UpdatedAt
 		expires[i] = r.ExpiresAt
 	}
-	b.exec(s, ids, items, users, qtys, prices, statuses, created, updated, expires)
+	if merged == nil {
+		b.exec(s, ids, items, users, qtys, prices, statuses, created, updated, expires)
+		return
+	}
+	for _, id := range ids {
+		merged[id] = false
+	}
+	b.query(s, func(rr *pgconn.ResultReader) error {
+		for rr.NextRow() {
+			merged[string(rr.Values()[0])] = true
+		}
+		return nil
+	}, ids, items, users, qtys, prices, statuses, created, updated, expires)
 }
 
 // queueMovements queues one statement (insertMovements or mergeMovements) for the movements.
@@ -183,8 +247,9 @@ func queueMovements(b *txBatch, s stmt, rows []movementRow) {
 	b.exec(s, ids, items, kinds, deltas, orders, totals, at)
 }
 
-// queueMerge queues one set-based statement per table (none for a table without rows).
-func queueMerge(b *txBatch, rows batchRows) {
+// queueMerge queues one set-based statement per table (none for a table without rows); merged
+// learns which order rows were written (queueOrders).
+func queueMerge(b *txBatch, rows batchRows, merged map[string]bool) {
 	if n := len(rows.items); n > 0 {
 		var (
 			ids, names, cats                   = make([]string, n), make([]string, n), make([]string, n)
@@ -199,7 +264,7 @@ func queueMerge(b *txBatch, rows batchRows) {
 		}
 		b.exec(mergeItems, ids, names, cats, prices, stocks, limits, starts, ends, attrMs, attrSeq, stockMs, stockSeq)
 	}
-	queueOrders(b, mergeOrders, rows.orders)
+	queueOrders(b, mergeOrders, rows.orders, merged)
 	if n := len(rows.ratings); n > 0 {
 		var (
 			items, users = make([]string, n), make([]string, n)
@@ -297,7 +362,9 @@ var (
 	expires_at = COALESCE(o.expires_at, excluded.expires_at),
 	status = CASE WHEN order_status_rank(excluded.status) > order_status_rank(o.status) THEN excluded.status ELSE o.status END,
 	created_at = LEAST(o.created_at, excluded.created_at),
-	updated_at = GREATEST(o.updated_at, excluded.updated_at)`}
+	updated_at = GREATEST(o.updated_at, excluded.updated_at)
+	WHERE (o.item_id, o.user_id, o.quantity, o.price_cents) = (excluded.item_id, excluded.user_id, excluded.quantity, excluded.price_cents)
+	RETURNING id`}
 
 	mergeRatings = stmt{"record_merge_ratings", `INSERT INTO ratings AS r (item_id, user_id, stars, pos_ms, pos_seq, updated_at)
 	SELECT item_id, user_id, stars, pos_ms, pos_seq, updated_at

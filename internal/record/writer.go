@@ -42,7 +42,10 @@ func NewWriter(db *gorm.DB) *Writer { return &Writer{db: db} }
 type Result struct {
 	Applied    int // events applied now
 	Duplicates int // events already applied (or twice in the batch)
-	Invalid    int // messages parked in dead_letters
+	Invalid    int // messages parked in dead_letters (conflicts included)
+	// Conflicts are order events parked in dead_letters because their order id already
+	// names an order with other content (conflict.go).
+	Conflicts int
 }
 
 // parsed is one valid event of a batch with where it came from.
@@ -80,15 +83,19 @@ func (w *Writer) Apply(ctx context.Context, msgs []kafka.Message) (Result, error
 		seen[ev.EventID] = true
 		valid = append(valid, parsed{ev: ev, pos: pos, msg: m})
 	}
-	res.Invalid = len(dead)
+	valid, conflicts := conflictsWithin(valid)
+	dead = append(dead, conflicts...)
+	res.Invalid, res.Conflicts = len(dead), len(conflicts)
 
 	// One pooled connection for the whole batch, driven through the pgx connection under
 	// gorm's database/sql pool: the transaction is one pipeline (merge.go).
 	err := w.db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
 		return withPgx(conn, func(pc *pgx.Conn) error {
-			fresh, err := write(ctx, pc, dead, valid)
-			res.Duplicates += len(valid) - len(fresh)
+			fresh, parked, err := write(ctx, pc, dead, valid)
+			res.Duplicates += len(valid) - len(fresh) - parked
 			res.Applied = len(fresh)
+			res.Invalid += parked
+			res.Conflicts += parked
 			return err
 		})
 	})
@@ -180,7 +187,7 @@ func (w *Writer) applyIsolating(ctx context.Context, msgs []kafka.Message) (Resu
 		return Result{}, err
 	}
 	return Result{Applied: left.Applied + right.Applied, Duplicates: left.Duplicates + right.Duplicates,
-		Invalid: left.Invalid + right.Invalid}, nil
+		Invalid: left.Invalid + right.Invalid, Conflicts: left.Conflicts + right.Conflicts}, nil
 }
 
 // isDataError reports whether Postgres refused the data itself, so retrying the same events

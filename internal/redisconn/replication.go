@@ -128,7 +128,7 @@ func (w *watch) run() {
 		complete = v.primaries
 		if from != "" {
 			failovers.Add(1)
-			slog.Warn("redis: the primary changed", "from", from, "to", v.primaries, "master_name", w.opt.MasterName)
+			slog.Warn("redis: the primary changed", "from", from, "to", v.primaries, "sentinels", w.opt.Sentinels)
 			// The script cache is not replicated: load the scripts on the new primary now
 			// (calls meanwhile fall back to EVAL on NOSCRIPT).
 			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -217,3 +217,75 @@ func hostPort(addr string) (string, string) {
 	i := strings.LastIndexByte(addr, ':')
 	return addr[:i], addr[i+1:]
 }
+
+// ReplicatedCluster is a private Redis Cluster of three masters, each with one replica (AOF,
+// a 2 s node timeout, so a killed master's replica is promoted within seconds).
+type ReplicatedCluster struct {
+	Nodes []*Server // the first three start as masters
+}
+
+// ClusterWithReplicas starts a 3-master Redis Cluster with one replica per master and waits
+// until the cluster is ok and every replica is in sync.
+func ClusterWithReplicas(t testing.TB) *ReplicatedCluster {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("testenv: redis-cli not found; install it: apt-get install -y redis-tools")
+	}
+	c := &ReplicatedCluster{}
+	var addrs []string
+	for range 6 {
+		dir := t.TempDir()
+		s := StartServer(t, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+			"--enable-debug-command", "yes")
+		c.Nodes = append(c.Nodes, s)
+		addrs = append(addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("testenv: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, s := range c.Nodes {
+		cl := s.Client()
+		WaitFor(t, "cluster ok and in sync on "+s.Addr, 60*time.Second, func() bool {
+			ctx := context.Background()
+			info, err := cl.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				return false
+			}
+			rep, err := cl.Info(ctx, "replication").Result()
+			return err == nil && (strings.Contains(rep, "role:slave") && strings.Contains(rep, "master_link_status:up") ||
+				strings.Contains(rep, "role:master") && strings.Contains(rep, "state=online"))
+		})
+	}
+	return c
+}
+
+// Masters returns the addresses of the nodes that are masters now.
+func (c *ReplicatedCluster) Masters(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	for _, s := range c.Nodes {
+		if s.cmd == nil {
+			continue
+		}
+		info, err := s.Client().Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "role:master") {
+			out = append(out, s.Addr)
+		}
+	}
+	return out
+}
+
+// Node returns the node with address addr.
+func (c *ReplicatedCluster) Node(t testing.TB, addr string) *Server {
+	t.Helper()
+	for _, s := range c.Nodes {
+		if s.Addr == addr {
+			return s
+		}
+	}
+	t.Fatalf("testenv: no cluster node %s", addr)
+	return nil
+}
