@@ -115,6 +115,9 @@ func TestClusterMasterKilled(t *testing.T) {
 	s.waitFor("300 purchases answered", 3*time.Minute, func() bool { return s.purchases(time.Time{}) >= 300 })
 	key := s.keys().Item("it0").Hash()
 	victim := s.cluster.masterOf(key)
+	if victim == nil {
+		t.Fatalf("no node of the cluster serves %s", key)
+	}
 	killed := time.Now()
 	victim.kill9()
 	s.waitFor("a replica to take the killed master's slots", 90*time.Second, func() bool {
@@ -123,7 +126,8 @@ func TestClusterMasterKilled(t *testing.T) {
 				return false
 			}
 		}
-		return s.cluster.masterOf(key) != victim
+		m := s.cluster.masterOf(key)
+		return m != nil && m != victim
 	})
 	promoted := time.Now()
 	victim.start()
