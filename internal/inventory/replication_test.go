@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,5 +135,47 @@ func TestTooFewReplicasChangesNothing(t *testing.T) {
 	}
 	if it, err := s.Get(ctx, "hot"); err != nil || it.StockLeft != 10 || it.StockTotal != 10 {
 		t.Fatalf("item after refused changes: %+v, %v", it, err)
+	}
+}
+
+// BenchmarkPurchaseWithReplica: purchases/s of one hot item on a private primary with one
+// replica, changes acknowledged at once (ack0) or once the replica holds them (ack1: a WAIT
+// pipelined behind each coalesced batch). Run both in one go:
+//
+//	go test -run - -bench PurchaseWithReplica -benchtime 5s ./internal/inventory/
+func BenchmarkPurchaseWithReplica(b *testing.B) {
+	r := testenv.ReplicatedRedis(b, 1)
+	for _, ack := range []int{0, 1} {
+		b.Run("ack"+strconv.Itoa(ack), func(b *testing.B) {
+			ctx := context.Background()
+			rdb, err := redisconn.OpenWith(ctx, redisconn.Options{Addrs: []string{r.Primary.Addr}, AckReplicas: ack, AckTimeout: time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rdb.Close()
+			if err := lua.Load(ctx, rdb); err != nil {
+				b.Fatal(err)
+			}
+			testenv.WaitFor(b, "a live replica", 30*time.Second, func() bool { return redisconn.Ready(rdb) == nil })
+			keys := keyspace.Space{Prefix: "b" + testenv.Token(4) + ":"}
+			s := inventory.NewStore(rdb, keys, inventory.Options{})
+			stock := int64(1_000_000_000_000)
+			if _, _, err := s.Upsert(ctx, inventory.Input{ID: "hot", Name: "Hot", Category: "c", PriceCents: 1, Stock: &stock, PerUserLimit: 1_000_000}); err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			b.SetParallelism(64)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
+					if _, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "hot", UserID: u, Quantity: 1}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "purchases/s")
+		})
 	}
 }

@@ -314,7 +314,9 @@ func (s *Store) Tick(ctx context.Context) {
 		for range 100 {
 			r, err := s.Admit(ctx, it.ID, startOf(it))
 			if err != nil {
-				slog.Warn("queue admission step failed", "item", it.ID, "err", err)
+				if !errors.Is(err, lua.ErrTooFewReplicas) { // said by /readyz and the replica watch
+					slog.Warn("queue admission step failed", "item", it.ID, "err", err)
+				}
 				break
 			}
 			if r.Status != lineFixing {

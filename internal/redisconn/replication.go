@@ -69,8 +69,7 @@ func watchOf(rdb redis.UniversalClient) *watch {
 // of rdb's state changes.
 func watchReplication(ctx context.Context, rdb redis.UniversalClient, o Options) error {
 	if o.AckReplicas < 1 && len(o.Sentinels) == 0 && len(o.Addrs) < 2 {
-		watches.Store(rdb, &watch{rdb: rdb, opt: o}) // for WithPool only
-		return nil
+		return nil // one node, nothing required: nothing to follow (WithPool copies its options)
 	}
 	w := &watch{rdb: rdb, opt: o}
 	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
