@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks docker-compose.yml (and the cluster override) with Debian's docker-compose; needs no
+# Checks docker-compose.yml (and the cluster and Sentinel overrides) with Debian's docker-compose; needs no
 # Docker daemon. Run by scripts/test.sh.
 #  1. Both files render (`docker-compose config`) with a .env written by scripts/dotenv.sh (and
 #     with only the required variables of it).
@@ -10,6 +10,9 @@
 #     but the load balancer (and the monitoring UIs on 127.0.0.1); /metrics and pprof on the
 #     unpublished admin listeners, scraped there by Prometheus and refused by nginx; Redis with
 #     a password and Kafka with SASL, the api and the reconciler holding the same credentials.
+#     The Sentinel override: a replica and three Sentinels (quorum 2) behind the same password,
+#     the api and the reconciler finding the primary through all three and acknowledging only
+#     replicated changes (FLASHSALE_REDIS_ACK_REPLICAS=1), each data node min-replicas-to-write.
 #  4. The k6 profile: the default K6_SCRIPT is a script of loadtest/, the image is the k6
 #     version scripts/k6.sh runs the scripts with, compose passes k6 exactly the variables the
 #     scripts read (and scripts/k6.sh none they don't), and .env's FLASHSALE_DEV_LOGIN and
@@ -35,10 +38,12 @@ compose() { local env=$1; shift; env -i PATH="$PATH" HOME="${HOME:-/root}" docke
 : >"$tmp/empty"
 base=(-f docker-compose.yml)
 cluster=(-f docker-compose.yml -f docker-compose.cluster.yml)
+sentinel=(-f docker-compose.yml -f docker-compose.sentinel.yml)
 
 # 1. Renders.
 compose "$tmp/env" "${base[@]}" config >"$tmp/base.yml" || fail "docker-compose.yml does not render"
 compose "$tmp/env" "${cluster[@]}" config >"$tmp/cluster.yml" || fail "docker-compose.yml + docker-compose.cluster.yml do not render"
+compose "$tmp/env" "${sentinel[@]}" config >"$tmp/sentinel.yml" || fail "docker-compose.yml + docker-compose.sentinel.yml do not render"
 # The compose files' own defaults: a .env with the required variables only.
 required=$(grep -ohE '\$\{[A-Z0-9_]+:\?' docker-compose*.yml | sed -E 's/^\$\{(.*):\?$/\1/' | sort -u)
 grep -E "^($(echo $required | tr ' ' '|'))=" "$tmp/env" >"$tmp/env-bare"
@@ -57,7 +62,7 @@ for s in $secrets; do
   fi
   grep -qE "^$s=\$" .env.example || fail ".env.example must leave $s empty (a placeholder would be a working secret)"
 done
-for files in "${base[*]}" "${cluster[*]}"; do
+for files in "${base[*]}" "${cluster[*]}" "${sentinel[*]}"; do
   # shellcheck disable=SC2086 # word splitting of $files is intended
   compose .env.example $files config -q 2>/dev/null && fail "$files render with .env.example as it is (empty secrets)"
   # shellcheck disable=SC2086
@@ -67,6 +72,7 @@ for v in $required; do
   sed "s/^$v=.*/$v=/" "$tmp/env" >"$tmp/env-without"
   grep -q "^$v=" "$tmp/env-without" || echo "$v=" >>"$tmp/env-without"
   compose "$tmp/env-without" "${cluster[@]}" config -q 2>/dev/null && fail "the compose files render with $v empty"
+  compose "$tmp/env-without" "${sentinel[@]}" config -q 2>/dev/null && fail "the Sentinel override renders with $v empty"
 done
 
 # 3 and 4, read off the rendered files.
@@ -137,6 +143,46 @@ def secure(name, cfg, cluster):
     check(f'user_{api.get("KAFKA_USERNAME")}="{api.get("KAFKA_PASSWORD")}"' in jaas,
           f"{where} Kafka's PLAIN users do not include the api's KAFKA_USERNAME/KAFKA_PASSWORD")
 
+def replicated(name, cfg):
+    """The Sentinel override: replica, Sentinels, and the processes following them."""
+    s = cfg["services"]
+    where = f"{name}:"
+    password = env(s["api"]).get("FLASHSALE_REDIS_PASSWORD")
+    sentinels = sorted(n for n in s if re.fullmatch(r"redis-sentinel-\d+", n))
+    check(len(sentinels) == 3, f"{where} {len(sentinels)} Sentinel services, want 3")
+    for sname in ("api", "reconciler"):
+        e = env(s[sname])
+        named = sorted(a.split(":")[0] for a in e.get("FLASHSALE_REDIS_SENTINELS", "").split(",") if a)
+        check(named == sentinels and all(a.endswith(":26379") for a in e.get("FLASHSALE_REDIS_SENTINELS", "").split(",")),
+              f"{where} {sname}'s FLASHSALE_REDIS_SENTINELS={e.get('FLASHSALE_REDIS_SENTINELS')!r} is not every Sentinel service on :26379")
+        check(e.get("FLASHSALE_REDIS_ADDRS", "") == "", f"{where} {sname} sets FLASHSALE_REDIS_ADDRS={e.get('FLASHSALE_REDIS_ADDRS')!r} beside the Sentinels")
+        check(e.get("FLASHSALE_REDIS_MASTER_NAME") == "mymaster", f"{where} {sname} has FLASHSALE_REDIS_MASTER_NAME={e.get('FLASHSALE_REDIS_MASTER_NAME')!r}")
+        check(e.get("FLASHSALE_REDIS_SENTINEL_PASSWORD") == password, f"{where} {sname}'s FLASHSALE_REDIS_SENTINEL_PASSWORD is not the Sentinels' password")
+        check(e.get("FLASHSALE_REDIS_ACK_REPLICAS") == "1", f"{where} {sname} has FLASHSALE_REDIS_ACK_REPLICAS={e.get('FLASHSALE_REDIS_ACK_REPLICAS')!r}, want 1")
+        deps = s[sname].get("depends_on") or {}
+        check(all(n in deps for n in sentinels), f"{where} {sname} does not wait for every Sentinel")
+    def command(n):
+        c = s[n].get("command")
+        return " ".join(c) if isinstance(c, list) else str(c)
+    for n in ("redis", "redis-replica"):
+        check(n in s, f"{where} no service {n}")
+        if n not in s:
+            continue
+        cmd = command(n)
+        check(env(s[n]).get("REDISCLI_AUTH") == password, f"{where} {n}'s password (REDISCLI_AUTH) is not the api's FLASHSALE_REDIS_PASSWORD")
+        for want in (r"requirepass \$+REDISCLI_AUTH", r"masterauth \$+REDISCLI_AUTH", r"--appendonly yes",
+                     r"--min-replicas-to-write [1-9]", r"--replica-announce-ip " + re.escape(n) + r"\b"):
+            check(re.search(want, cmd), f"{where} {n} runs without {want!r}")
+    check(re.search(r"--replicaof redis 6379", command("redis-replica") if "redis-replica" in s else ""),
+          f"{where} redis-replica does not replicate redis")
+    for n in sentinels:
+        cmd = command(n)
+        check(env(s[n]).get("REDISCLI_AUTH") == password, f"{where} {n}'s password (REDISCLI_AUTH) is not the api's FLASHSALE_REDIS_PASSWORD")
+        for want in (r"--sentinel", r"sentinel monitor mymaster redis 6379 2\b", r"requirepass \$+REDISCLI_AUTH",
+                     r"sentinel auth-pass mymaster \$+REDISCLI_AUTH", r"sentinel sentinel-pass \$+REDISCLI_AUTH"):
+            check(re.search(want, cmd), f"{where} {n} runs without {want!r}")
+
+sentinel = load("sentinel.yml")
 base, cluster, load, bare = load("base.yml"), load("cluster.yml"), load("load.yml"), load("bare.yml")
 if base["services"]:
     secure("docker-compose.yml with .env.example's settings", base, False)
@@ -144,6 +190,9 @@ if bare["services"]:
     secure("docker-compose.yml's own defaults", bare, False)
 if cluster["services"]:
     secure("docker-compose.yml + cluster", cluster, True)
+if sentinel["services"]:
+    secure("docker-compose.yml + sentinel", sentinel, False)
+    replicated("docker-compose.yml + sentinel", sentinel)
 
 # Prometheus scrapes the admin listeners; nginx refuses /metrics and pprof.
 prom = yaml.safe_load(open("deploy/prometheus.yml"))
@@ -190,5 +239,5 @@ for b in bad:
 sys.exit(1 if bad else 0)
 EOF
 
-[ $status -eq 0 ] && echo "compose-check: docker-compose.yml and docker-compose.cluster.yml are valid, hold no secret, default to secure settings, and the k6 profile matches loadtest/"
+[ $status -eq 0 ] && echo "compose-check: docker-compose.yml, docker-compose.cluster.yml and docker-compose.sentinel.yml are valid, hold no secret, default to secure settings, and the k6 profile matches loadtest/"
 exit $status

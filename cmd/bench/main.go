@@ -4,6 +4,9 @@
 //   - purchase attempts/s through the real api (auth, rate limit, coalescing, outbox relay to
 //     the embedded Kafka broker) beside a bare Gin handler doing one EVALSHA of the same
 //     purchase script per request;
+//   - purchase attempts/s with one replica and FLASHSALE_REDIS_ACK_REPLICAS=1 beside the same
+//     with 0 (replica.go: two apis on one private primary and its replica, in turns), and the
+//     primary's CPU time per purchase for both;
 //   - sold-out answers/s and catalogue/leaderboard reads/s beside a bare Gin hello handler
 //     (and, for sold-out answers, beside the same handler fed the very same POST bytes);
 //   - the reconciler's write path (internal/record) in rows/s beside pgx CopyFrom of the same
@@ -56,7 +59,7 @@ func main() {
 	flag.StringVar(&opt.profileDir, "profile", "", "write CPU profiles of the api during its rows to this directory")
 	flag.BoolVar(&opt.verbose, "v", false, "show the servers' logs")
 	flag.BoolVar(&opt.sharedRedis, "shared-redis", false, "run against FLASHSALE_REDIS_ADDRS (default 127.0.0.1:6379) instead of a private redis-server (Redis CPU per purchase is then not measured)")
-	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,minimal,api,reads,soldout,purchase,reconciler,latency,queue,scale,streams; hello, evalsha and minimal start the baseline servers the later rows use); default all")
+	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,minimal,api,reads,soldout,purchase,replicas,reconciler,latency,queue,scale,streams; hello, evalsha and minimal start the baseline servers the later rows use); default all")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -109,9 +109,15 @@ func (b *bench) sampleRedis() redisSample {
 	if b.redisInfo == nil {
 		return redisSample{}
 	}
+	return sampleRedisAt(b.redisInfo)
+}
+
+// sampleRedisAt reads one redis-server's INFO cpu and commandstats (zero when it does not
+// answer).
+func sampleRedisAt(c *redis.Client) redisSample {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	info, err := b.redisInfo.Info(ctx, "cpu", "commandstats").Result()
+	info, err := c.Info(ctx, "cpu", "commandstats").Result()
 	if err != nil {
 		return redisSample{}
 	}

@@ -122,6 +122,7 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 		{"reads", b.readRows},
 		{"soldout", b.soldOut},
 		{"purchase", b.purchase},
+		{"replicas", b.replicas},
 		{"queue", b.queueRows},
 		{"reconciler", b.reconciler},
 		{"latency", b.latency},

@@ -33,6 +33,8 @@ var rowNames = []string{
 	minimalRowName,
 	apiCPURowName,
 	redisCPURowName,
+	replicaRowName,
+	replicaCPURowName,
 	"GET /api/items reads/s",
 	"GET /api/items/{id} reads/s",
 	"GET /api/leaderboards/best-sellers reads/s",

@@ -67,7 +67,11 @@ type sale struct {
 
 	redisPort int
 	redisSrv  *exec.Cmd
-	rdb       *redis.Client // direct to the server: the checks, DEBUG SLEEP, FLUSHDB
+	// rdb reads the sale's Redis for the checks (DEBUG SLEEP, FLUSHDB on the single server):
+	// direct to the single server, through Sentinel to the primary, or a cluster client.
+	rdb       redis.UniversalClient
+	sentinels *sentinelSet // the replicated topologies (issue 27), else nil
+	cluster   *replicatedCluster
 	toxics    *toxiproxy.ApiServer
 	redisPx   *toxiproxy.Proxy // every process reaches Redis through it
 	pgPx      *toxiproxy.Proxy // the reconciler reaches Postgres through it
@@ -84,19 +88,46 @@ type sale struct {
 type saleOptions struct {
 	reservationTTL time.Duration // default 10m
 	extraEnv       []string
+	topology       topology
 }
+
+// topology is the sale's Redis.
+type topology int
+
+const (
+	single   topology = iota // one server with AOF, reached through toxiproxy
+	sentinel                 // a primary and its replica behind three Sentinels
+	cluster                  // a Redis Cluster of three masters, each with a replica
+)
 
 func newSale(t *testing.T, opt saleOptions) *sale {
 	t.Helper()
 	s := &sale{t: t, dir: t.TempDir(), prefix: "f" + testenv.Token(4) + ":"}
-	s.redisPort = procs.FreePort(t)
-	s.startRedis()
-	t.Cleanup(s.stopRedis)
-	s.rdb = redis.NewClient(&redis.Options{Addr: s.redisAddr(), MaxRetries: -1})
+	s.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	var redisAddrs string
+	switch opt.topology {
+	case sentinel:
+		s.sentinels = startSentinelSet(t, s.dir)
+		s.rdb = s.sentinels.client()
+		// The processes find the primary through the Sentinels only (FLASHSALE_REDIS_ADDRS
+		// empty: the two exclude each other).
+		redisAddrs = ""
+		opt.extraEnv = append([]string{"FLASHSALE_REDIS_SENTINELS=" + s.sentinels.sentinelAddrs(),
+			"FLASHSALE_REDIS_MASTER_NAME=" + masterName}, opt.extraEnv...)
+	case cluster:
+		s.cluster = startReplicatedCluster(t, s.dir)
+		s.rdb = s.cluster.client()
+		redisAddrs = s.cluster.addrs()
+	default:
+		s.redisPort = procs.FreePort(t)
+		s.startRedis()
+		t.Cleanup(s.stopRedis)
+		s.rdb = redis.NewClient(&redis.Options{Addr: s.redisAddr(), MaxRetries: -1})
+		s.redisPx = s.proxy("redis", s.redisAddr())
+		redisAddrs = s.redisPx.Listen
+	}
 	t.Cleanup(func() { s.rdb.Close() })
 
-	s.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	s.redisPx = s.proxy("redis", s.redisAddr())
 	s.dsn = testenv.Postgres(t)
 	u, _ := url.Parse(s.dsn)
 	s.pgPx = s.proxy("postgres", u.Host)
@@ -115,7 +146,7 @@ func newSale(t *testing.T, opt saleOptions) *sale {
 		ttl = 10 * time.Minute
 	}
 	s.env = procs.Env{
-		RedisAddrs: s.redisPx.Listen, RedisPrefix: s.prefix, PostgresDSN: proxiedDSN, KafkaBrokers: s.broker.Addr(),
+		RedisAddrs: redisAddrs, RedisPrefix: s.prefix, PostgresDSN: proxiedDSN, KafkaBrokers: s.broker.Addr(),
 		KafkaTopic: topic, JWTSecret: jwtSecret, AdminToken: adminToken, ReservationTTL: ttl,
 	}.List(opt.extraEnv...)
 	// Every api is started before the sale, so the shop reads s.apis without a lock.
@@ -252,10 +283,17 @@ type figures struct {
 // nobody over a limit, every answered order exists and nothing unanswered beyond the calls of
 // unknown outcome, Postgres holds exactly Redis's orders, batch reconciliation is clean); it
 // returns the row.
-func (s *sale) verify(items map[string]int) figures {
+func (s *sale) verify(items map[string]int) figures { return s.verifyThen(items, nil) }
+
+// verifyThen is verify with more checks of Redis's ledger (nil: none), run before the wait for
+// Postgres so that they report even when Postgres then differs.
+func (s *sale) verifyThen(items map[string]int, more func(procs.Ledger)) figures {
 	s.t.Helper()
 	ledger := procs.CheckRedis(s.t, s.rdb, s.keys(), items)
 	a := procs.CheckAnswers(s.t, s.shop.Calls(), ledger.Orders)
+	if more != nil {
+		more(ledger)
+	}
 	f := figures{calls: a.Calls, created: a.Created, unknown: a.Unknown, duplicates: a.Duplicates, lost: a.Lost,
 		oversold: ledger.Broken, unchanged: a.Unchanged, slowest: a.Slowest}
 	settleStart := time.Now()

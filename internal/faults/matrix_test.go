@@ -29,6 +29,9 @@ type workload struct {
 	at   int
 	when func()
 	more map[int]func()
+	// patient: a keyed purchase answered 503 (either kind) or not at all is sent again with its
+	// key for up to this long (procs.Shop.BuyPatiently); 0: up to 5 times on an unknown outcome.
+	patient time.Duration
 }
 
 func (s *sale) run(w workload) {
@@ -48,7 +51,12 @@ func (s *sale) run(w workload) {
 		if w.keyed != nil && w.keyed(i) {
 			key = "k-" + u
 		}
-		c := s.shop.Buy(procs.Any, u, item, key)
+		var c *procs.Call
+		if w.patient > 0 && key != "" {
+			c = s.shop.BuyPatiently(procs.Any, u, item, key, w.patient)
+		} else {
+			c = s.shop.Buy(procs.Any, u, item, key)
+		}
 		n := int(answered.Add(1))
 		if n == w.at && w.when != nil {
 			once.Do(w.when)

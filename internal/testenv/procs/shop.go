@@ -189,6 +189,22 @@ func (sh *Shop) Buy(api int, user, item, key string) *Call {
 	}
 }
 
+// BuyPatiently is one purchase (quantity 1) with an Idempotency-Key that a shopper sends again
+// with the same key after every 503 or call of unknown outcome, as long as within allows: what
+// a shopper does while Redis fails over. Every attempt is recorded.
+func (sh *Shop) BuyPatiently(api int, user, item, key string, within time.Duration) *Call {
+	deadline := time.Now().Add(within)
+	for {
+		c := &Call{Kind: "purchase", User: user, Item: item, Key: key, API: api, Started: time.Now()}
+		status, out, err := sh.JSON(api, "POST", "/api/items/"+item+"/purchase", sh.Token(user), key, map[string]int{"quantity": 1})
+		sh.record(c, status, out, err)
+		if (c.Status != 503 && !c.Unknown()) || time.Now().After(deadline) {
+			return c
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // Order pays or cancels (kind) an order through api.
 func (sh *Shop) Order(api int, kind, user, id string) *Call {
 	c := &Call{Kind: kind, User: user, API: api, Started: time.Now()}
