@@ -18,6 +18,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.33.0
 	github.com/segmentio/kafka-go v0.4.51
+	github.com/stripe/stripe-go/v85 v85.0.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	golang.org/x/sync v0.24.0
 	gorm.io/driver/postgres v1.6.3
