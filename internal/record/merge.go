@@ -43,20 +43,20 @@ import (
 
 // write writes a batch in one transaction: its dead letters and its valid events. It returns
 // the events applied now (not before).
-func write(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) ([]parsed, error) {
-	err := writeNew(ctx, pc, dead, valid)
+func write(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, provider string) ([]parsed, error) {
+	err := writeNew(ctx, pc, dead, valid, provider)
 	if err == nil {
 		return valid, nil
 	}
 	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23505" {
 		return nil, err
 	}
-	return writeMerged(ctx, pc, dead, valid)
+	return writeMerged(ctx, pc, dead, valid, provider)
 }
 
 // writeNew writes events none of which was applied before, and fails with a unique violation
 // (the transaction rolled back) if one was.
-func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) error {
+func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, provider string) error {
 	b := newTxBatch(ctx, pc)
 	b.plain("BEGIN")
 	queueDead(b, dead)
@@ -78,14 +78,14 @@ func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []pars
 	queueOrders(b, insertOrders, created)
 	queueMovements(b, insertMovements, rows.moves)
 	rows.orders, rows.moves = changed, nil
-	queueMerge(b, rows)
+	queueMerge(b, rows, provider)
 	b.plain("COMMIT")
 	return b.send()
 }
 
 // writeMerged claims the events in processed_events, then merges the rows of those not
 // applied before, which it returns.
-func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) ([]parsed, error) {
+func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, provider string) ([]parsed, error) {
 	isNew := make(map[string]bool, len(valid))
 	b := newTxBatch(ctx, pc)
 	b.plain("BEGIN")
@@ -109,7 +109,7 @@ func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []p
 		}
 	}
 	b = newTxBatch(ctx, pc)
-	queueMerge(b, fold(fresh))
+	queueMerge(b, fold(fresh), provider)
 	b.plain("COMMIT")
 	return fresh, b.send()
 }
@@ -184,7 +184,7 @@ func queueMovements(b *txBatch, s stmt, rows []movementRow) {
 }
 
 // queueMerge queues one set-based statement per table (none for a table without rows).
-func queueMerge(b *txBatch, rows batchRows) {
+func queueMerge(b *txBatch, rows batchRows, provider string) {
 	if n := len(rows.items); n > 0 {
 		var (
 			ids, names, cats                   = make([]string, n), make([]string, n), make([]string, n)
@@ -213,6 +213,21 @@ func queueMerge(b *txBatch, rows batchRows) {
 		b.exec(mergeRatings, items, users, stars, ms, seq, updated)
 	}
 	queueMovements(b, mergeMovements, rows.moves)
+	if n := len(rows.payments); n > 0 {
+		if provider == "" {
+			provider = "sim"
+		}
+		var (
+			ids, orders, statuses = make([]string, n), make([]string, n), make([]string, n)
+			amounts, refunded     = make([]int64, n), make([]int64, n)
+			created, updated      = make([]time.Time, n), make([]time.Time, n)
+		)
+		for i, r := range rows.payments {
+			ids[i], orders[i], statuses[i], amounts[i], refunded[i] = r.ID, r.OrderID, r.Status, r.AmountCents, r.Refunded
+			created[i], updated[i] = r.CreatedAt, r.UpdatedAt
+		}
+		b.exec(mergePayments, ids, orders, provider, amounts, statuses, refunded, created, updated)
+	}
 }
 
 // withPgx runs fn with the pgx connection under conn, a gorm session pinned to one pooled
@@ -305,6 +320,17 @@ var (
 		AS x(item_id, user_id, stars, pos_ms, pos_seq, updated_at)
 	ON CONFLICT (item_id, user_id) DO UPDATE SET
 	` + newer("r", [2]string{"pos_ms", "pos_seq"}, "stars", "updated_at")}
+
+	// mergePayments: a refund wins over a success whatever the order the events came in.
+	mergePayments = stmt{"record_merge_payments", `INSERT INTO payments AS p (id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at)
+	SELECT id, order_id, $3::text, amount_cents, status, refunded_cents, created_at, updated_at
+	FROM unnest($1::text[], $2::text[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[], $8::timestamptz[])
+		AS x(id, order_id, amount_cents, status, refunded_cents, created_at, updated_at)
+	ON CONFLICT (id) DO UPDATE SET
+	status = CASE WHEN excluded.status = 'refunded' THEN excluded.status ELSE p.status END,
+	refunded_cents = GREATEST(p.refunded_cents, excluded.refunded_cents),
+	created_at = LEAST(p.created_at, excluded.created_at),
+	updated_at = GREATEST(p.updated_at, excluded.updated_at)`}
 
 	mergeMovements = stmt{"record_merge_movements", `INSERT INTO stock_movements (event_id, item_id, kind, delta, order_id, stock_total, at)
 	SELECT event_id, item_id, kind, delta, order_id, stock_total, at

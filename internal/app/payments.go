@@ -1,0 +1,37 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/payment"
+)
+
+// simAPIKey is the secret key the api presents to the payment simulator (it takes any
+// sk_test_ key, as Stripe's test mode would look to a client).
+const simAPIKey = "sk_test_flashsale"
+
+// newPayments builds the payment service of FLASHSALE_PAYMENT_PROVIDER: Stripe, the simulator
+// (started here unless one already answers on its address), or none.
+func (a *API) newPayments(ctx context.Context, cfg config.Config) (*payment.Service, error) {
+	p := cfg.Payment
+	switch p.Provider {
+	case payment.ProviderStripe:
+		return payment.NewService(payment.NewStripe(payment.StripeOptions{
+			Name: payment.ProviderStripe, APIBase: p.StripeAPIBase, SecretKey: p.StripeSecretKey,
+			Secrets: p.WebhookSecrets,
+		}), a.Orders, p.Currency), nil
+	case payment.ProviderSim:
+		base, err := a.startSimulator(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		slog.Info("payment simulator", "url", base, "webhooks_to", cfg.WebhookURL())
+		return payment.NewService(payment.NewStripe(payment.StripeOptions{
+			Name: payment.ProviderSim, APIBase: base, SecretKey: simAPIKey,
+			Secrets: p.WebhookSecrets, CheckoutURL: base,
+		}), a.Orders, p.Currency), nil
+	}
+	return payment.NewService(nil, a.Orders, p.Currency), nil
+}
