@@ -1,0 +1,119 @@
+// Command paysim runs the payment-provider simulator (internal/paysim) on its own: the Stripe
+// subset flashsale uses, a hosted checkout page, and signed webhooks to one URL. The api starts
+// the same simulator in-process when none answers on FLASHSALE_PAYMENT_SIM_ADDR.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/paysim"
+	"github.com/flashsale/flashsale/internal/shutdown"
+)
+
+func main() {
+	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	addr, cfg, err := parse(os.Getenv, os.Args[1:], os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paysim:", err)
+		os.Exit(2)
+	}
+	ctx, stop := shutdown.OnSignal(context.Background())
+	defer stop()
+	if err := run(ctx, addr, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "paysim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, addr string, cfg paysim.Config) error {
+	sim := paysim.New(cfg)
+	if err := sim.Start(addr); err != nil {
+		sim.Close()
+		return err
+	}
+	if len(cfg.WebhookSecrets) == 0 {
+		// The receiver must know it to verify the signatures.
+		fmt.Fprintf(os.Stderr, "webhook signing secret (FLASHSALE_PAYMENT_WEBHOOK_SECRET not set): %s\n", sim.WebhookSecret())
+	}
+	slog.Info("payment simulator", "url", sim.URL(), "webhook_url", cfg.WebhookURL, "async_delay", cfg.AsyncDelay.String(),
+		"chaos", fmt.Sprintf("%+v", cfg.Chaos))
+	<-ctx.Done()
+	slog.Info("payment simulator stopping", "cause", context.Cause(ctx))
+	return sim.Close()
+}
+
+// parse reads the environment, then flags (which win).
+func parse(getenv func(string) string, args []string, out io.Writer) (string, paysim.Config, error) {
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	var cfg paysim.Config
+	fs := flag.NewFlagSet("paysim", flag.ContinueOnError)
+	fs.SetOutput(out)
+	addr := fs.String("addr", env("FLASHSALE_PAYMENT_SIM_ADDR", paysim.DefaultAddr), "listen address (FLASHSALE_PAYMENT_SIM_ADDR)")
+	fs.StringVar(&cfg.WebhookURL, "webhook-url", env("FLASHSALE_PAYMENT_SIM_WEBHOOK_URL", ""), "where events are POSTed; empty: not delivered (FLASHSALE_PAYMENT_SIM_WEBHOOK_URL)")
+	secrets := fs.String("webhook-secret", env("FLASHSALE_PAYMENT_WEBHOOK_SECRET", ""), "comma-separated signing secrets, the first signs; empty: random (FLASHSALE_PAYMENT_WEBHOOK_SECRET)")
+	keys := fs.String("api-keys", env("FLASHSALE_PAYMENT_SIM_API_KEYS", ""), "comma-separated accepted secret keys; empty: any sk_test_… (FLASHSALE_PAYMENT_SIM_API_KEYS)")
+	asyncDelay := fs.String("async-delay", env("FLASHSALE_PAYMENT_SIM_ASYNC_DELAY", paysim.DefaultAsyncDelay.String()), "how long pm_card_async stays processing (FLASHSALE_PAYMENT_SIM_ASYNC_DELAY)")
+	dups := fs.String("chaos-duplicates", env("FLASHSALE_PAYMENT_SIM_CHAOS_DUPLICATES", "1"), "deliver every event 1..N times (FLASHSALE_PAYMENT_SIM_CHAOS_DUPLICATES)")
+	reorder := fs.String("chaos-reorder", env("FLASHSALE_PAYMENT_SIM_CHAOS_REORDER", "0s"), "hold every delivery a random time up to this, so events overtake each other (FLASHSALE_PAYMENT_SIM_CHAOS_REORDER)")
+	delay := fs.String("chaos-delay", env("FLASHSALE_PAYMENT_SIM_CHAOS_DELAY", "0s"), "hold every delivery this long (FLASHSALE_PAYMENT_SIM_CHAOS_DELAY)")
+	failRate := fs.String("chaos-fail-rate", env("FLASHSALE_PAYMENT_SIM_CHAOS_FAIL_RATE", "0"), "share of changes answered 500 after being made (FLASHSALE_PAYMENT_SIM_CHAOS_FAIL_RATE)")
+	if err := fs.Parse(args); err != nil {
+		return "", cfg, err
+	}
+	if fs.NArg() > 0 {
+		return "", cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg.WebhookSecrets = list(*secrets)
+	cfg.APIKeys = list(*keys)
+	var err error
+	if cfg.AsyncDelay, err = duration("async delay", *asyncDelay); err != nil {
+		return "", cfg, err
+	}
+	if cfg.AsyncDelay == 0 {
+		return "", cfg, fmt.Errorf("async delay must be positive")
+	}
+	if cfg.Chaos.ReorderWindow, err = duration("chaos reorder", *reorder); err != nil {
+		return "", cfg, err
+	}
+	if cfg.Chaos.Delay, err = duration("chaos delay", *delay); err != nil {
+		return "", cfg, err
+	}
+	if cfg.Chaos.Duplicates, err = strconv.Atoi(*dups); err != nil || cfg.Chaos.Duplicates < 1 || cfg.Chaos.Duplicates > 100 {
+		return "", cfg, fmt.Errorf("chaos duplicates %q: want 1..100", *dups)
+	}
+	if cfg.Chaos.FailAfterWriteRate, err = strconv.ParseFloat(*failRate, 64); err != nil || cfg.Chaos.FailAfterWriteRate < 0 || cfg.Chaos.FailAfterWriteRate > 1 {
+		return "", cfg, fmt.Errorf("chaos fail rate %q: want 0..1", *failRate)
+	}
+	return *addr, cfg, nil
+}
+
+func list(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func duration(name, s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s %q: want a duration like 5s", name, s)
+	}
+	return d, nil
+}

@@ -1,0 +1,556 @@
+package paysim
+
+import (
+	"crypto/subtle"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Stripe's payment intent statuses that the simulator uses.
+const (
+	StatusRequiresPaymentMethod = "requires_payment_method"
+	StatusProcessing            = "processing"
+	StatusSucceeded             = "succeeded"
+	StatusCanceled              = "canceled"
+)
+
+// The test payment methods (Stripe's names; pm_card_async is the simulator's own).
+const (
+	CardVisa     = "pm_card_visa"           // succeeds at once
+	CardDeclined = "pm_card_chargeDeclined" // declined: requires_payment_method, payment_failed event
+	CardAsync    = "pm_card_async"          // processing, then succeeds after Config.AsyncDelay
+)
+
+// cardOutcome maps every accepted payment method to what confirming with it does.
+var cardOutcome = map[string]string{
+	CardVisa:                      StatusSucceeded,
+	"pm_card_mastercard":          StatusSucceeded,
+	"pm_card_amex":                StatusSucceeded,
+	CardDeclined:                  StatusRequiresPaymentMethod,
+	"pm_card_visa_chargeDeclined": StatusRequiresPaymentMethod,
+	CardAsync:                     StatusProcessing,
+}
+
+type intent struct {
+	id, secret, currency, status string
+	amount, received, created    int64
+	metadata                     map[string]string
+	description                  string
+	paymentMethod                string
+	latestCharge                 string
+	lastError                    *apiError
+	canceledAt                   int64
+	cancellationReason           string
+}
+
+type charge struct {
+	id, intent, currency, status, paymentMethod string
+	amount, refunded, created                   int64
+	metadata                                    map[string]string
+	failureCode, failureMessage                 string
+}
+
+type refund struct {
+	id, charge, intent, currency, reason string
+	amount, created, seq                 int64
+	metadata                             map[string]string
+}
+
+// JSON shapes: the fields of Stripe's objects that a client reads, with Stripe's names.
+type intentJSON struct {
+	ID                 string            `json:"id"`
+	Object             string            `json:"object"`
+	Amount             int64             `json:"amount"`
+	AmountCapturable   int64             `json:"amount_capturable"`
+	AmountReceived     int64             `json:"amount_received"`
+	CanceledAt         *int64            `json:"canceled_at"`
+	CancellationReason *string           `json:"cancellation_reason"`
+	CaptureMethod      string            `json:"capture_method"`
+	ClientSecret       string            `json:"client_secret"`
+	ConfirmationMethod string            `json:"confirmation_method"`
+	Created            int64             `json:"created"`
+	Currency           string            `json:"currency"`
+	Description        *string           `json:"description"`
+	LastPaymentError   *apiError         `json:"last_payment_error"`
+	LatestCharge       *string           `json:"latest_charge"`
+	Livemode           bool              `json:"livemode"`
+	Metadata           map[string]string `json:"metadata"`
+	PaymentMethod      *string           `json:"payment_method"`
+	PaymentMethodTypes []string          `json:"payment_method_types"`
+	Status             string            `json:"status"`
+}
+
+type chargeJSON struct {
+	ID             string            `json:"id"`
+	Object         string            `json:"object"`
+	Amount         int64             `json:"amount"`
+	AmountCaptured int64             `json:"amount_captured"`
+	AmountRefunded int64             `json:"amount_refunded"`
+	Captured       bool              `json:"captured"`
+	Created        int64             `json:"created"`
+	Currency       string            `json:"currency"`
+	FailureCode    *string           `json:"failure_code"`
+	FailureMessage *string           `json:"failure_message"`
+	Livemode       bool              `json:"livemode"`
+	Metadata       map[string]string `json:"metadata"`
+	Paid           bool              `json:"paid"`
+	PaymentIntent  string            `json:"payment_intent"`
+	PaymentMethod  string            `json:"payment_method"`
+	Refunded       bool              `json:"refunded"`
+	Status         string            `json:"status"`
+}
+
+type refundJSON struct {
+	ID            string            `json:"id"`
+	Object        string            `json:"object"`
+	Amount        int64             `json:"amount"`
+	Charge        string            `json:"charge"`
+	Created       int64             `json:"created"`
+	Currency      string            `json:"currency"`
+	Metadata      map[string]string `json:"metadata"`
+	PaymentIntent string            `json:"payment_intent"`
+	Reason        *string           `json:"reason"`
+	Status        string            `json:"status"`
+}
+
+type pmJSON struct {
+	ID     string `json:"id"`
+	Object string `json:"object"`
+	Type   string `json:"type"`
+}
+
+type listJSON struct {
+	Object  string       `json:"object"`
+	Data    []refundJSON `json:"data"`
+	HasMore bool         `json:"has_more"`
+	URL     string       `json:"url"`
+}
+
+func strOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (pi *intent) view() *intentJSON {
+	v := &intentJSON{
+		ID: pi.id, Object: "payment_intent", Amount: pi.amount, AmountReceived: pi.received,
+		CancellationReason: strOrNil(pi.cancellationReason), CaptureMethod: "automatic",
+		ClientSecret: pi.secret, ConfirmationMethod: "automatic", Created: pi.created,
+		Currency: pi.currency, Description: strOrNil(pi.description), LastPaymentError: pi.lastError,
+		LatestCharge: strOrNil(pi.latestCharge), Metadata: pi.metadata,
+		PaymentMethod: strOrNil(pi.paymentMethod), PaymentMethodTypes: []string{"card"}, Status: pi.status,
+	}
+	if pi.canceledAt != 0 {
+		at := pi.canceledAt
+		v.CanceledAt = &at
+	}
+	return v
+}
+
+func (ch *charge) view() *chargeJSON {
+	paid := ch.status == StatusSucceeded
+	v := &chargeJSON{
+		ID: ch.id, Object: "charge", Amount: ch.amount, AmountRefunded: ch.refunded, Captured: paid,
+		Created: ch.created, Currency: ch.currency, FailureCode: strOrNil(ch.failureCode),
+		FailureMessage: strOrNil(ch.failureMessage), Metadata: ch.metadata, Paid: paid,
+		PaymentIntent: ch.intent, PaymentMethod: ch.paymentMethod,
+		Refunded: paid && ch.refunded == ch.amount, Status: ch.status,
+	}
+	if paid {
+		v.AmountCaptured = ch.amount
+	}
+	return v
+}
+
+func (re *refund) view() refundJSON {
+	return refundJSON{
+		ID: re.id, Object: "refund", Amount: re.amount, Charge: re.charge, Created: re.created,
+		Currency: re.currency, Metadata: re.metadata, PaymentIntent: re.intent,
+		Reason: strOrNil(re.reason), Status: "succeeded",
+	}
+}
+
+func fail(e *apiError) (int, any) { return e.status, e }
+
+// failAfterWrite: the chaos setting that answers 500 after a change was made.
+func (s *Server) failAfterWrite(op Op, id string) bool {
+	c := s.cfg.Chaos
+	if c.FailAfterWrite != nil && c.FailAfterWrite(op, id) {
+		return true
+	}
+	return c.FailAfterWriteRate > 0 && rand.Float64() < c.FailAfterWriteRate
+}
+
+var errAfterWrite = &apiError{status: http.StatusInternalServerError, Type: apiErrorType, Code: "internal_error",
+	Message: "An unknown error occurred (the simulator's chaos setting: the change was made)."}
+
+// metadata reads metadata[key]=value parameters with Stripe's limits.
+func metadata(c *caller) (map[string]string, *apiError) {
+	md := map[string]string{}
+	for name, vals := range c.form {
+		k, ok := strings.CutPrefix(name, "metadata[")
+		if !ok {
+			continue
+		}
+		k, ok = strings.CutSuffix(k, "]")
+		if !ok || k == "" || len(k) > 40 || len(vals) == 0 || len(vals[0]) > 500 {
+			return nil, badRequest("parameter_invalid", name, "Invalid metadata parameter %s: keys are 1-40 characters, values up to 500.", name)
+		}
+		md[k] = vals[0]
+	}
+	if len(md) > 50 {
+		return nil, badRequest("parameter_invalid", "metadata", "Metadata may have at most 50 keys.")
+	}
+	return md, nil
+}
+
+func amountParam(c *caller, name string, required bool) (int64, *apiError) {
+	v := c.get(name)
+	if v == "" {
+		if required {
+			return 0, badRequest("parameter_missing", name, "Missing required param: %s.", name)
+		}
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, badRequest("parameter_invalid_integer", name, "Invalid integer: %s", v)
+	}
+	if n < 1 {
+		return 0, badRequest("amount_too_small", name, "Amount must be at least 1.")
+	}
+	if n > 99_999_999 {
+		return 0, badRequest("amount_too_large", name, "Amount must be no more than 99999999.")
+	}
+	return n, nil
+}
+
+func (s *Server) createIntent(r *http.Request, c *caller) (int, any) {
+	amount, e := amountParam(c, "amount", true)
+	if e != nil {
+		return fail(e)
+	}
+	currency := strings.ToLower(c.get("currency"))
+	if currency == "" {
+		return fail(badRequest("parameter_missing", "currency", "Missing required param: currency."))
+	}
+	if len(currency) != 3 || strings.Trim(currency, "abcdefghijklmnopqrstuvwxyz") != "" {
+		return fail(badRequest("parameter_invalid_string", "currency", "Invalid currency: %s.", currency))
+	}
+	md, e := metadata(c)
+	if e != nil {
+		return fail(e)
+	}
+	pm := c.get("payment_method")
+	if _, ok := cardOutcome[pm]; pm != "" && !ok {
+		return fail(noSuch("PaymentMethod", "payment_method", pm))
+	}
+	confirm := c.get("confirm") == "true"
+	if confirm && pm == "" {
+		return fail(badRequest("parameter_missing", "payment_method", "A payment_method is needed to confirm on creation."))
+	}
+	id := "pi_" + randomID(24)
+	pi := &intent{
+		id: id, secret: id + "_secret_" + randomID(25), currency: currency, status: StatusRequiresPaymentMethod,
+		amount: amount, created: time.Now().Unix(), metadata: md, description: c.get("description"),
+		paymentMethod: pm,
+	}
+	s.mu.Lock()
+	s.intents[id] = pi
+	var evts []*event
+	status, body := http.StatusOK, any(nil)
+	if confirm {
+		status, body, evts = s.confirmLocked(pi, pm)
+	} else {
+		body = pi.view()
+	}
+	s.mu.Unlock()
+	s.hooks.enqueue(evts)
+	if s.failAfterWrite(OpCreate, id) {
+		return fail(errAfterWrite)
+	}
+	return status, body
+}
+
+// intentFor finds the payment intent of the path, checking the client_secret when the caller
+// has no secret key (or sent one anyway).
+func (s *Server) intentFor(r *http.Request, c *caller) (*intent, *apiError) {
+	id := r.PathValue("id")
+	pi := s.intents[id]
+	if pi == nil {
+		return nil, noSuch("payment_intent", "intent", id)
+	}
+	cs := c.get("client_secret")
+	if c.key == "" || cs != "" {
+		if subtle.ConstantTimeCompare([]byte(cs), []byte(pi.secret)) != 1 {
+			if c.key == "" && cs == "" {
+				return nil, &apiError{status: http.StatusUnauthorized, Type: invalidRequest, Code: "api_key_invalid",
+					Message: "You did not provide an API key, nor the payment intent's client_secret."}
+			}
+			return nil, badRequest("payment_intent_invalid_parameter", "client_secret",
+				"The client_secret provided does not match the client_secret associated with the PaymentIntent.")
+		}
+	}
+	return pi, nil
+}
+
+func (s *Server) getIntent(r *http.Request, c *caller) (int, any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi, e := s.intentFor(r, c)
+	if e != nil {
+		return fail(e)
+	}
+	return http.StatusOK, pi.view()
+}
+
+func (s *Server) confirmIntent(r *http.Request, c *caller) (int, any) {
+	s.mu.Lock()
+	pi, e := s.intentFor(r, c)
+	if e != nil {
+		s.mu.Unlock()
+		return fail(e)
+	}
+	pm := c.get("payment_method")
+	if pm == "" {
+		pm = pi.paymentMethod
+	}
+	status, body, evts := s.confirmLocked(pi, pm)
+	s.mu.Unlock()
+	s.hooks.enqueue(evts)
+	if status < 500 && (status == http.StatusOK || status == http.StatusPaymentRequired) && s.failAfterWrite(OpConfirm, pi.id) {
+		return fail(errAfterWrite)
+	}
+	return status, body
+}
+
+// confirmLocked charges pi with the payment method pm (s.mu held), and returns the reply and
+// the events to deliver.
+func (s *Server) confirmLocked(pi *intent, pm string) (int, any, []*event) {
+	if pm == "" {
+		return http.StatusBadRequest, badRequest("payment_intent_unexpected_state", "payment_method",
+			"You cannot confirm this PaymentIntent because it's missing a payment method."), nil
+	}
+	outcome, ok := cardOutcome[pm]
+	if !ok {
+		return http.StatusBadRequest, noSuch("PaymentMethod", "payment_method", pm), nil
+	}
+	if pi.status != StatusRequiresPaymentMethod {
+		e := badRequest("payment_intent_unexpected_state", "",
+			"You cannot confirm this PaymentIntent because it has a status of %s.", pi.status)
+		e.PaymentIntent = pi.view()
+		return e.status, e, nil
+	}
+	pi.paymentMethod = pm
+	switch outcome {
+	case StatusSucceeded:
+		ev := s.succeedLocked(pi)
+		return http.StatusOK, pi.view(), []*event{ev}
+	case StatusProcessing:
+		pi.status, pi.lastError = StatusProcessing, nil
+		id := pi.id
+		if !s.closed {
+			s.timers[id] = time.AfterFunc(s.cfg.AsyncDelay, func() { s.settleAsync(id) })
+		}
+		return http.StatusOK, pi.view(), nil
+	default: // declined
+		ch := s.newChargeLocked(pi, "failed")
+		ch.failureCode, ch.failureMessage = "card_declined", "Your card was declined."
+		pi.status, pi.paymentMethod, pi.latestCharge = StatusRequiresPaymentMethod, "", ch.id
+		pi.lastError = &apiError{Type: cardError, Code: "card_declined", DeclineCode: "generic_decline",
+			Message: "Your card was declined.", PaymentMethod: &pmJSON{ID: pm, Object: "payment_method", Type: "card"}}
+		view := pi.view()
+		e := &apiError{status: http.StatusPaymentRequired, Type: cardError, Code: "card_declined",
+			DeclineCode: "generic_decline", Message: "Your card was declined.", PaymentIntent: view,
+			PaymentMethod: pi.lastError.PaymentMethod}
+		return e.status, e, []*event{s.newEvent("payment_intent.payment_failed", view)}
+	}
+}
+
+func (s *Server) newChargeLocked(pi *intent, status string) *charge {
+	ch := &charge{id: "ch_" + randomID(24), intent: pi.id, currency: pi.currency, status: status,
+		paymentMethod: pi.paymentMethod, amount: pi.amount, created: time.Now().Unix(), metadata: pi.metadata}
+	s.charges[ch.id] = ch
+	return ch
+}
+
+func (s *Server) succeedLocked(pi *intent) *event {
+	ch := s.newChargeLocked(pi, StatusSucceeded)
+	pi.status, pi.received, pi.latestCharge, pi.lastError = StatusSucceeded, pi.amount, ch.id, nil
+	return s.newEvent("payment_intent.succeeded", pi.view())
+}
+
+// settleAsync ends a pm_card_async payment: it succeeds, as Stripe's asynchronous methods
+// succeed some time after confirmation (and can no longer be cancelled meanwhile).
+func (s *Server) settleAsync(id string) {
+	s.mu.Lock()
+	delete(s.timers, id)
+	pi := s.intents[id]
+	if s.closed || pi == nil || pi.status != StatusProcessing {
+		s.mu.Unlock()
+		return
+	}
+	ev := s.succeedLocked(pi)
+	s.mu.Unlock()
+	s.hooks.enqueue([]*event{ev})
+}
+
+var cancellationReasons = []string{"duplicate", "fraudulent", "requested_by_customer", "abandoned"}
+
+func (s *Server) cancelIntent(r *http.Request, c *caller) (int, any) {
+	reason := c.get("cancellation_reason")
+	if reason != "" && !slices.Contains(cancellationReasons, reason) {
+		return fail(badRequest("parameter_invalid_string", "cancellation_reason", "Invalid cancellation_reason: %s.", reason))
+	}
+	s.mu.Lock()
+	pi, e := s.intentFor(r, c)
+	if e != nil {
+		s.mu.Unlock()
+		return fail(e)
+	}
+	if pi.status != StatusRequiresPaymentMethod {
+		e := badRequest("payment_intent_unexpected_state", "",
+			"You cannot cancel this PaymentIntent because it has a status of %s.", pi.status)
+		e.PaymentIntent = pi.view()
+		s.mu.Unlock()
+		return fail(e)
+	}
+	pi.status, pi.canceledAt, pi.cancellationReason = StatusCanceled, time.Now().Unix(), reason
+	view := pi.view()
+	ev := s.newEvent("payment_intent.canceled", view)
+	s.mu.Unlock()
+	s.hooks.enqueue([]*event{ev})
+	if s.failAfterWrite(OpCancel, pi.id) {
+		return fail(errAfterWrite)
+	}
+	return http.StatusOK, view
+}
+
+var refundReasons = []string{"duplicate", "fraudulent", "requested_by_customer"}
+
+func (s *Server) createRefund(r *http.Request, c *caller) (int, any) {
+	piID := c.get("payment_intent")
+	chID := c.get("charge")
+	if piID == "" && chID == "" {
+		return fail(badRequest("parameter_missing", "payment_intent", "Missing required param: payment_intent."))
+	}
+	amount, e := amountParam(c, "amount", false)
+	if e != nil {
+		return fail(e)
+	}
+	reason := c.get("reason")
+	if reason != "" && !slices.Contains(refundReasons, reason) {
+		return fail(badRequest("parameter_invalid_string", "reason", "Invalid reason: %s.", reason))
+	}
+	md, e := metadata(c)
+	if e != nil {
+		return fail(e)
+	}
+	s.mu.Lock()
+	var pi *intent
+	if piID != "" {
+		if pi = s.intents[piID]; pi == nil {
+			s.mu.Unlock()
+			return fail(noSuch("payment_intent", "payment_intent", piID))
+		}
+	} else {
+		ch := s.charges[chID]
+		if ch == nil {
+			s.mu.Unlock()
+			return fail(noSuch("charge", "charge", chID))
+		}
+		pi = s.intents[ch.intent]
+	}
+	if pi.status != StatusSucceeded {
+		s.mu.Unlock()
+		return fail(badRequest("payment_intent_unexpected_state", "payment_intent",
+			"This PaymentIntent (%s) does not have a successful charge to refund (status %s).", pi.id, pi.status))
+	}
+	ch := s.charges[pi.latestCharge]
+	left := ch.amount - ch.refunded
+	if left == 0 {
+		s.mu.Unlock()
+		return fail(badRequest("charge_already_refunded", "", "Charge %s has already been refunded.", ch.id))
+	}
+	if amount == 0 {
+		amount = left
+	}
+	if amount > left {
+		s.mu.Unlock()
+		return fail(badRequest("amount_too_large", "amount",
+			"Refund amount (%d) is greater than unrefunded amount on charge (%d).", amount, left))
+	}
+	ch.refunded += amount
+	re := &refund{id: "re_" + randomID(24), charge: ch.id, intent: pi.id, currency: pi.currency, reason: reason,
+		amount: amount, created: time.Now().Unix(), seq: int64(len(s.refunds)) + 1, metadata: md}
+	s.refunds[re.id] = re
+	view := re.view()
+	evts := []*event{s.newEvent("charge.refunded", ch.view()), s.newEvent("refund.created", view)}
+	s.mu.Unlock()
+	s.hooks.enqueue(evts)
+	if s.failAfterWrite(OpRefund, pi.id) {
+		return fail(errAfterWrite)
+	}
+	return http.StatusOK, view
+}
+
+func (s *Server) getRefund(r *http.Request, c *caller) (int, any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	re := s.refunds[r.PathValue("id")]
+	if re == nil {
+		return fail(noSuch("refund", "id", r.PathValue("id")))
+	}
+	return http.StatusOK, re.view()
+}
+
+// listRefunds is GET /v1/refunds, newest first, filtered by payment_intent or charge, with
+// Stripe's limit / starting_after pagination.
+func (s *Server) listRefunds(r *http.Request, c *caller) (int, any) {
+	limit := 10
+	if v := c.get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return fail(badRequest("parameter_invalid_integer", "limit", "limit must be an integer from 1 to 100."))
+		}
+		limit = n
+	}
+	piID, chID, after := c.get("payment_intent"), c.get("charge"), c.get("starting_after")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if piID != "" && s.intents[piID] == nil {
+		return fail(noSuch("payment_intent", "payment_intent", piID))
+	}
+	if chID != "" && s.charges[chID] == nil {
+		return fail(noSuch("charge", "charge", chID))
+	}
+	var all []*refund
+	for _, re := range s.refunds {
+		if (piID == "" || re.intent == piID) && (chID == "" || re.charge == chID) {
+			all = append(all, re)
+		}
+	}
+	slices.SortFunc(all, func(a, b *refund) int { return int(b.seq - a.seq) })
+	if after != "" {
+		i := slices.IndexFunc(all, func(re *refund) bool { return re.id == after })
+		if i < 0 {
+			return fail(noSuch("refund", "starting_after", after))
+		}
+		all = all[i+1:]
+	}
+	out := listJSON{Object: "list", Data: []refundJSON{}, URL: "/v1/refunds"}
+	for i, re := range all {
+		if i == limit {
+			out.HasMore = true
+			break
+		}
+		out.Data = append(out.Data, re.view())
+	}
+	return http.StatusOK, out
+}

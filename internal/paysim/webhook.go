@@ -1,0 +1,281 @@
+package paysim
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// event is one Stripe event, its body fixed when the change was made (data.object is the
+// object as it was then, as at Stripe).
+type event struct {
+	id, typ string
+	body    []byte
+}
+
+type eventJSON struct {
+	ID              string        `json:"id"`
+	Object          string        `json:"object"`
+	APIVersion      string        `json:"api_version"`
+	Created         int64         `json:"created"`
+	Data            eventDataJSON `json:"data"`
+	Livemode        bool          `json:"livemode"`
+	PendingWebhooks int           `json:"pending_webhooks"`
+	Request         eventReqJSON  `json:"request"`
+	Type            string        `json:"type"`
+}
+
+type eventDataJSON struct {
+	Object any `json:"object"`
+}
+
+type eventReqJSON struct {
+	ID             *string `json:"id"`
+	IdempotencyKey *string `json:"idempotency_key"`
+}
+
+func (s *Server) newEvent(typ string, obj any) *event {
+	ev := &event{id: "evt_" + randomID(24), typ: typ}
+	raw, err := json.Marshal(eventJSON{
+		ID: ev.id, Object: "event", APIVersion: s.cfg.EventAPIVersion, Created: time.Now().Unix(),
+		Data: eventDataJSON{Object: obj}, PendingWebhooks: 1, Type: typ,
+	})
+	if err != nil {
+		panic("paysim: marshal event: " + err.Error())
+	}
+	ev.body = raw
+	return ev
+}
+
+// Sign is the Stripe-Signature header value for body signed with secret at time t:
+// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>".
+func Sign(body []byte, secret string, t time.Time) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(ts))
+	mac.Write([]byte("."))
+	mac.Write(body)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// Stats counts the webhook work so far.
+type Stats struct {
+	Events    int64 // events made
+	Attempts  int64 // delivery attempts (each copy, each retry)
+	Delivered int64 // deliveries answered 2xx (copies count one each)
+	Failed    int64 // attempts not answered 2xx (each is retried)
+	Pending   int64 // deliveries waiting for an attempt or in one
+}
+
+// Stats reports the webhook counters.
+func (s *Server) Stats() Stats {
+	d := s.hooks
+	return Stats{
+		Events: d.events.Load(), Attempts: d.attempts.Load(), Delivered: d.delivered.Load(),
+		Failed: d.failed.Load(), Pending: int64(len(d.slots)),
+	}
+}
+
+// delivery is one copy of an event on its way to the webhook URL.
+type delivery struct {
+	ev      *event
+	attempt int // attempts made so far
+	due     time.Time
+	index   int
+}
+
+type dueHeap []*delivery
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *dueHeap) Push(x any)        { d := x.(*delivery); d.index = len(*h); *h = append(*h, d) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return d
+}
+
+// deliverer sends events to the webhook URL: at least once, each copy retried with capped
+// exponential backoff until answered 2xx, by a few workers fed by one scheduler. slots bounds
+// the deliveries in the queue; a producer waits for room.
+type deliverer struct {
+	s     *Server
+	slots chan struct{}
+	ready chan *delivery
+	wake  chan struct{}
+	mu    sync.Mutex
+	due   dueHeap
+	wg    sync.WaitGroup
+
+	events, attempts, delivered, failed atomic.Int64
+}
+
+func newDeliverer(s *Server) *deliverer {
+	d := &deliverer{
+		s:     s,
+		slots: make(chan struct{}, s.cfg.QueueMax),
+		ready: make(chan *delivery),
+		wake:  make(chan struct{}, 1),
+	}
+	if s.cfg.WebhookURL == "" {
+		return d
+	}
+	d.wg.Add(1 + s.cfg.Workers)
+	go d.schedule()
+	for range s.cfg.Workers {
+		go d.work()
+	}
+	return d
+}
+
+// enqueue hands events over for delivery, in copies as the chaos settings say; it waits for
+// room in the queue, or until Close.
+func (d *deliverer) enqueue(evts []*event) {
+	d.events.Add(int64(len(evts)))
+	if d.s.cfg.WebhookURL == "" {
+		return
+	}
+	ch := d.s.cfg.Chaos
+	for _, ev := range evts {
+		copies := 1
+		if ch.Duplicates > 1 {
+			copies = 1 + rand.IntN(ch.Duplicates)
+		}
+		for range copies {
+			select {
+			case d.slots <- struct{}{}:
+			case <-d.s.lifetime.Done():
+				return
+			}
+			wait := ch.Delay
+			if ch.ReorderWindow > 0 {
+				wait += rand.N(ch.ReorderWindow)
+			}
+			d.push(&delivery{ev: ev, due: time.Now().Add(wait)})
+		}
+	}
+}
+
+func (d *deliverer) push(x *delivery) {
+	d.mu.Lock()
+	heap.Push(&d.due, x)
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// schedule hands each delivery to a worker when it is due.
+func (d *deliverer) schedule() {
+	defer d.wg.Done()
+	stop := d.s.lifetime.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		d.mu.Lock()
+		var next *delivery
+		wait := time.Hour
+		if len(d.due) > 0 {
+			if w := time.Until(d.due[0].due); w <= 0 {
+				next = heap.Pop(&d.due).(*delivery)
+			} else {
+				wait = w
+			}
+		}
+		d.mu.Unlock()
+		if next != nil {
+			select {
+			case d.ready <- next:
+				continue
+			case <-stop:
+				return
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-d.wake:
+		case <-stop:
+			return
+		}
+	}
+}
+
+func (d *deliverer) work() {
+	defer d.wg.Done()
+	stop := d.s.lifetime.Done()
+	for {
+		select {
+		case x := <-d.ready:
+			if d.attempt(x) {
+				d.delivered.Add(1)
+				<-d.slots
+				continue
+			}
+			d.failed.Add(1)
+			d.push(&delivery{ev: x.ev, attempt: x.attempt, due: time.Now().Add(d.backoff(x.attempt))})
+		case <-stop:
+			return
+		}
+	}
+}
+
+// backoff after n failed attempts: RetryMin doubled each time, capped at RetryMax, with the
+// upper half jittered so that retries of a burst spread out.
+func (d *deliverer) backoff(n int) time.Duration {
+	b := d.s.cfg.RetryMin
+	for i := 1; i < n && b < d.s.cfg.RetryMax; i++ {
+		b *= 2
+	}
+	b = min(b, d.s.cfg.RetryMax)
+	return b/2 + rand.N(b/2+1)
+}
+
+// attempt POSTs the event once, signed now (each attempt is signed afresh, so its t= is
+// recent however late the retry); true if answered 2xx.
+func (d *deliverer) attempt(x *delivery) bool {
+	x.attempt++
+	d.attempts.Add(1)
+	ctx, cancel := context.WithTimeout(d.s.lifetime, d.s.cfg.WebhookTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.s.cfg.WebhookURL, bytes.NewReader(x.ev.body))
+	if err != nil {
+		d.s.log.Error("paysim: webhook request", "url", d.s.cfg.WebhookURL, "err", err)
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
+	req.Header.Set("Stripe-Signature", Sign(x.ev.body, d.s.secrets[0], time.Now()))
+	res, err := d.s.cfg.HTTPClient.Do(req)
+	if err != nil {
+		if d.s.lifetime.Err() == nil {
+			d.s.log.Warn("paysim: webhook not delivered, will retry", "event", x.ev.id, "type", x.ev.typ, "attempt", x.attempt, "err", err)
+		}
+		return false
+	}
+	io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		d.s.log.Warn("paysim: webhook refused, will retry", "event", x.ev.id, "type", x.ev.typ, "attempt", x.attempt, "status", res.StatusCode)
+		return false
+	}
+	return true
+}
+
+// close waits for the scheduler and the workers (the lifetime context is already cancelled,
+// which also aborts attempts in flight).
+func (d *deliverer) close() { d.wg.Wait() }
