@@ -219,14 +219,15 @@ func queueMerge(b *txBatch, rows batchRows, provider string) {
 		}
 		var (
 			ids, orders, statuses = make([]string, n), make([]string, n), make([]string, n)
+			providers             = make([]string, n)
 			amounts, refunded     = make([]int64, n), make([]int64, n)
 			created, updated      = make([]time.Time, n), make([]time.Time, n)
 		)
 		for i, r := range rows.payments {
 			ids[i], orders[i], statuses[i], amounts[i], refunded[i] = r.ID, r.OrderID, r.Status, r.AmountCents, r.Refunded
-			created[i], updated[i] = r.CreatedAt, r.UpdatedAt
+			created[i], updated[i], providers[i] = r.CreatedAt, r.UpdatedAt, provider
 		}
-		b.exec(mergePayments, ids, orders, provider, amounts, statuses, refunded, created, updated)
+		b.exec(mergePayments, ids, orders, providers, amounts, statuses, refunded, created, updated)
 	}
 }
 
@@ -323,9 +324,9 @@ var (
 
 	// mergePayments: a refund wins over a success whatever the order the events came in.
 	mergePayments = stmt{"record_merge_payments", `INSERT INTO payments AS p (id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at)
-	SELECT id, order_id, $3::text, amount_cents, status, refunded_cents, created_at, updated_at
-	FROM unnest($1::text[], $2::text[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[], $8::timestamptz[])
-		AS x(id, order_id, amount_cents, status, refunded_cents, created_at, updated_at)
+	SELECT id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[], $8::timestamptz[])
+		AS x(id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at)
 	ON CONFLICT (id) DO UPDATE SET
 	status = CASE WHEN excluded.status = 'refunded' THEN excluded.status ELSE p.status END,
 	refunded_cents = GREATEST(p.refunded_cents, excluded.refunded_cents),

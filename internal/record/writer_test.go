@@ -307,3 +307,41 @@ func TestApplyIsolatingParksUnstorableTextWhateverTheBatch(t *testing.T) {
 		t.Fatalf("item %+v, %d dead letters; want the newer name and one dead letter", it, dead)
 	}
 }
+
+// TestApplyPayments: order.paid with a payment id records a succeeded payment, payment.refunded
+// a refunded one; in whatever order and however often they arrive, a refund stays a refund.
+func TestApplyPayments(t *testing.T) {
+	reserved1 := ev(events.OrderReserved, 1, nil)
+	paid := ev(events.OrderPaid, 2, func(e *events.Event) { e.PaymentID = "pi_paid" })
+	reserved2 := ev(events.OrderReserved, 3, func(e *events.Event) { e.OrderID = "a.2"; e.Quantity = i64(1) })
+	expired := ev(events.OrderExpired, 4, func(e *events.Event) { e.OrderID = "a.2"; e.Quantity = i64(1) })
+	refunded := ev(events.PaymentRefunded, 5, func(e *events.Event) { e.OrderID = "a.2"; e.Quantity = i64(1); e.PaymentID = "pi_late" })
+	for _, order := range [][]events.Event{
+		{reserved1, paid, reserved2, expired, refunded},
+		{refunded, expired, paid, reserved2, reserved1, refunded, paid},
+	} {
+		db := openDB(t)
+		w := record.NewWriter(db)
+		for _, e := range order {
+			if _, err := w.Apply(context.Background(), msgs(t, e)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var rows []struct {
+			ID, OrderID, Provider, Status string
+			AmountCents, RefundedCents    int64
+		}
+		if err := db.Raw(`SELECT id, order_id, provider, status, amount_cents, refunded_cents FROM payments ORDER BY id`).Scan(&rows).Error; err != nil {
+			t.Fatal(err)
+		}
+		want := `[{pi_late a.2 sim refunded 500 500} {pi_paid a.1 sim succeeded 1000 0}]`
+		if got := fmt.Sprint(rows); got != want {
+			t.Fatalf("payments %s, want %s", got, want)
+		}
+		var status string
+		db.Raw(`SELECT status FROM orders WHERE id = 'a.2'`).Scan(&status)
+		if status != "expired" {
+			t.Fatalf("the refunded payment's order is %q", status)
+		}
+	}
+}
