@@ -8,10 +8,6 @@ import (
 	"github.com/flashsale/flashsale/internal/payment"
 )
 
-// simAPIKey is the secret key the api presents to the payment simulator (it takes any
-// sk_test_ key, as Stripe's test mode would look to a client).
-const simAPIKey = "sk_test_flashsale"
-
 // newPayments builds the payment service of FLASHSALE_PAYMENT_PROVIDER: Stripe, the simulator
 // (started here unless one already answers on its address), or none.
 func (a *API) newPayments(ctx context.Context, cfg config.Config) (*payment.Service, error) {
@@ -29,7 +25,7 @@ func (a *API) newPayments(ctx context.Context, cfg config.Config) (*payment.Serv
 		}
 		slog.Info("payment simulator", "url", base, "webhooks_to", cfg.WebhookURL())
 		return payment.NewService(payment.NewStripe(payment.StripeOptions{
-			Name: payment.ProviderSim, APIBase: base, SecretKey: simAPIKey,
+			Name: payment.ProviderSim, APIBase: base, SecretKey: payment.SimAPIKey,
 			Secrets: p.WebhookSecrets, CheckoutURL: base,
 		}), a.Orders, p.Currency), nil
 	}

@@ -133,3 +133,26 @@ func classify(op string, err error) error {
 	}
 	return fmt.Errorf("payment: %s: %w: %v", op, ErrUnavailable, err)
 }
+
+// PaymentStatus is the payment's current status at the provider (for reconciliation).
+func (s *Stripe) PaymentStatus(ctx context.Context, id string) (string, error) {
+	p, err := s.GetPayment(ctx, id)
+	return p.Status, err
+}
+
+// ProviderFor is the provider the configuration names, for processes that only ask about
+// payments (the reconciler): nil with none. simAddr is the simulator's host:port.
+func ProviderFor(name, simAddr, stripeBase, stripeKey string, secrets []string) *Stripe {
+	switch name {
+	case ProviderStripe:
+		return NewStripe(StripeOptions{Name: name, APIBase: stripeBase, SecretKey: stripeKey, Secrets: secrets})
+	case ProviderSim:
+		base := "http://" + simAddr
+		return NewStripe(StripeOptions{Name: name, APIBase: base, SecretKey: SimAPIKey, Secrets: secrets, CheckoutURL: base})
+	}
+	return nil
+}
+
+// SimAPIKey is the secret key flashsale presents to the payment simulator (it takes any
+// sk_test_ key, as Stripe's test mode would look to a client).
+const SimAPIKey = "sk_test_flashsale"

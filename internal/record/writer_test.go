@@ -345,3 +345,49 @@ func TestApplyPayments(t *testing.T) {
 		}
 	}
 }
+
+// TestPaymentIssues: the payments check finds a succeeded payment whose order is not paid and
+// an order two payments paid, and nothing in a record that adds up.
+func TestPaymentIssues(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	db, err := record.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s, _ := db.DB(); s.Close() }()
+	q, err := record.OpenQueries(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	w := record.NewWriter(db)
+	_, err = w.Apply(ctx, msgs(t,
+		ev(events.OrderReserved, 1, nil),
+		ev(events.OrderPaid, 2, func(e *events.Event) { e.PaymentID = "pi_paid" }),
+		ev(events.OrderReserved, 3, func(e *events.Event) { e.OrderID = "a.2" }),
+		ev(events.OrderExpired, 4, func(e *events.Event) { e.OrderID = "a.2" }),
+		ev(events.PaymentRefunded, 5, func(e *events.Event) { e.OrderID = "a.2"; e.PaymentID = "pi_late" }),
+		ev(events.OrderReserved, 6, func(e *events.Event) { e.OrderID = "a.3" }),
+		ev(events.OrderExpired, 7, func(e *events.Event) { e.OrderID = "a.3" }),
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	issues, checked, err := q.PaymentIssues(ctx)
+	if err != nil || len(issues) != 0 || checked != 2 {
+		t.Fatalf("a record that adds up: %d checked, issues %+v, %v", checked, issues, err)
+	}
+	// What no event stream can write: a success for an expired order, a second for a paid one.
+	if err := db.Exec(`INSERT INTO payments (id, order_id, provider, amount_cents, status, created_at, updated_at) VALUES
+		('pi_lost', 'a.3', 'sim', 1000, 'succeeded', now(), now()), ('pi_twice', 'a.1', 'sim', 1000, 'succeeded', now(), now())`).Error; err != nil {
+		t.Fatal(err)
+	}
+	issues, checked, err = q.PaymentIssues(ctx)
+	if err != nil || checked != 4 {
+		t.Fatal(checked, err)
+	}
+	if got := fmt.Sprintf("%+v", issues); got != `[{PaymentID: OrderID:a.1 Status:succeeded OrderStatus: Payments:2} {PaymentID:pi_lost OrderID:a.3 Status:succeeded OrderStatus:expired Payments:1}]` {
+		t.Fatalf("issues %s", got)
+	}
+}
