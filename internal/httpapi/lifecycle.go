@@ -45,6 +45,14 @@ var errProviderPays = &apiError{http.StatusConflict, "invalid_state",
 var errProviderDown = &apiError{http.StatusServiceUnavailable, "unavailable",
 	"the payment provider cannot be reached; nothing was changed, try again"}
 
+// needProvider refuses checkout before the rate limit when the shop settles outside: asking
+// costs the shopper none of their pay allowance (the page then pays with POST /pay).
+func (s *Server) needProvider(c *gin.Context) {
+	if !s.Payments.Enabled() {
+		fail(c, payment.ErrNoProvider)
+	}
+}
+
 // checkout answers POST /api/orders/:id/checkout: 200 {"order","payment"} with the order's one
 // payment at the provider (created on the first call). Another user's or a malformed id is
 // 404; an order that is not reserved, or provider none, 409 invalid_state; a reservation whose

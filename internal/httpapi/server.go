@@ -135,7 +135,7 @@ func (s *Server) routes() {
 	shopper.GET("/orders/:id", s.getOrder)
 	shopper.POST("/orders/:id/pay", s.limit("pay"), s.payOrder)
 	shopper.POST("/orders/:id/cancel", s.limit("cancel"), s.cancelOrder)
-	shopper.POST("/orders/:id/checkout", s.limit("pay"), s.checkout)
+	shopper.POST("/orders/:id/checkout", s.needProvider, s.limit("pay"), s.checkout)
 	api.POST("/payments/webhook", s.paymentWebhook) // signed by the provider, no bearer token
 
 	admin := api.Group("/admin", s.Auth.requireAdmin)
