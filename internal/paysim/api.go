@@ -44,6 +44,14 @@ func noSuch(kind, param, id string) *apiError {
 		Message: fmt.Sprintf("No such %s: '%s'", kind, id)}
 }
 
+// noSuchParam: a parameter names an object that does not exist (400, where a path's unknown
+// object is 404, as at Stripe).
+func noSuchParam(kind, param, id string) *apiError {
+	e := noSuch(kind, param, id)
+	e.status = http.StatusBadRequest
+	return e
+}
+
 // caller is who sent an API request: a secret key, or nobody (routes that a client_secret
 // authorizes, as Stripe's publishable-key routes).
 type caller struct {
@@ -80,7 +88,7 @@ func (s *Server) api(h apiHandler, acc access) http.Handler {
 		w.Header().Set("Stripe-Version", s.cfg.EventAPIVersion)
 		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 		if err := r.ParseForm(); err != nil {
-			writeReply(w, http.StatusBadRequest, nil, badRequest("parameter_invalid", "", "Invalid request body: %v", err))
+			writeReply(w, http.StatusBadRequest, badRequest("parameter_invalid", "", "Invalid request body: %v", err))
 			return
 		}
 		key, keyErr := s.apiKey(r)
@@ -90,18 +98,18 @@ func (s *Server) api(h apiHandler, acc access) http.Handler {
 				msg = keyErr.Error()
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="Stripe"`)
-			writeReply(w, http.StatusUnauthorized, nil, &apiError{Type: invalidRequest, Code: "api_key_invalid", Message: msg})
+			writeReply(w, http.StatusUnauthorized, &apiError{Type: invalidRequest, Code: "api_key_invalid", Message: msg})
 			return
 		}
 		c := &caller{key: key, form: r.Form}
 		ikey := r.Header.Get("Idempotency-Key")
 		if r.Method != http.MethodPost || ikey == "" {
 			status, body := h(r, c)
-			writeReply(w, status, nil, body)
+			writeReply(w, status, body)
 			return
 		}
 		if len(ikey) > 255 {
-			writeReply(w, http.StatusBadRequest, nil, badRequest("idempotency_key_too_long", "", "Idempotency-Key is longer than 255 characters."))
+			writeReply(w, http.StatusBadRequest, badRequest("idempotency_key_too_long", "", "Idempotency-Key is longer than 255 characters."))
 			return
 		}
 		w.Header().Set("Idempotency-Key", ikey)
@@ -113,7 +121,7 @@ func (s *Server) api(h apiHandler, acc access) http.Handler {
 		e, first := s.idem.begin(scope+"\x00"+ikey, fingerprint)
 		if !first {
 			if e.fingerprint != fingerprint {
-				writeReply(w, http.StatusBadRequest, nil, &apiError{Type: idempotencyError, Code: "idempotency_key_in_use",
+				writeReply(w, http.StatusBadRequest, &apiError{Type: idempotencyError, Code: "idempotency_key_in_use",
 					Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
 				return
 			}
@@ -127,9 +135,16 @@ func (s *Server) api(h apiHandler, acc access) http.Handler {
 			writeRaw(w, e.status, e.body)
 			return
 		}
+		finished := false
+		defer func() { // a handler that panics must not leave the key's later requests waiting
+			if !finished {
+				s.idem.finish(e, w.Header().Get("Request-Id"), http.StatusInternalServerError, marshalReply(errInternal))
+			}
+		}()
 		status, body := h(r, c)
 		raw := marshalReply(body)
 		s.idem.finish(e, w.Header().Get("Request-Id"), status, raw)
+		finished = true
 		writeRaw(w, status, raw)
 	})
 }
@@ -143,7 +158,7 @@ func (s *Server) apiKey(r *http.Request) (string, error) {
 	} else if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			return "", errors.New("Invalid Authorization header: use 'Bearer <secret key>'.")
+			return "", errors.New("invalid Authorization header: use 'Bearer <secret key>'")
 		}
 		key = strings.TrimSpace(tok)
 	}
@@ -157,7 +172,7 @@ func (s *Server) apiKey(r *http.Request) (string, error) {
 	} else if slices.ContainsFunc(s.cfg.APIKeys, func(k string) bool { return subtle.ConstantTimeCompare([]byte(k), []byte(key)) == 1 }) {
 		return key, nil
 	}
-	return "", fmt.Errorf("Invalid API Key provided: %s", maskKey(key))
+	return "", fmt.Errorf("invalid API key provided: %s", maskKey(key))
 }
 
 func maskKey(k string) string {
@@ -178,7 +193,7 @@ func marshalReply(body any) []byte {
 	return append(raw, '\n')
 }
 
-func writeReply(w http.ResponseWriter, status int, _ http.Header, body any) {
+func writeReply(w http.ResponseWriter, status int, body any) {
 	if status == 0 {
 		if e, ok := body.(*apiError); ok {
 			status = e.status
@@ -195,7 +210,7 @@ func writeRaw(w http.ResponseWriter, status int, raw []byte) {
 		w.Header().Set("Stripe-Should-Retry", "false")
 	}
 	w.WriteHeader(status)
-	w.Write(raw)
+	_, _ = w.Write(raw) // a client that went away: nothing to do
 }
 
 // idempotency keeps the first reply of every (caller, Idempotency-Key) for a while. A second

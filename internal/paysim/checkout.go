@@ -2,7 +2,7 @@ package paysim
 
 import (
 	"crypto/subtle"
-	_ "embed"
+	_ "embed" // the page and its stylesheet
 	"fmt"
 	"html/template"
 	"net"
@@ -31,7 +31,7 @@ const checkoutCSP = "default-src 'none'; style-src 'self'; form-action 'self'; f
 func serveCSS(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/css; charset=utf-8")
 	w.Header().Set("Cache-Control", "public, max-age=300")
-	w.Write(checkoutCSS)
+	_, _ = w.Write(checkoutCSS)
 }
 
 type cardChoice struct {
@@ -41,9 +41,8 @@ type cardChoice struct {
 
 type checkoutView struct {
 	ID, Action, Secret, Amount, OrderID, Status, Message, ReturnURL string
-	Payable, Processing, Succeeded, Canceled, Declined              bool
+	Payable, Processing, Succeeded, Refunded, Canceled, Declined    bool
 	Cards                                                           []cardChoice
-	AsyncSeconds                                                    string
 }
 
 // returnURL accepts a checkout page's return_url: a relative URL, or an http(s) URL on the
@@ -95,8 +94,12 @@ func (s *Server) checkoutPage(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	pi := s.intents[id]
 	var v *intentJSON
+	refunded := false
 	if pi != nil {
 		v = pi.view()
+		if ch := s.charges[pi.latestCharge]; ch != nil && ch.status == StatusSucceeded && ch.refunded > 0 {
+			refunded = true
+		}
 	}
 	s.mu.Unlock()
 	if v == nil {
@@ -112,7 +115,8 @@ func (s *Server) checkoutPage(w http.ResponseWriter, r *http.Request) {
 		OrderID: v.Metadata["order_id"], Status: v.Status, ReturnURL: ret,
 		Payable:    v.Status == StatusRequiresPaymentMethod,
 		Processing: v.Status == StatusProcessing,
-		Succeeded:  v.Status == StatusSucceeded,
+		Succeeded:  v.Status == StatusSucceeded && !refunded,
+		Refunded:   refunded,
 		Canceled:   v.Status == StatusCanceled,
 		Declined:   v.Status == StatusRequiresPaymentMethod && v.LastPaymentError != nil,
 		Cards: []cardChoice{

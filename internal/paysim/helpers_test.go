@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -24,6 +25,9 @@ func start(t *testing.T, cfg paysim.Config) *paysim.Server {
 	t.Helper()
 	if cfg.RetryMin == 0 {
 		cfg.RetryMin, cfg.RetryMax = 10*time.Millisecond, 200*time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	sim := paysim.New(cfg)
 	if err := sim.Start("127.0.0.1:0"); err != nil {
@@ -139,7 +143,7 @@ type receiver struct {
 	changed  chan struct{}
 }
 
-func newReceiver(t *testing.T, secret string, failFirst int) *receiver {
+func newReceiver(t testing.TB, secret string, failFirst int) *receiver {
 	rc := &receiver{secret: secret, failFirst: failFirst, attempts: map[string]int{}, changed: make(chan struct{}, 1)}
 	rc.srv = httptest.NewServer(http.HandlerFunc(rc.serve))
 	t.Cleanup(rc.srv.Close)
@@ -171,10 +175,12 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var obj map[string]any
-	json.Unmarshal(ev.Data.Raw, &obj)
-	ts := strings.TrimPrefix(strings.Split(sig, ",")[0], "t=")
 	var sec int64
-	json.Unmarshal([]byte(ts), &sec)
+	if json.Unmarshal(ev.Data.Raw, &obj) != nil || json.Unmarshal([]byte(strings.TrimPrefix(strings.Split(sig, ",")[0], "t=")), &sec) != nil {
+		rc.bad = append(rc.bad, "data.object or t= does not parse")
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
 	rc.got = append(rc.got, received{id: ev.ID, typ: string(ev.Type), object: obj, t: sec})
 	w.WriteHeader(http.StatusOK)
 }
@@ -212,5 +218,17 @@ func (rc *receiver) badSignatures() []string {
 
 // drained: every delivery the simulator made was answered 2xx.
 func drained(sim *paysim.Server) func() bool {
-	return func() bool { st := sim.Stats(); return st.Pending == 0 && st.Delivered >= st.Events }
+	return sim.Idle
+}
+
+// httptestServer serves h on loopback for the test and returns its URL.
+func httptestServer(t testing.TB, h http.HandlerFunc) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/hook"
+}
+
+func readAll(r *http.Request) []byte {
+	b, _ := io.ReadAll(r.Body)
+	return b
 }

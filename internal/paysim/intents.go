@@ -187,6 +187,9 @@ func (s *Server) failAfterWrite(op Op, id string) bool {
 	return c.FailAfterWriteRate > 0 && rand.Float64() < c.FailAfterWriteRate
 }
 
+var errInternal = &apiError{status: http.StatusInternalServerError, Type: apiErrorType, Code: "internal_error",
+	Message: "An unknown error occurred."}
+
 var errAfterWrite = &apiError{status: http.StatusInternalServerError, Type: apiErrorType, Code: "internal_error",
 	Message: "An unknown error occurred (the simulator's chaos setting: the change was made)."}
 
@@ -249,7 +252,7 @@ func (s *Server) createIntent(r *http.Request, c *caller) (int, any) {
 	}
 	pm := c.get("payment_method")
 	if _, ok := cardOutcome[pm]; pm != "" && !ok {
-		return fail(noSuch("PaymentMethod", "payment_method", pm))
+		return fail(noSuchParam("PaymentMethod", "payment_method", pm))
 	}
 	confirm := c.get("confirm") == "true"
 	if confirm && pm == "" {
@@ -324,7 +327,8 @@ func (s *Server) confirmIntent(r *http.Request, c *caller) (int, any) {
 	status, body, evts := s.confirmLocked(pi, pm)
 	s.mu.Unlock()
 	s.hooks.enqueue(evts)
-	if status < 500 && (status == http.StatusOK || status == http.StatusPaymentRequired) && s.failAfterWrite(OpConfirm, pi.id) {
+	charged := status == http.StatusOK || status == http.StatusPaymentRequired // a change was made
+	if charged && s.failAfterWrite(OpConfirm, pi.id) {
 		return fail(errAfterWrite)
 	}
 	return status, body
@@ -339,7 +343,7 @@ func (s *Server) confirmLocked(pi *intent, pm string) (int, any, []*event) {
 	}
 	outcome, ok := cardOutcome[pm]
 	if !ok {
-		return http.StatusBadRequest, noSuch("PaymentMethod", "payment_method", pm), nil
+		return http.StatusBadRequest, noSuchParam("PaymentMethod", "payment_method", pm), nil
 	}
 	if pi.status != StatusRequiresPaymentMethod {
 		e := badRequest("payment_intent_unexpected_state", "",
@@ -457,13 +461,13 @@ func (s *Server) createRefund(r *http.Request, c *caller) (int, any) {
 	if piID != "" {
 		if pi = s.intents[piID]; pi == nil {
 			s.mu.Unlock()
-			return fail(noSuch("payment_intent", "payment_intent", piID))
+			return fail(noSuchParam("payment_intent", "payment_intent", piID))
 		}
 	} else {
 		ch := s.charges[chID]
 		if ch == nil {
 			s.mu.Unlock()
-			return fail(noSuch("charge", "charge", chID))
+			return fail(noSuchParam("charge", "charge", chID))
 		}
 		pi = s.intents[ch.intent]
 	}
@@ -525,10 +529,10 @@ func (s *Server) listRefunds(r *http.Request, c *caller) (int, any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if piID != "" && s.intents[piID] == nil {
-		return fail(noSuch("payment_intent", "payment_intent", piID))
+		return fail(noSuchParam("payment_intent", "payment_intent", piID))
 	}
 	if chID != "" && s.charges[chID] == nil {
-		return fail(noSuch("charge", "charge", chID))
+		return fail(noSuchParam("charge", "charge", chID))
 	}
 	var all []*refund
 	for _, re := range s.refunds {
@@ -540,7 +544,7 @@ func (s *Server) listRefunds(r *http.Request, c *caller) (int, any) {
 	if after != "" {
 		i := slices.IndexFunc(all, func(re *refund) bool { return re.id == after })
 		if i < 0 {
-			return fail(noSuch("refund", "starting_after", after))
+			return fail(noSuchParam("refund", "starting_after", after))
 		}
 		all = all[i+1:]
 	}

@@ -49,7 +49,7 @@ type Config struct {
 	// that starts with "sk_test_", as Stripe's test mode would look to a client.
 	APIKeys []string
 	// WebhookURL receives every event (POST, JSON, Stripe-Signature). Empty: events are
-	// made but not delivered.
+	// made but not delivered (until Server.SetWebhookURL names one).
 	WebhookURL string
 	// WebhookSecrets sign the events: the first one signs (put a new one first to rotate).
 	// Empty: a random "whsec_…" secret, see Server.WebhookSecret.
@@ -121,10 +121,14 @@ type Server struct {
 	hooks    *deliverer
 	lifetime context.Context
 	stop     context.CancelFunc
+	// closeIdle closes the webhook client's kept-alive connections at Close (nil when the
+	// client is the caller's).
+	closeIdle func()
 
-	srvMu sync.Mutex
-	srv   *http.Server
-	ln    net.Listener
+	srvMu    sync.Mutex
+	srv      *http.Server
+	ln       net.Listener
+	newConns map[net.Conn]bool // accepted, no request yet: Close closes them at once
 }
 
 // New makes a simulator with cfg; it delivers webhooks from now until Close.
@@ -156,8 +160,14 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	ownClient := false
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: cfg.WebhookTimeout}
+		// One kept-alive connection per worker, so that a storm of deliveries does not open
+		// (and leave in TIME_WAIT) a connection per attempt.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = cfg.Workers
+		cfg.HTTPClient = &http.Client{Timeout: cfg.WebhookTimeout, Transport: tr}
+		ownClient = true
 	}
 	secrets := append([]string(nil), cfg.WebhookSecrets...)
 	if len(secrets) == 0 {
@@ -176,10 +186,18 @@ func New(cfg Config) *Server {
 		lifetime: ctx,
 		stop:     stop,
 	}
+	if ownClient {
+		s.closeIdle = cfg.HTTPClient.CloseIdleConnections
+	}
 	s.hooks = newDeliverer(s)
 	s.routes()
 	return s
 }
+
+// SetWebhookURL changes where events go from now on (an api that listens on port 0 knows its
+// own webhook URL only once it listens). Deliveries already queued go to the new URL too;
+// events made while the URL is empty are not delivered.
+func (s *Server) SetWebhookURL(u string) { s.hooks.url.Store(&u) }
 
 // WebhookSecret is the secret that signs the webhooks (the first of Config.WebhookSecrets, or
 // the random one made when none was given).
@@ -201,7 +219,7 @@ func (s *Server) Start(addr string) error {
 		}
 		return fmt.Errorf("paysim: listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ConnState: s.trackConn}
 	s.srvMu.Lock()
 	if s.srv != nil {
 		s.srvMu.Unlock()
@@ -216,6 +234,19 @@ func (s *Server) Start(addr string) error {
 		}
 	}()
 	return nil
+}
+
+func (s *Server) trackConn(c net.Conn, st http.ConnState) {
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	if st == http.StateNew {
+		if s.newConns == nil {
+			s.newConns = map[net.Conn]bool{}
+		}
+		s.newConns[c] = true
+	} else {
+		delete(s.newConns, c)
+	}
 }
 
 // ErrAddrInUse: Start found its address taken (maybe by another simulator; see Answering).
@@ -277,11 +308,23 @@ func (s *Server) Close() error {
 	s.srvMu.Unlock()
 	var err error
 	if srv != nil {
+		// Requests in flight finish; connections a client opened but never used would hold
+		// Shutdown for 5 s, so they are closed at once.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = srv.Shutdown(ctx)
+		done := make(chan error, 1)
+		go func() { done <- srv.Shutdown(ctx) }()
+		s.srvMu.Lock()
+		for c := range s.newConns {
+			c.Close()
+		}
+		s.srvMu.Unlock()
+		err = <-done
 		cancel()
 	}
 	s.hooks.close()
+	if s.closeIdle != nil {
+		s.closeIdle()
+	}
 	return err
 }
 
@@ -293,7 +336,7 @@ func randomID(n int) string {
 	out := make([]byte, 0, n)
 	buf := make([]byte, n+n/2)
 	for len(out) < n {
-		rand.Read(buf) // never fails (Go 1.24+)
+		_, _ = rand.Read(buf) // never fails (Go 1.24+)
 		for _, c := range buf {
 			if c < 248 && len(out) < n { // 248 = 4*62: no modulo bias
 				out = append(out, idAlphabet[int(c)%len(idAlphabet)])

@@ -128,3 +128,34 @@ func TestStripeGoClient(t *testing.T) {
 		t.Fatalf("stripe-go refused deliveries: %v", bad)
 	}
 }
+
+// BenchmarkCheckout: one payment created and paid with stripe-go over loopback, its webhook
+// delivered to a receiver that verifies it (what one purchase costs the simulator).
+func BenchmarkCheckout(b *testing.B) {
+	rc := newReceiver(b, "whsec_bench", 0)
+	sim := paysim.New(paysim.Config{WebhookURL: rc.url(), WebhookSecrets: []string{"whsec_bench"}})
+	if err := sim.Start("127.0.0.1:0"); err != nil {
+		b.Fatal(err)
+	}
+	defer sim.Close()
+	sc := stripeClient(sim)
+	ctx := context.Background()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			pi, err := sc.V1PaymentIntents.Create(ctx, &stripe.PaymentIntentCreateParams{Amount: stripe.Int64(100), Currency: stripe.String("usd")})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := sc.V1PaymentIntents.Confirm(ctx, pi.ID, &stripe.PaymentIntentConfirmParams{PaymentMethod: stripe.String(paysim.CardVisa)}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	for sim.Stats().Pending > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	b.ReportMetric(float64(sim.Stats().Delivered)/b.Elapsed().Seconds(), "webhooks/s")
+}

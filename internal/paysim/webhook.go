@@ -87,23 +87,31 @@ func (s *Server) Stats() Stats {
 	}
 }
 
+// Idle reports whether every event made so far has been delivered (each copy answered 2xx),
+// or was not to be delivered (no webhook URL). Tests wait for it before checking what the
+// receiver did.
+func (s *Server) Idle() bool {
+	d := s.hooks
+	return d.handed.Load() == d.events.Load() && len(d.slots) == 0
+}
+
 // delivery is one copy of an event on its way to the webhook URL.
 type delivery struct {
 	ev      *event
 	attempt int // attempts made so far
 	due     time.Time
-	index   int
 }
 
 type dueHeap []*delivery
 
 func (h dueHeap) Len() int           { return len(h) }
 func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
-func (h *dueHeap) Push(x any)        { d := x.(*delivery); d.index = len(*h); *h = append(*h, d) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(*delivery)) }
 func (h *dueHeap) Pop() any {
 	old := *h
 	d := old[len(old)-1]
+	old[len(old)-1] = nil // the delivered event's body can go
 	*h = old[:len(old)-1]
 	return d
 }
@@ -113,6 +121,7 @@ func (h *dueHeap) Pop() any {
 // the deliveries in the queue; a producer waits for room.
 type deliverer struct {
 	s     *Server
+	url   atomic.Pointer[string]
 	slots chan struct{}
 	ready chan *delivery
 	wake  chan struct{}
@@ -121,6 +130,7 @@ type deliverer struct {
 	wg    sync.WaitGroup
 
 	events, attempts, delivered, failed atomic.Int64
+	handed                              atomic.Int64 // events whose copies are all queued (or not to be sent)
 }
 
 func newDeliverer(s *Server) *deliverer {
@@ -130,9 +140,7 @@ func newDeliverer(s *Server) *deliverer {
 		ready: make(chan *delivery),
 		wake:  make(chan struct{}, 1),
 	}
-	if s.cfg.WebhookURL == "" {
-		return d
-	}
+	d.url.Store(&s.cfg.WebhookURL)
 	d.wg.Add(1 + s.cfg.Workers)
 	go d.schedule()
 	for range s.cfg.Workers {
@@ -145,7 +153,8 @@ func newDeliverer(s *Server) *deliverer {
 // room in the queue, or until Close.
 func (d *deliverer) enqueue(evts []*event) {
 	d.events.Add(int64(len(evts)))
-	if d.s.cfg.WebhookURL == "" {
+	if *d.url.Load() == "" {
+		d.handed.Add(int64(len(evts)))
 		return
 	}
 	ch := d.s.cfg.Chaos
@@ -166,6 +175,7 @@ func (d *deliverer) enqueue(evts []*event) {
 			}
 			d.push(&delivery{ev: ev, due: time.Now().Add(wait)})
 		}
+		d.handed.Add(1)
 	}
 }
 
@@ -252,9 +262,10 @@ func (d *deliverer) attempt(x *delivery) bool {
 	d.attempts.Add(1)
 	ctx, cancel := context.WithTimeout(d.s.lifetime, d.s.cfg.WebhookTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.s.cfg.WebhookURL, bytes.NewReader(x.ev.body))
+	url := *d.url.Load()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(x.ev.body))
 	if err != nil {
-		d.s.log.Error("paysim: webhook request", "url", d.s.cfg.WebhookURL, "err", err)
+		d.s.log.Error("paysim: webhook request", "url", url, "err", err)
 		return false
 	}
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
@@ -267,7 +278,7 @@ func (d *deliverer) attempt(x *delivery) bool {
 		}
 		return false
 	}
-	io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10)) // so the connection is reused
 	res.Body.Close()
 	if res.StatusCode/100 != 2 {
 		d.s.log.Warn("paysim: webhook refused, will retry", "event", x.ev.id, "type", x.ev.typ, "attempt", x.attempt, "status", res.StatusCode)
