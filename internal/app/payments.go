@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/payment"
@@ -23,7 +22,6 @@ func (a *API) newPayments(ctx context.Context, cfg config.Config) (*payment.Serv
 		if err != nil {
 			return nil, err
 		}
-		slog.Info("payment simulator", "url", base, "webhooks_to", cfg.WebhookURL())
 		return payment.NewService(payment.NewStripe(payment.StripeOptions{
 			Name: payment.ProviderSim, APIBase: base, SecretKey: payment.SimAPIKey,
 			Secrets: p.WebhookSecrets, CheckoutURL: base,

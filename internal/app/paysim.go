@@ -21,6 +21,7 @@ func (a *API) startSimulator(ctx context.Context, cfg config.Config) (string, er
 		if p.SecretGenerated {
 			slog.Warn("payment simulator: using the one already answering; its webhooks will fail verification unless FLASHSALE_PAYMENT_WEBHOOK_SECRET is set to its secret", "addr", p.SimAddr)
 		}
+		slog.Info("payment simulator: using the one already answering", "url", "http://"+p.SimAddr)
 		return "http://" + p.SimAddr, nil
 	}
 	sim := paysim.New(paysim.Config{
@@ -37,5 +38,6 @@ func (a *API) startSimulator(ctx context.Context, cfg config.Config) (string, er
 		return "", fmt.Errorf("payment simulator: FLASHSALE_PAYMENT_SIM_ADDR %s: %w", p.SimAddr, err)
 	}
 	a.closers = append(a.closers, func() { sim.Close() })
+	slog.Info("payment simulator started", "url", sim.URL(), "webhooks_to", cfg.WebhookURL())
 	return sim.URL(), nil
 }

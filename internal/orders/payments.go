@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -55,6 +56,10 @@ func validPaymentID(id string) bool {
 	return true
 }
 
+// paymentIndexTTL keeps a payment findable far longer than any provider retries a webhook
+// (Stripe: up to three days), and as long as the order's own record is kept by default.
+const paymentIndexTTL = 30 * 24 * time.Hour
+
 // IndexPayment records payment id -> order id, the index a webhook finds the order by. It is
 // written before the payment is attached (AttachPayment), so no payment of an order can be
 // confirmed before its webhook can find it. Writing it again for the same order is a no-op; a
@@ -64,7 +69,7 @@ func (s *Store) IndexPayment(ctx context.Context, paymentID, orderID string) err
 		return fmt.Errorf("orders: index payment %q: malformed payment id", paymentID)
 	}
 	key := s.keys.PaymentOrder(paymentID)
-	ok, err := s.rdb.SetNX(ctx, key, orderID, 0).Result()
+	ok, err := s.rdb.SetNX(ctx, key, orderID, paymentIndexTTL).Result()
 	if err != nil {
 		return fmt.Errorf("orders: index payment %s: %w", paymentID, err)
 	}
