@@ -59,7 +59,7 @@ func TestWebhookStorm(t *testing.T) {
 			w.WriteHeader(http.StatusBadGateway)
 			return
 		}
-		io.Copy(io.Discard, res.Body)
+		_, _ = io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 		w.WriteHeader(res.StatusCode)
 	})}
@@ -68,7 +68,7 @@ func TestWebhookStorm(t *testing.T) {
 		t.Fatal(err)
 	}
 	apis.Store(&[]string{})
-	go relay.Serve(rl)
+	go func() { _ = relay.Serve(rl) }()
 	defer relay.Close()
 
 	sim := paysim.New(paysim.Config{
@@ -216,12 +216,14 @@ func TestWebhookStorm(t *testing.T) {
 	procs.WaitPostgres(t, s.db, ledger.Orders, 2*time.Minute)
 	s.waitFor("Postgres payments", 2*time.Minute, func() bool {
 		var succ, ref int
-		s.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'refunded') FROM payments`).Scan(&succ, &ref)
-		return succ == paid && ref == refunded
+		err := s.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'refunded') FROM payments`).Scan(&succ, &ref)
+		return err == nil && succ == paid && ref == refunded
 	})
 	var mismatched int
-	s.db.QueryRow(ctx, `SELECT count(*) FROM payments p JOIN orders o ON o.id = p.order_id
-		WHERE (p.status = 'succeeded') <> (o.status = 'paid')`).Scan(&mismatched)
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM payments p JOIN orders o ON o.id = p.order_id
+		WHERE (p.status = 'succeeded') <> (o.status = 'paid')`).Scan(&mismatched); err != nil {
+		t.Fatal(err)
+	}
 	if mismatched != 0 {
 		t.Errorf("Postgres: %d payments whose status disagrees with their order", mismatched)
 	}
