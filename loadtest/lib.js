@@ -3,7 +3,7 @@
 // the API (no oversell, no lost stock).
 import http from 'k6/http';
 import { check, fail, sleep } from 'k6';
-import { Rate, Counter } from 'k6/metrics';
+import { Rate, Counter, Trend } from 'k6/metrics';
 
 export const BASE = __ENV.BASE_URL || 'http://127.0.0.1:8080';
 export const ADMIN = __ENV.ADMIN_TOKEN || '';
@@ -21,6 +21,13 @@ export const serverErrors = new Rate('unexpected_5xx');
 // Replies whose status the contract does not allow for the call.
 export const badStatus = new Rate('unexpected_status');
 export const purchased = new Counter('purchased_units');
+// Paying through the payment simulator (SIM_URL: the api runs with FLASHSALE_PAYMENT_PROVIDER=sim
+// and its simulator there): POST checkout's latency, and from the reservation's 201 to the
+// order read back paid (checkout, the card confirmed on the simulator, its webhook to the api).
+export const SIM = __ENV.SIM_URL || '';
+export const checkoutMs = new Trend('checkout_ms', true);
+export const reservationToPaidMs = new Trend('reservation_to_paid_ms', true);
+export const paidUnits = new Counter('paid_units');
 
 const json = { headers: { 'Content-Type': 'application/json' } };
 
@@ -47,6 +54,51 @@ export function thresholds(extra) {
     unexpected_status: ['rate==0'],
     checks: ['rate==1'],
   }, extra || {});
+}
+
+// payThresholds are the thresholds of scenarios that pay: checkout answers fast, and a
+// reservation is paid within seconds of the shopper paying (with the simulator only).
+export function payThresholds() {
+  return SIM ? { checkout_ms: ['p(95)<1000'], reservation_to_paid_ms: ['p(95)<5000'] } : {};
+}
+
+// pay pays an order: through the payment simulator when SIM is set (checkout, confirm there
+// with pm_card_visa as the checkout page would, then the order read back until the webhook
+// has made it paid), else with POST /pay (a shop that settles outside).
+function pay(id, token, reservedAt) {
+  if (!SIM) {
+    const p = http.post(`${BASE}/api/orders/${id}/pay`, null, Object.assign(bearer(token), { tags: { name: 'pay' } }));
+    record(p, [200, 409, 429], 'pay');
+    return;
+  }
+  const c = http.post(`${BASE}/api/orders/${id}/checkout`, null, Object.assign(bearer(token), { tags: { name: 'checkout' } }));
+  if (!record(c, [200, 409, 429], 'checkout') || c.status !== 200) {
+    return;
+  }
+  checkoutMs.add(c.timings.duration);
+  const pi = c.json('payment');
+  const conf = http.post(`${SIM}/v1/payment_intents/${pi.id}/confirm`,
+    { payment_method: 'pm_card_visa', client_secret: pi.client_secret },
+    { headers: { Authorization: 'Bearer sk_test_k6' }, tags: { name: 'sim_confirm' } });
+  if (!record(conf, [200], 'sim confirm')) {
+    return;
+  }
+  for (let i = 0; i < 100; i++) {
+    const g = http.get(`${BASE}/api/orders/${id}`, Object.assign(bearer(token), { tags: { name: 'order' } }));
+    record(g, [200], 'order');
+    const status = g.status === 200 ? g.json('order.status') : '';
+    if (status === 'paid') {
+      reservationToPaidMs.add(Date.now() - reservedAt);
+      paidUnits.add(1);
+      return;
+    }
+    if (status !== 'reserved') {
+      check(status, { 'a confirmed payment pays its reservation': () => false });
+      return;
+    }
+    sleep(0.05);
+  }
+  check(id, { 'order paid within 5 s of its payment': () => false });
 }
 
 // duration scales a scenario length: SMOKE runs seconds.
@@ -135,11 +187,11 @@ export function buy(itemId, token, payShare, cancelShare) {
     return;
   }
   purchased.add(1);
+  const reservedAt = Date.now();
   const id = res.json('order.id');
   const r = Math.random();
   if (r < payShare) {
-    const p = http.post(`${BASE}/api/orders/${id}/pay`, null, Object.assign(bearer(token), { tags: { name: 'pay' } }));
-    record(p, [200, 409, 429], 'pay');
+    pay(id, token, reservedAt);
   } else if (r < payShare + cancelShare) {
     const c = http.post(`${BASE}/api/orders/${id}/cancel`, null, Object.assign(bearer(token), { tags: { name: 'cancel' } }));
     record(c, [200, 409, 429], 'cancel');

@@ -3,7 +3,7 @@
 // stock_left == stock_total (restocks raced purchases without losing or inventing a unit).
 import http from 'k6/http';
 import { check, sleep } from 'k6';
-import { ADMIN, BASE, SMOKE, runId, dur, login, putItem, buy, bearer, record, checkStock, thresholds } from './lib.js';
+import { ADMIN, BASE, SMOKE, runId, dur, login, putItem, buy, bearer, record, checkStock, thresholds, payThresholds } from './lib.js';
 
 const USERS = SMOKE ? 100 : 2000;
 const STOCK = SMOKE ? 20 : 200;
@@ -28,9 +28,9 @@ export const options = {
       exec: 'restock',
     },
   },
-  thresholds: thresholds({
+  thresholds: thresholds(Object.assign(payThresholds(), {
     'checks{check:restock applied}': ['rate==1'],
-  }),
+  })),
 };
 
 export function setup() {

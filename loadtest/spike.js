@@ -3,7 +3,7 @@
 // held units + stock_left == stock_total, stock_left >= 0.
 //   k6 run -e BASE_URL=... -e ADMIN_TOKEN=... loadtest/spike.js     (SMOKE=1: seconds)
 import { sleep } from 'k6';
-import { SMOKE, runId, dur, login, putItem, buy, checkStock, thresholds } from './lib.js';
+import { SMOKE, runId, dur, login, putItem, buy, checkStock, thresholds, payThresholds } from './lib.js';
 
 const USERS = SMOKE ? 100 : 3000;
 const STOCK = SMOKE ? 50 : 500;
@@ -23,10 +23,10 @@ export const options = {
       gracefulRampDown: '5s',
     },
   },
-  thresholds: thresholds({
+  thresholds: thresholds(Object.assign(payThresholds(), {
     'http_req_duration{name:purchase}': [SMOKE ? 'p(99)<2000' : 'p(99)<500'],
     purchased_units: [`count>=${STOCK}`], // the whole stock sells (cancelled units sell again)
-  }),
+  })),
 };
 
 export function setup() {

@@ -6,28 +6,53 @@
 -- order right here (stock and allowance return, order.expired), whether or not the expirer has
 -- reached it yet, so the answer depends only on Redis TIME, never on the expirer's schedule.
 --
+-- Two callers: the shopper's POST /pay where the shop settles outside (no payment id: the
+-- caller must own the order), and a provider's payment_intent.succeeded (a payment id: it must
+-- be the one checkout attached to the order in KEYS[9]; the order's user is then the payer).
+-- The payment's record in KEYS[9] ("payment id|state|event id") moves open -> paid or
+-- open -> refunding in the same step as the order, so however often and in whatever order the
+-- provider delivers the event, the payment settles once: either it paid the order, or the order
+-- was already expired or cancelled and the payment is to be refunded (refund_payment.lua
+-- finishes that after the provider refunded).
+--
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] paidby hash
 -- KEYS[5] shard expiry zset   KEYS[6] shard outbox stream   KEYS[7] shard change log
--- KEYS[8] shard clock
--- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
+-- KEYS[8] shard clock   KEYS[9] item payments hash
+-- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller; '' with a payment id)
+-- ARGV[4] payment id ('' for the shopper's own pay)   ARGV[5] the provider's event id ('' for none)
 --
 -- Reply: {outcome, packed_order, paid_total}
---   outcome: paid | not_found (no such order, or another user's)
+--   outcome: paid | not_found (no such order, another user's, or not this order's payment)
 --            | order_expired (its time ran out: the order is, or now became, expired)
 --            | invalid_state (paid or cancelled)
+--            with a payment id also: refund (the order is not payable: the payment is, or
+--            already was, marked refunding) | duplicate (the payment settled before)
 --   packed_order: the order after the call ('' for not_found)
 --   paid_total: the item's paid units after the call (integer)
 -- A malformed argument, or an order whose item hash is missing (a restore is rebuilding the
 -- item), is an error reply and writes nothing.
 
-local item_id, oid, user = ARGV[1], ARGV[2], ARGV[3]
-if not item_id or item_id == '' or not user or user == '' or not oid
-    or string.sub(oid, 1, #item_id + 1) ~= item_id .. '.' then
-  return redis.error_reply('ERR pay: bad item, order or user id')
+local item_id, oid, user = ARGV[1], ARGV[2], ARGV[3] or ''
+local pid, evt = ARGV[4] or '', ARGV[5] or ''
+if not item_id or item_id == '' or not oid or (user == '' and pid == '')
+    or string.sub(oid, 1, #item_id + 1) ~= item_id .. '.' or string.find(pid .. evt, '|', 1, true) then
+  return redis.error_reply('ERR pay: bad item, order, user, payment or event id')
 end
 
 local packed = redis.call('HGET', KEYS[2], oid)
 local o = unpack_order(packed)
+local state = nil
+if o and pid ~= '' then
+  local rec = redis.call('HGET', KEYS[9], oid)
+  local rpid
+  if rec then
+    rpid, state = string.match(rec, '^([^|]*)|([^|]*)')
+  end
+  if rpid ~= pid then
+    return {'not_found', '', 0}
+  end
+  user = o.user
+end
 if not o or o.user ~= user then
   return {'not_found', '', 0}
 end
@@ -37,10 +62,28 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return redis.error_reply('ERR pay: the item is being restored; try again')
 end
 local paid = tonumber(redis.call('HGET', KEYS[1], 'paid')) or 0
+if state == 'paid' or state == 'refunded' then
+  return {'duplicate', packed, paid}
+end
+if state == 'refunding' then
+  return {'refund', packed, paid}
+end
+if pid ~= '' and state ~= 'open' then
+  return redis.error_reply('ERR pay: payment record of ' .. oid .. ' is malformed')
+end
+local refund = pid .. '|refunding|' .. evt
 if o.status == 'expired' then
+  if pid ~= '' then
+    redis.call('HSET', KEYS[9], oid, refund)
+    return {'refund', packed, paid}
+  end
   return {'order_expired', packed, paid}
 end
 if o.status ~= 'reserved' then
+  if pid ~= '' then
+    redis.call('HSET', KEYS[9], oid, refund)
+    return {'refund', packed, paid}
+  end
   return {'invalid_state', packed, paid}
 end
 
@@ -52,6 +95,10 @@ if now >= o.expires then
   redis.call('HINCRBY', KEYS[1], 'reserved', -o.qty)
   redis.call('HINCRBY', KEYS[1], 'version', 1)
   mark_changed(KEYS[7], KEYS[8], item_id)
+  if pid ~= '' then
+    redis.call('HSET', KEYS[9], oid, refund)
+    return {'refund', pack_order(o, 'expired'), paid}
+  end
   return {'order_expired', pack_order(o, 'expired'), paid}
 end
 
@@ -63,6 +110,12 @@ redis.call('HINCRBY', KEYS[1], 'reserved', -o.qty)
 paid = redis.call('HINCRBY', KEYS[1], 'paid', o.qty)
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 mark_changed(KEYS[7], KEYS[8], item_id)
-redis.call('XADD', KEYS[6], '*', 'type', 'order.paid', 'at', now, 'item', item_id,
-  'order', oid, 'user', user, 'quantity', o.qty, 'price_cents', o.price)
+if pid ~= '' then
+  redis.call('HSET', KEYS[9], oid, pid .. '|paid|' .. evt)
+  redis.call('XADD', KEYS[6], '*', 'type', 'order.paid', 'at', now, 'item', item_id,
+    'order', oid, 'user', user, 'quantity', o.qty, 'price_cents', o.price, 'payment', pid)
+else
+  redis.call('XADD', KEYS[6], '*', 'type', 'order.paid', 'at', now, 'item', item_id,
+    'order', oid, 'user', user, 'quantity', o.qty, 'price_cents', o.price)
+end
 return {'paid', next_packed, paid}

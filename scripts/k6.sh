@@ -2,7 +2,8 @@
 # Run every k6 scenario in loadtest/ against a fresh api: a short smoke by default (SMOKE=1,
 # seconds per scenario; SMOKE=0 for the full load). k6 is built once with `go install` and
 # cached in $(go env GOPATH)/bin. The api runs from this tree on a free port with its own
-# random Redis key prefix (deleted afterwards) and its embedded Kafka broker on a free port.
+# random Redis key prefix (deleted afterwards), its embedded Kafka broker and its payment
+# simulator on free ports; shoppers who pay do so through the simulator (loadtest/lib.js pay).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export K6_NO_USAGE_REPORT=true
@@ -23,6 +24,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 go build -o bin/api ./cmd/api
 port=$(free_port)
 kport=$(free_port)
+sport=$(free_port) # the payment simulator the api starts: purchases pay through it
 prefix="k6-$(head -c6 /dev/urandom | od -An -tx1 | tr -d ' \n'):"
 admin=$(head -c18 /dev/urandom | od -An -tx1 | tr -d ' \n')
 log=$(mktemp)
@@ -30,6 +32,8 @@ unset KAFKA_BROKERS
 FLASHSALE_HTTP_ADDR="127.0.0.1:$port" \
 FLASHSALE_REDIS_PREFIX="$prefix" \
 FLASHSALE_EMBEDDED_KAFKA_ADDR="127.0.0.1:$kport" \
+FLASHSALE_PAYMENT_PROVIDER=sim \
+FLASHSALE_PAYMENT_SIM_ADDR="127.0.0.1:$sport" \
 FLASHSALE_ADMIN_TOKEN="$admin" \
 FLASHSALE_JWT_SECRET="$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
 FLASHSALE_LIMIT_LOGIN_IP=off \
@@ -62,6 +66,7 @@ for s in $scenarios; do
   echo "== k6 $s (SMOKE=$SMOKE)"
   if ! "$k6" run --quiet --no-usage-report \
       -e BASE_URL="http://127.0.0.1:$port" -e ADMIN_TOKEN="$admin" -e SMOKE="$SMOKE" \
+      -e SIM_URL="http://127.0.0.1:$sport" \
       -e SHOPPERS="${QUEUE_SHOPPERS:-}" "$s"; then
     echo "k6: $s failed its thresholds or checks"; status=1
   fi

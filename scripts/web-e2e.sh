@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The browser suite: the shopper and admin pages in headless Chromium against a real api and
 # the real Redis. Installs Debian's chromium (and node/npm) with apt-get and the npm packages of
-# web/e2e when they are missing, starts bin/api on a free port under a random Redis key prefix,
-# runs web/e2e/e2e.mjs, then stops the api and deletes the prefix's keys.
+# web/e2e when they are missing, starts bin/api on a free port under a random Redis key prefix
+# (settling payment outside) and a second one taking payment through the payment simulator,
+# runs web/e2e/e2e.mjs, then stops the apis and deletes the prefix's keys.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -46,10 +47,12 @@ ttl=30 # seconds to pay: long enough for the pay step, short enough to watch an 
 api_pid=""
 cleanup() {
   status=$?
-  if [ -n "$api_pid" ] && kill -0 "$api_pid" 2>/dev/null; then
-    kill "$api_pid" 2>/dev/null || true
-    wait "$api_pid" 2>/dev/null || true
-  fi
+  for pid in $api_pid ${pay_pid:-}; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
   redis-cli -h 127.0.0.1 -p 6379 --scan --pattern "${prefix}*" |
     xargs -r -n 500 redis-cli -h 127.0.0.1 -p 6379 del >/dev/null || true
   if [ $status -ne 0 ]; then
@@ -62,6 +65,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 FLASHSALE_HTTP_ADDR="127.0.0.1:$port" \
+FLASHSALE_PAYMENT_PROVIDER=none \
 FLASHSALE_REDIS_PREFIX="$prefix" \
 FLASHSALE_ADMIN_TOKEN="$admin_token" \
 FLASHSALE_JWT_SECRET="$jwt_secret" \
@@ -75,15 +79,39 @@ FLASHSALE_LIMIT_RATING="1/6s:5" \
   ./bin/api >"$log" 2>&1 &
 api_pid=$!
 
+# A second api takes payment through the payment simulator it starts: short reservations, and
+# a pm_card_async slower than them (the late payment the api refunds).
+pay_port=$(free_port)
+pay_kafka_port=$(free_port)
+sim_port=$(free_port)
+pay_ttl=12
+pay_async=16
+FLASHSALE_HTTP_ADDR="127.0.0.1:$pay_port" \
+FLASHSALE_PAYMENT_PROVIDER=sim \
+FLASHSALE_PAYMENT_SIM_ADDR="127.0.0.1:$sim_port" \
+FLASHSALE_PAYMENT_SIM_ASYNC_DELAY="${pay_async}s" \
+FLASHSALE_REDIS_PREFIX="${prefix}pay:" \
+FLASHSALE_ADMIN_TOKEN="$admin_token" \
+FLASHSALE_JWT_SECRET="$jwt_secret" \
+FLASHSALE_EMBEDDED_KAFKA_ADDR="127.0.0.1:$pay_kafka_port" \
+FLASHSALE_RESERVATION_TTL="${pay_ttl}s" \
+FLASHSALE_SNAPSHOT_INTERVAL="200ms" \
+  ./bin/api >>"$log" 2>&1 &
+pay_pid=$!
+
 base="http://127.0.0.1:$port"
-for _ in $(seq 100); do
-  curl -fsS "$base/readyz" >/dev/null 2>&1 && break
-  kill -0 "$api_pid" 2>/dev/null || { echo "web-e2e: the api exited" >&2; exit 1; }
-  sleep 0.1
+pay_base="http://127.0.0.1:$pay_port"
+for url in "$base" "$pay_base"; do
+  for _ in $(seq 100); do
+    curl -fsS "$url/readyz" >/dev/null 2>&1 && break
+    kill -0 "$api_pid" 2>/dev/null && kill -0 "$pay_pid" 2>/dev/null || { echo "web-e2e: an api exited" >&2; exit 1; }
+    sleep 0.1
+  done
+  curl -fsS "$url/readyz" >/dev/null
 done
-curl -fsS "$base/readyz" >/dev/null
 
 echo "== web e2e (headless Chromium) against $base"
+E2E_PAY_URL="$pay_base" E2E_PAY_SIM_URL="http://127.0.0.1:$sim_port" E2E_PAY_TTL_S="$pay_ttl" E2E_PAY_ASYNC_S="$pay_async" \
 E2E_BASE_URL="$base" E2E_ADMIN_TOKEN="$admin_token" E2E_RESERVATION_TTL_S="$ttl" E2E_JWT_SECRET="$jwt_secret" \
 E2E_ARTIFACTS="$root/test-artifacts" E2E_SCREENSHOTS="$root/docs/screenshots" \
   node web/e2e/e2e.mjs

@@ -257,7 +257,7 @@ func (b *bench) startAPI(ctx context.Context) error {
 		return err
 	}
 	env := []string{
-		"FLASHSALE_HTTP_ADDR=" + addr,
+		"FLASHSALE_HTTP_ADDR=" + addr, "FLASHSALE_PAYMENT_SIM_ADDR=127.0.0.1:0",
 		"FLASHSALE_ADMIN_ADDR=" + b.apiAdm,
 		"FLASHSALE_REDIS_PREFIX=" + b.prefix + "a:",
 		"FLASHSALE_EMBEDDED_KAFKA_ADDR=" + b.kafka,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
@@ -49,7 +50,12 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 		return nil, nil, err
 	}
 	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
+	var payments reconcile.PaymentProvider
+	if p := cfg.Payment; p.Provider != "none" {
+		payments = payment.ProviderFor(p.Provider, p.SimAddr, p.StripeAPIBase, p.StripeSecretKey, p.WebhookSecrets)
+	}
 	r := reconcile.New(rdb, keys, db, reconcile.Options{
+		Payments:       payments,
 		ReservationTTL: cfg.ReservationTTL,
 		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, consumerGroup, transport),
 		Ranking: ranking.NewStore(rdb, keys, ranking.Options{

@@ -146,12 +146,13 @@ func run(ctx context.Context, cfg config.Config) error {
 		return err
 	}
 	opt := record.ConsumerOptions{
-		Dialer:       dialer,
-		Transport:    transport,
-		Brokers:      cfg.Brokers(),
-		Topic:        cfg.KafkaTopic,
-		GroupID:      consumerGroup,
-		DrainTimeout: cfg.ShutdownTimeout,
+		Dialer:          dialer,
+		Transport:       transport,
+		Brokers:         cfg.Brokers(),
+		Topic:           cfg.KafkaTopic,
+		GroupID:         consumerGroup,
+		DrainTimeout:    cfg.ShutdownTimeout,
+		PaymentProvider: cfg.Payment.Provider,
 	}
 	if crashpoint.Enabled("consumer-after-commit") { // fault tests only
 		opt.AfterCommit = func(r record.Result) error {

@@ -31,6 +31,7 @@ import (
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/outbox"
+	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
@@ -61,6 +62,8 @@ type API struct {
 	Orders     *orders.Store
 	Ranking    *ranking.Store
 	Queue      *queue.Store
+	Payments   *payment.Service
+	closers    []func() // closed by Close, last first (the payment simulator)
 
 	stopping  atomic.Bool                                // shutting down: /readyz answers 503
 	drainWait func(ctx context.Context, d time.Duration) // tests: the drain's wait
@@ -104,6 +107,10 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
 	})
 	a.Orders.Hooks.PaidChanged = a.Ranking.PaidChanged
+	if a.Payments, err = a.newPayments(ctx, cfg); err != nil {
+		return nil, err
+	}
+	a.Orders.Hooks.Released = a.Payments.Released
 	opts := HTTPOptions(cfg)
 	opts.Stream.Max = capStreams(opts.Stream.Max)
 	limiter, err := limits.NewLimiter(a.rdb, keys, httpapi.RatePolicies(opts.Limits))
@@ -182,6 +189,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Queue:          a.Queue,
 		Stats:          a.stats,
 		Redis:          a.rdb,
+		Payments:       a.Payments,
 	})
 	return a, nil
 }
@@ -307,7 +315,8 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() { stopBG(); wg.Wait() }()
-	wg.Add(6)
+	wg.Add(7)
+	go func() { defer wg.Done(); a.Payments.Run(bg) }()
 	go func() { defer wg.Done(); a.Inventory.RunSnapshot(bg) }()
 	go func() { defer wg.Done(); a.Queue.Run(bg) }()
 	go func() { defer wg.Done(); a.expirer.Run(bg) }()
@@ -412,6 +421,9 @@ func (a *API) drain(ctx context.Context, d time.Duration) {
 // Close releases the api's connections and the embedded broker. Safe to call twice.
 func (a *API) Close() {
 	a.closeOnce.Do(func() {
+		for i := len(a.closers) - 1; i >= 0; i-- {
+			a.closers[i]()
+		}
 		if a.writer != nil {
 			a.writer.Close()
 		}

@@ -28,6 +28,7 @@ func TestRunServesAndCutsSlowClients(t *testing.T) {
 			"KAFKA_BROKERS":               broker.Addr(),
 			"FLASHSALE_HTTP_READ_TIMEOUT": "300ms",
 			"FLASHSALE_HTTP_IDLE_TIMEOUT": "300ms",
+			"FLASHSALE_PAYMENT_SIM_ADDR":  "127.0.0.1:0", // the default provider, its simulator on a free port
 		}[k]
 	})
 	if err != nil {

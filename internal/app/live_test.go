@@ -46,6 +46,7 @@ func runAPIWith(t *testing.T, prefix, brokers string, env map[string]string, bef
 		"FLASHSALE_ADMIN_TOKEN":      liveAdminToken,
 		"FLASHSALE_JWT_SECRET":       "live-test-secret-0123456789abcdef0123",
 		"FLASHSALE_SHUTDOWN_TIMEOUT": "60s",
+		"FLASHSALE_PAYMENT_SIM_ADDR": "127.0.0.1:0", // the default provider's simulator, on a free port
 	}
 	for k, v := range env {
 		vars[k] = v

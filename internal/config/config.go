@@ -92,6 +92,29 @@ type Config struct {
 	RedisSentinelPassword string        // FLASHSALE_REDIS_SENTINEL_PASSWORD: the Sentinels' own password
 	RedisAckReplicas      int           // FLASHSALE_REDIS_ACK_REPLICAS: replicas that must hold a change
 	RedisAckTimeout       time.Duration // FLASHSALE_REDIS_ACK_TIMEOUT: how long WAIT waits for them
+	Payment               Payment
+}
+
+// Payment is the payment provider's configuration (see the contract's "Payment").
+type Payment struct {
+	Provider        string        // FLASHSALE_PAYMENT_PROVIDER: sim, stripe or none
+	SimAddr         string        // where the simulator listens (the api starts one unless one answers)
+	SimWebhookURL   string        // where the simulator delivers webhooks; "" = this api's own
+	SimAsyncDelay   time.Duration // how long pm_card_async takes to succeed
+	WebhookSecrets  []string      // signing secrets; the first signs (the simulator), all verify
+	SecretGenerated bool          // WebhookSecrets is one random secret made at start (sim)
+	StripeAPIBase   string        // Stripe's API base URL (tests point it at the simulator)
+	StripeSecretKey string
+	Currency        string // ISO 4217, lower case
+}
+
+// WebhookURL is where the simulator delivers webhooks: FLASHSALE_PAYMENT_SIM_WEBHOOK_URL, or
+// this api's own route.
+func (c Config) WebhookURL() string {
+	if c.Payment.SimWebhookURL != "" {
+		return c.Payment.SimWebhookURL
+	}
+	return "http://" + c.HTTPAddr + "/api/payments/webhook"
 }
 
 // FromEnv reads the configuration from the process environment.
@@ -160,6 +183,16 @@ func parse(p *parser) (Config, error) {
 			Mechanism: p.str("KAFKA_SASL_MECHANISM", ""),
 			Username:  p.str("KAFKA_USERNAME", ""), Password: p.str("KAFKA_PASSWORD", ""),
 			TLS: p.tls("KAFKA_TLS", "KAFKA_CA_FILE"),
+		},
+		Payment: Payment{
+			Provider:        p.str("FLASHSALE_PAYMENT_PROVIDER", "sim"),
+			SimAddr:         p.str("FLASHSALE_PAYMENT_SIM_ADDR", "127.0.0.1:8090"),
+			SimWebhookURL:   p.str("FLASHSALE_PAYMENT_SIM_WEBHOOK_URL", ""),
+			SimAsyncDelay:   p.duration("FLASHSALE_PAYMENT_SIM_ASYNC_DELAY", 5*time.Second),
+			WebhookSecrets:  p.list("FLASHSALE_PAYMENT_WEBHOOK_SECRET", ""),
+			StripeAPIBase:   p.str("FLASHSALE_STRIPE_API_BASE", "https://api.stripe.com"),
+			StripeSecretKey: p.str("FLASHSALE_STRIPE_SECRET_KEY", ""),
+			Currency:        p.str("FLASHSALE_CURRENCY", "usd"),
 		},
 	}
 	// Redis replication: where the primary is, and what acknowledges a change.
@@ -265,6 +298,12 @@ func parse(p *parser) (Config, error) {
 	if c.ExpiryInterval < time.Millisecond || c.SnapshotInterval < time.Millisecond {
 		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")
 	}
+	if err := c.Payment.check(); err != nil {
+		return Config{}, err
+	}
+	if c.Payment.Provider == "sim" && len(c.Payment.WebhookSecrets) == 0 {
+		c.Payment.WebhookSecrets, c.Payment.SecretGenerated = []string{"whsec_" + randomHex(32)}, true
+	}
 	return c, nil
 }
 
@@ -295,6 +334,47 @@ func (c Config) checkReplication(addrsSet bool) error {
 	return nil
 }
 
+// check validates the payment settings: a known provider, a currency code, and with stripe a
+// secret key and webhook secrets that are real ones.
+func (p Payment) check() error {
+	switch p.Provider {
+	case "sim", "stripe", "none":
+	default:
+		return fmt.Errorf("config: FLASHSALE_PAYMENT_PROVIDER=%q: want sim, stripe or none", p.Provider)
+	}
+	if !currencyCode.MatchString(p.Currency) {
+		return fmt.Errorf("config: FLASHSALE_CURRENCY=%q: want a three-letter lower-case ISO 4217 code", p.Currency)
+	}
+	if p.SimAsyncDelay < 0 || p.SimAsyncDelay > time.Hour {
+		return fmt.Errorf("config: FLASHSALE_PAYMENT_SIM_ASYNC_DELAY must be 0..1h")
+	}
+	if _, _, err := net.SplitHostPort(p.SimAddr); err != nil {
+		return fmt.Errorf("config: FLASHSALE_PAYMENT_SIM_ADDR=%q: want host:port", p.SimAddr)
+	}
+	for _, u := range []string{p.SimWebhookURL, p.StripeAPIBase} {
+		if u == "" {
+			continue
+		}
+		if v, err := url.Parse(u); err != nil || (v.Scheme != "http" && v.Scheme != "https") || v.Host == "" {
+			return fmt.Errorf("config: %q is not an http(s) URL (FLASHSALE_PAYMENT_SIM_WEBHOOK_URL, FLASHSALE_STRIPE_API_BASE)", u)
+		}
+	}
+	for _, s := range p.WebhookSecrets {
+		if len(s) < 32 || placeholder(s) {
+			return fmt.Errorf("config: every FLASHSALE_PAYMENT_WEBHOOK_SECRET must be at least 32 bytes and not a placeholder")
+		}
+	}
+	if p.Provider == "stripe" {
+		if len(p.WebhookSecrets) == 0 {
+			return fmt.Errorf("config: FLASHSALE_PAYMENT_PROVIDER=stripe needs FLASHSALE_PAYMENT_WEBHOOK_SECRET (32+ bytes)")
+		}
+		if p.StripeSecretKey == "" || placeholder(p.StripeSecretKey) {
+			return fmt.Errorf("config: FLASHSALE_PAYMENT_PROVIDER=stripe needs FLASHSALE_STRIPE_SECRET_KEY")
+		}
+	}
+	return nil
+}
+
 // RedisOptions is how both binaries reach Redis: the addresses or the Sentinels, the login,
 // and the replicas a change must reach.
 func (c Config) RedisOptions() redisconn.Options {
@@ -318,6 +398,8 @@ func loopback(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+var currencyCode = regexp.MustCompile(`^[a-z]{3}$`)
 
 // placeholder reports a secret copied from an example rather than made: the words examples
 // use for "put yours here".
@@ -356,6 +438,12 @@ func (c Config) Masked() Config {
 	}
 	if c.Kafka.Password != "" {
 		c.Kafka.Password = "***"
+	}
+	if len(c.Payment.WebhookSecrets) > 0 {
+		c.Payment.WebhookSecrets = []string{"***"}
+	}
+	if c.Payment.StripeSecretKey != "" {
+		c.Payment.StripeSecretKey = "***"
 	}
 	c.PostgresDSN = maskDSN(c.PostgresDSN)
 	return c
@@ -408,6 +496,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("access_log_sample", m.AccessLogSample),
 		slog.Int("stream_per_client", m.StreamPerClient), slog.Int("stream_max", m.StreamMax),
 		slog.String("shutdown_timeout", m.ShutdownTimeout.String()), slog.String("shutdown_drain", m.ShutdownDrain.String()),
+		slog.String("payment_provider", m.Payment.Provider), slog.String("currency", m.Payment.Currency),
 	)
 }
 

@@ -50,7 +50,7 @@ func decodeFast(data []byte) (e Event, ok bool) {
 		}
 		seen |= 1 << f
 		switch f {
-		case fEventID, fType, fItemID, fOrderID, fUserID, fName, fCategory:
+		case fEventID, fType, fItemID, fOrderID, fUserID, fName, fCategory, fPaymentID:
 			q, ok := d.quoted()
 			if !ok {
 				return Event{}, false
@@ -71,6 +71,8 @@ func decodeFast(data []byte) (e Event, ok bool) {
 				e.Name = v
 			case fCategory:
 				e.Category = v
+			case fPaymentID:
+				e.PaymentID = v
 			}
 		case fQuantity, fPriceCents, fStars, fDelta, fStockTotal, fPerUserLimit:
 			n, ok := d.integer()
@@ -139,6 +141,7 @@ const (
 	fUserID
 	fName
 	fCategory
+	fPaymentID
 	fQuantity
 	fPriceCents
 	fStars
@@ -188,6 +191,8 @@ func fieldOf(key []byte) int {
 		return fEndsAt
 	case "expires_at":
 		return fExpiresAt
+	case "payment_id":
+		return fPaymentID
 	}
 	return -1
 }

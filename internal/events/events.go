@@ -23,6 +23,9 @@ const (
 	OrderCancelled = "order.cancelled"
 	OrderExpired   = "order.expired"
 	RatingSet      = "rating.set"
+	// PaymentRefunded: a payment that succeeded for an order already expired or cancelled was
+	// refunded at the provider (the order keeps its state).
+	PaymentRefunded = "payment.refunded"
 )
 
 // ErrInvalid means an entry or a message is not a well-formed event; consumers park it.
@@ -52,6 +55,9 @@ type Event struct {
 	// ExpiresAt is carried by order.reserved: when the reservation lapses unpaid, so a restore
 	// from the record gives it back its own expiry.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// PaymentID is the provider's payment, carried by order.paid (when a provider took the
+	// payment) and payment.refunded.
+	PaymentID string `json:"payment_id,omitempty"`
 }
 
 // Position is where an event sits in its outbox stream: events of one stream (one item, or
@@ -113,6 +119,7 @@ func FromEntry(eventID string, values map[string]any) (Event, error) {
 		OrderID: f.str("order"),
 		UserID:  f.str("user"),
 	}
+	e.PaymentID = f.str("payment")
 	e.Quantity = f.opt("quantity")
 	e.PriceCents = f.opt("price_cents")
 	e.Stars = f.opt("stars")
@@ -225,6 +232,11 @@ func (e Event) Validate() error {
 		item, ok := keyspace.ItemOfOrder(e.OrderID)
 		if !ok || item != e.ItemID || e.UserID == "" || e.Quantity == nil || *e.Quantity < 1 || !nonNeg(e.PriceCents) {
 			return bad("incomplete order")
+		}
+	case PaymentRefunded:
+		item, ok := keyspace.ItemOfOrder(e.OrderID)
+		if !ok || item != e.ItemID || e.UserID == "" || e.PaymentID == "" || e.Quantity == nil || *e.Quantity < 1 || !nonNeg(e.PriceCents) {
+			return bad("needs order_id, user_id, payment_id, quantity and price_cents")
 		}
 	case RatingSet:
 		if e.UserID == "" || e.Stars == nil || *e.Stars < 1 || *e.Stars > 5 {

@@ -38,6 +38,7 @@ func (e Event) AppendJSON(b []byte) ([]byte, error) {
 	b = appendOptTime(b, `,"starts_at":`, e.StartsAt)
 	b = appendOptTime(b, `,"ends_at":`, e.EndsAt)
 	b = appendOptTime(b, `,"expires_at":`, e.ExpiresAt)
+	b = appendOptString(b, `,"payment_id":`, e.PaymentID)
 	return append(b, '}'), nil
 }
 

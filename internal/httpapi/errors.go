@@ -12,6 +12,7 @@ import (
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/outbox"
+	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/lua"
@@ -72,6 +73,8 @@ var sentinels = []struct {
 	{queue.ErrNotJoined, http.StatusNotFound, "not_found"},
 	{outbox.ErrFull, http.StatusServiceUnavailable, "unavailable"},
 	{inventory.ErrRestoring, http.StatusServiceUnavailable, "unavailable"},
+	{payment.ErrBadSignature, http.StatusBadRequest, "invalid_request"},
+	{payment.ErrNoProvider, http.StatusConflict, "invalid_state"},
 }
 
 // fail answers err as a contract error: an *apiError as it is, a domain sentinel through the

@@ -65,6 +65,7 @@ func buildTestAPI(t testing.TB, tweak func(*config.Config), ranked bool) *testAP
 	cfg.AdminToken = testAdminToken
 	cfg.JWTSecret = "test-secret"
 	cfg.LimitPurchase = limits.Policy{} // tests that want limits turn them on
+	cfg.Payment.Provider = "none"       // POST /pay settles; payment tests start a simulator
 	if !ranked {
 		cfg.LimitPay, cfg.LimitCancel, cfg.LimitRating = limits.Policy{}, limits.Policy{}, limits.Policy{}
 		cfg.LimitLoginUser, cfg.LimitLoginIP = limits.Policy{}, limits.Policy{}

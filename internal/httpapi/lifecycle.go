@@ -1,15 +1,24 @@
 package httpapi
 
 import (
+	"errors"
+	"log/slog"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/flashsale/flashsale/internal/payment"
 )
 
 // payOrder answers POST /api/orders/:id/pay: 200 with the paid order; another user's or a
 // malformed id is 404, a reservation whose time ran out 409 order_expired, a paid or cancelled
-// order 409 invalid_state.
+// order 409 invalid_state. With a payment provider only the provider pays orders: 409
+// invalid_state.
 func (s *Server) payOrder(c *gin.Context) {
+	if s.Payments.Enabled() {
+		fail(c, errProviderPays)
+		return
+	}
 	o, err := s.Orders.Pay(c.Request.Context(), userOf(c), c.Param("id"))
 	if err != nil {
 		fail(c, err)
@@ -28,4 +37,52 @@ func (s *Server) cancelOrder(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"order": o})
+}
+
+var errProviderPays = &apiError{http.StatusConflict, "invalid_state",
+	"this shop takes payment through its payment provider: use POST /api/orders/{id}/checkout"}
+
+var errProviderDown = &apiError{http.StatusServiceUnavailable, "unavailable",
+	"the payment provider cannot be reached; nothing was changed, try again"}
+
+// needProvider refuses checkout before the rate limit when the shop settles outside: asking
+// costs the shopper none of their pay allowance (the page then pays with POST /pay).
+func (s *Server) needProvider(c *gin.Context) {
+	if !s.Payments.Enabled() {
+		fail(c, payment.ErrNoProvider)
+	}
+}
+
+// checkout answers POST /api/orders/:id/checkout: 200 {"order","payment"} with the order's one
+// payment at the provider (created on the first call). Another user's or a malformed id is
+// 404; an order that is not reserved, or provider none, 409 invalid_state; a reservation whose
+// time ran out 409 order_expired; a provider that cannot be reached 503, nothing changed.
+func (s *Server) checkout(c *gin.Context) {
+	o, p, err := s.Payments.Checkout(c.Request.Context(), userOf(c), c.Param("id"))
+	if err != nil {
+		if errors.Is(err, payment.ErrUnavailable) {
+			slog.Warn("checkout: payment provider unavailable", "request_id", requestIDOf(c), "err", err)
+			err = errProviderDown
+		}
+		fail(c, err)
+		return
+	}
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, gin.H{"order": o, "payment": p})
+}
+
+// paymentWebhook answers POST /api/payments/webhook: 400 invalid_request for a delivery
+// without a valid signature (nothing changed), 200 for every verified event, 503 while it
+// could not be applied (the provider delivers it again).
+func (s *Server) paymentWebhook(c *gin.Context) {
+	raw, err := readBody(c, maxBody)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if err := s.Payments.HandleWebhook(c.Request.Context(), raw, c.GetHeader("Stripe-Signature")); err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"received": true})
 }

@@ -95,6 +95,11 @@ func appendOrder(b []byte, o orders.Order) []byte {
 	b = jsonx.AppendTime(b, o.CreatedAt)
 	b = append(b, `,"expires_at":`...)
 	b = jsonx.AppendTime(b, o.ExpiresAt)
+	if o.PaymentID == "" {
+		return append(b, `,"payment_id":null}`...)
+	}
+	b = append(b, `,"payment_id":`...)
+	b = jsonx.AppendString(b, o.PaymentID)
 	return append(b, '}')
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/stats"
@@ -65,6 +66,9 @@ type Deps struct {
 	// where GET /api/admin/stats reads every instance's series (nil: it answers 503).
 	Stats *stats.Recorder
 	Redis redis.UniversalClient
+	// Payments takes payment through the provider (nil or without a provider: the shop
+	// settles outside, and POST /pay marks orders paid).
+	Payments *payment.Service
 }
 
 // Server is the api's HTTP handler.
@@ -138,6 +142,8 @@ func (s *Server) routes() {
 	shopper.GET("/orders/:id", s.getOrder)
 	shopper.POST("/orders/:id/pay", s.limit("pay"), s.payOrder)
 	shopper.POST("/orders/:id/cancel", s.limit("cancel"), s.cancelOrder)
+	shopper.POST("/orders/:id/checkout", s.needProvider, s.limit("pay"), s.checkout)
+	api.POST("/payments/webhook", s.paymentWebhook) // signed by the provider, no bearer token
 
 	admin := api.Group("/admin", noStore, s.Auth.requireAdmin)
 	admin.PUT("/items/:id", s.putItem)

@@ -76,6 +76,10 @@ func (s Shard) Changed() string { return s.base + "changed" }
 // Clock is the shard's change clock (only grows; see lua/changed.lua).
 func (s Shard) Clock() string { return s.base + "clock" }
 
+// PaymentOrder is the index payment id -> order id that a provider's webhook is looked up by
+// (never by the event's metadata). It has its own hash tag: the payment id alone names it.
+func (s Space) PaymentOrder(paymentID string) string { return s.Prefix + "{pay:" + paymentID + "}" }
+
 // Catalog is the set of all item ids.
 func (s Space) Catalog() string { return s.Prefix + "catalog" }
 
@@ -93,6 +97,10 @@ func (k Item) Hash() string   { return k.base + "item" }
 func (k Item) Orders() string { return k.base + "orders" }
 func (k Item) Held() string   { return k.base + "held" }
 func (k Item) PaidBy() string { return k.base + "paidby" }
+
+// Payments is the item's hash order id -> "payment id|state|event id": the order's one payment
+// at the provider and how far it got (open, paid, refunding, refunded; see lua/pay.lua).
+func (k Item) Payments() string { return k.base + "payments" }
 
 // Expiry, Outbox, Changed and Clock are the item's shard's (see Shard).
 func (k Item) Expiry() string  { return k.Shard.Expiry() }

@@ -33,8 +33,8 @@ func (s *Store) Pay(ctx context.Context, user, id string) (Order, error) {
 	}
 	k := s.keys.Item(item)
 	res, err := payScript.Run(ctx, s.rdb,
-		[]string{k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()},
-		item, id, user).Slice()
+		[]string{k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.Payments()},
+		item, id, user, "", "").Slice()
 	if err != nil {
 		return Order{}, fmt.Errorf("orders: pay %s: %w", id, err)
 	}
@@ -89,11 +89,13 @@ func (s *Store) Cancel(ctx context.Context, user, id string) (Order, error) {
 	switch outcome {
 	case "cancelled":
 		s.stockReturned(item)
+		s.released(item, id)
 		return o, nil
 	case "invalid_state":
 		if o.Status == Expired {
 			// Possibly expired by this very call: its stock came back.
 			s.stockReturned(item)
+			s.released(item, id)
 		}
 		return o, fmt.Errorf("orders: cancel %s (%s): %w", id, o.Status, ErrInvalidState)
 	}
@@ -195,6 +197,13 @@ func (s *Store) expireOrders(ctx context.Context, item string, ids []any) (Expir
 	if r.Units > 0 {
 		s.stockReturned(item)
 	}
+	if r.Expired > 0 && s.Hooks.Released != nil {
+		released := make([]string, len(ids))
+		for i, id := range ids {
+			released[i], _ = id.(string)
+		}
+		s.Hooks.Released(item, released)
+	}
 	return r, nil
 }
 
@@ -205,6 +214,12 @@ func (s *Store) replyOrder(id, item, outcome string, packed any) (Order, error) 
 	}
 	p, _ := packed.(string)
 	return Unpack(id, item, p)
+}
+
+func (s *Store) released(item, id string) {
+	if s.Hooks.Released != nil {
+		s.Hooks.Released(item, []string{id})
+	}
 }
 
 func (s *Store) stockReturned(item string) {

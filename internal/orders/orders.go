@@ -3,6 +3,7 @@
 package orders
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -40,6 +41,21 @@ type Order struct {
 	Status     Status    `json:"status"`
 	CreatedAt  time.Time `json:"created_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
+	// PaymentID is the provider's payment for this order, "" until checkout (null in JSON).
+	PaymentID string `json:"payment_id"`
+}
+
+// MarshalJSON writes the contract's Order: payment_id is null until checkout.
+func (o Order) MarshalJSON() ([]byte, error) {
+	type plain Order
+	var pid *string
+	if o.PaymentID != "" {
+		pid = &o.PaymentID
+	}
+	return json.Marshal(struct {
+		plain
+		PaymentID *string `json:"payment_id"`
+	}{plain(o), pid})
 }
 
 // Unpack decodes the packed form the scripts store: "user|quantity|price_cents|status|created_ms|expires_ms".

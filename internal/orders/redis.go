@@ -64,7 +64,14 @@ func (s *Store) Get(ctx context.Context, user, id string) (Order, error) {
 	if !ok {
 		return Order{}, ErrNotFound
 	}
-	packed, err := s.rdb.HGet(ctx, s.keys.Item(item).Orders(), id).Result()
+	k := s.keys.Item(item)
+	pipe := s.rdb.Pipeline()
+	rec := pipe.HGet(ctx, k.Orders(), id)
+	pay := pipe.HGet(ctx, k.Payments(), id)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Order{}, fmt.Errorf("orders: get %s: %w", id, err)
+	}
+	packed, err := rec.Result()
 	if errors.Is(err, redis.Nil) {
 		return Order{}, ErrNotFound
 	}
@@ -78,6 +85,7 @@ func (s *Store) Get(ctx context.Context, user, id string) (Order, error) {
 	if o.UserID != user {
 		return Order{}, ErrNotFound
 	}
+	o.PaymentID = paymentIDOf(pay.Val())
 	return o, nil
 }
 
@@ -114,8 +122,10 @@ func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
 	}
 	pipe = s.rdb.Pipeline()
 	recs := make([]*redis.SliceCmd, len(items))
+	pays := make([]*redis.SliceCmd, len(items))
 	for i, item := range items {
 		recs[i] = pipe.HMGet(ctx, s.keys.Item(item).Orders(), byItem[item]...)
+		pays[i] = pipe.HMGet(ctx, s.keys.Item(item).Payments(), byItem[item]...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("orders: list records: %w", err)
@@ -132,6 +142,9 @@ func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
 				return nil, err
 			}
 			if o.UserID == user {
+				if p, ok := pays[i].Val()[j].(string); ok {
+					o.PaymentID = paymentIDOf(p)
+				}
 				out = append(out, o)
 			}
 		}
@@ -162,4 +175,8 @@ type Hooks struct {
 	StockReturned func(item string)
 	// PaidChanged is called with an item's total paid units after a payment.
 	PaidChanged func(ctx context.Context, item string, paidTotal int64)
+	// Released is called with order ids of one item after a cancel or an expiry moved some of
+	// them out of reserved (the expirer passes every due id it examined), so their open
+	// payments can be cancelled at the provider. It must not block.
+	Released func(item string, ids []string)
 }

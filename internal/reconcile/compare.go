@@ -105,6 +105,9 @@ func (r *Reconciler) run(ctx context.Context, opt BatchOptions, n int64) (*Repor
 		return nil, err
 	}
 	rep.Drift, rep.Unverified, rep.Rounds = drift, unverified, rounds
+	if rep.Payments, err = r.checkPayments(ctx); err != nil {
+		return nil, err
+	}
 	if opt.Repair && len(drift) > 0 {
 		if r.opt.beforeRepair != nil {
 			r.opt.beforeRepair(ctx)

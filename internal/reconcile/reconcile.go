@@ -58,6 +58,9 @@ type Options struct {
 	// Pipeline, when set, is how runs wait for the consumer (without it, only the outbox
 	// backlog is waited for).
 	Pipeline Pipeline
+	// Payments, when set, is asked for the state of a payment the record does not account
+	// for exactly once.
+	Payments PaymentProvider
 
 	// hooks for tests
 	afterStart func(ctx context.Context)

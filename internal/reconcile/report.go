@@ -86,17 +86,29 @@ type Report struct {
 	Drift         []Drift      `json:"drift"`
 	Unverified    []Unverified `json:"unverified"`
 	Repair        *Repair      `json:"repair,omitempty"`
+	// Payments: every succeeded payment recorded is exactly one paid order or one refund.
+	Payments *PaymentCheck `json:"payments,omitempty"`
+}
+
+// paymentDrift is how many payments do not add up.
+func (r *Report) paymentDrift() int {
+	if r.Payments == nil {
+		return 0
+	}
+	return len(r.Payments.Drift)
 }
 
 // Clean reports whether the run found no drift and verified everything.
-func (r *Report) Clean() bool { return len(r.Drift) == 0 && len(r.Unverified) == 0 }
+func (r *Report) Clean() bool {
+	return len(r.Drift) == 0 && len(r.Unverified) == 0 && r.paymentDrift() == 0
+}
 
 // DriftRemains reports whether the run leaves drift behind, which `reconciler batch` exits 3
 // on: drift found without --repair, drift --repair could not fix, or items it could not
 // verify. A repair that fixed everything it found leaves none (the record catches up from
 // the re-emitted events), although the report still lists what it found.
 func (r *Report) DriftRemains() bool {
-	if len(r.Unverified) > 0 {
+	if len(r.Unverified) > 0 || r.paymentDrift() > 0 { // payments are reported, never repaired
 		return true
 	}
 	if r.Repair == nil {

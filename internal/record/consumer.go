@@ -39,6 +39,8 @@ type ConsumerOptions struct {
 	// offsets are committed; a non-nil error stops Run with it and the offsets stay
 	// uncommitted, as if the process died there (tests use it to prove duplicates are absorbed).
 	AfterCommit func(Result) error
+	// PaymentProvider labels the payments recorded (FLASHSALE_PAYMENT_PROVIDER).
+	PaymentProvider string
 }
 
 // Consumer reads the event topic in a consumer group and writes it to the record in batched
@@ -91,7 +93,7 @@ func NewConsumer(db *gorm.DB, opt ConsumerOptions) *Consumer {
 		transport = opt.Transport
 	}
 	return &Consumer{
-		w:         NewWriter(db),
+		w:         &Writer{db: db, Provider: opt.PaymentProvider},
 		client:    &kafka.Client{Addr: kafka.TCP(opt.Brokers...), Timeout: 5 * time.Second, Transport: transport},
 		transport: transport,
 		opt:       opt,

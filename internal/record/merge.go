@@ -45,16 +45,16 @@ import (
 // write writes a batch in one transaction: its dead letters and its valid events. It returns
 // the events applied now (not before), and the order events parked as conflicts with orders
 // already recorded (conflict.go).
-func write(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed) ([]parsed, int, error) {
+func write(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, provider string) ([]parsed, int, error) {
 	merged := map[string]bool{}
 	fresh, parked := valid, 0
-	err := writeNew(ctx, pc, dead, valid, merged)
+	err := writeNew(ctx, pc, dead, valid, merged, provider)
 	if err != nil {
 		if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23505" {
 			return nil, 0, err
 		}
 		clear(merged)
-		if fresh, parked, err = writeMerged(ctx, pc, dead, valid, merged); err != nil {
+		if fresh, parked, err = writeMerged(ctx, pc, dead, valid, merged, provider); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -97,7 +97,7 @@ func refusedOrders(fresh []parsed, merged map[string]bool) ([]parsed, []DeadLett
 
 // writeNew writes events none of which was applied before, and fails with a unique violation
 // (the transaction rolled back) if one was.
-func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, merged map[string]bool) error {
+func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, merged map[string]bool, provider string) error {
 	b := newTxBatch(ctx, pc)
 	b.plain("BEGIN")
 	queueDead(b, dead)
@@ -119,7 +119,7 @@ func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []pars
 	queueOrders(b, insertOrders, created, nil)
 	queueMovements(b, insertMovements, rows.moves)
 	rows.orders, rows.moves = changed, nil
-	queueMerge(b, rows, merged)
+	queueMerge(b, rows, merged, provider)
 	b.plain("COMMIT")
 	return b.send()
 }
@@ -127,7 +127,7 @@ func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []pars
 // writeMerged claims the events in processed_events, parks those of them that contradict an
 // order already recorded, then merges the rows of the others not applied before, which it
 // returns with the count parked. (writeNew needs no such check: an order it inserts is new.)
-func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, merged map[string]bool) ([]parsed, int, error) {
+func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, merged map[string]bool, provider string) ([]parsed, int, error) {
 	isNew := make(map[string]bool, len(valid))
 	b := newTxBatch(ctx, pc)
 	b.plain("BEGIN")
@@ -159,7 +159,7 @@ func writeMerged(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []p
 	fresh, conflicts := conflictsStored(fresh, stored)
 	b = newTxBatch(ctx, pc)
 	queueDead(b, conflicts)
-	queueMerge(b, fold(fresh), merged)
+	queueMerge(b, fold(fresh), merged, provider)
 	b.plain("COMMIT")
 	return fresh, len(conflicts), b.send()
 }
@@ -249,7 +249,7 @@ func queueMovements(b *txBatch, s stmt, rows []movementRow) {
 
 // queueMerge queues one set-based statement per table (none for a table without rows); merged
 // learns which order rows were written (queueOrders).
-func queueMerge(b *txBatch, rows batchRows, merged map[string]bool) {
+func queueMerge(b *txBatch, rows batchRows, merged map[string]bool, provider string) {
 	if n := len(rows.items); n > 0 {
 		var (
 			ids, names, cats                   = make([]string, n), make([]string, n), make([]string, n)
@@ -278,6 +278,22 @@ func queueMerge(b *txBatch, rows batchRows, merged map[string]bool) {
 		b.exec(mergeRatings, items, users, stars, ms, seq, updated)
 	}
 	queueMovements(b, mergeMovements, rows.moves)
+	if n := len(rows.payments); n > 0 {
+		if provider == "" {
+			provider = "sim"
+		}
+		var (
+			ids, orders, statuses = make([]string, n), make([]string, n), make([]string, n)
+			providers             = make([]string, n)
+			amounts, refunded     = make([]int64, n), make([]int64, n)
+			created, updated      = make([]time.Time, n), make([]time.Time, n)
+		)
+		for i, r := range rows.payments {
+			ids[i], orders[i], statuses[i], amounts[i], refunded[i] = r.ID, r.OrderID, r.Status, r.AmountCents, r.Refunded
+			created[i], updated[i], providers[i] = r.CreatedAt, r.UpdatedAt, provider
+		}
+		b.exec(mergePayments, ids, orders, providers, amounts, statuses, refunded, created, updated)
+	}
 }
 
 // withPgx runs fn with the pgx connection under conn, a gorm session pinned to one pooled
@@ -372,6 +388,17 @@ var (
 		AS x(item_id, user_id, stars, pos_ms, pos_seq, updated_at)
 	ON CONFLICT (item_id, user_id) DO UPDATE SET
 	` + newer("r", [2]string{"pos_ms", "pos_seq"}, "stars", "updated_at")}
+
+	// mergePayments: a refund wins over a success whatever the order the events came in.
+	mergePayments = stmt{"record_merge_payments", `INSERT INTO payments AS p (id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at)
+	SELECT id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[], $8::timestamptz[])
+		AS x(id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at)
+	ON CONFLICT (id) DO UPDATE SET
+	status = CASE WHEN excluded.status = 'refunded' THEN excluded.status ELSE p.status END,
+	refunded_cents = GREATEST(p.refunded_cents, excluded.refunded_cents),
+	created_at = LEAST(p.created_at, excluded.created_at),
+	updated_at = GREATEST(p.updated_at, excluded.updated_at)`}
 
 	mergeMovements = stmt{"record_merge_movements", `INSERT INTO stock_movements (event_id, item_id, kind, delta, order_id, stock_total, at)
 	SELECT event_id, item_id, kind, delta, order_id, stock_total, at

@@ -33,6 +33,8 @@ import (
 // CONFLICT statements that apply those rules (merge.go).
 type Writer struct {
 	db *gorm.DB
+	// Provider labels the payments it records (FLASHSALE_PAYMENT_PROVIDER; "" records "sim").
+	Provider string
 }
 
 // NewWriter returns a Writer over db (opened by Open: gorm over pgx's database/sql driver).
@@ -91,7 +93,7 @@ func (w *Writer) Apply(ctx context.Context, msgs []kafka.Message) (Result, error
 	// gorm's database/sql pool: the transaction is one pipeline (merge.go).
 	err := w.db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
 		return withPgx(conn, func(pc *pgx.Conn) error {
-			fresh, parked, err := write(ctx, pc, dead, valid)
+			fresh, parked, err := write(ctx, pc, dead, valid, w.Provider)
 			res.Duplicates += len(valid) - len(fresh) - parked
 			res.Applied = len(fresh)
 			res.Invalid += parked
@@ -241,6 +243,13 @@ type (
 		PosSeq    int64
 		UpdatedAt time.Time
 	}
+	// paymentRow is a payment as the batch's order.paid (with payment_id) and payment.refunded
+	// events describe it: status only moves forward, succeeded -> refunded.
+	paymentRow struct {
+		ID, OrderID, Status   string
+		AmountCents, Refunded int64
+		CreatedAt, UpdatedAt  time.Time
+	}
 	movementRow struct {
 		EventID    string
 		ItemID     string
@@ -262,10 +271,11 @@ func statusRank(s string) int {
 
 // batchRows are a batch's events folded into the rows they write.
 type batchRows struct {
-	items   []*itemRow
-	orders  []*orderRow
-	ratings []*ratingRow
-	moves   []movementRow
+	items    []*itemRow
+	orders   []*orderRow
+	ratings  []*ratingRow
+	moves    []movementRow
+	payments []*paymentRow
 }
 
 // fold folds events into one row per table row, applying the same rules the merge statements
@@ -277,6 +287,26 @@ func fold(fresh []parsed) batchRows {
 	var itemOrder, orderOrder []string
 	var ratingOrder [][2]string
 	var moves []movementRow
+	pays := map[string]*paymentRow{}
+	var payOrder []string
+	payment := func(e events.Event, status string) {
+		r := pays[e.PaymentID]
+		if r == nil {
+			r = &paymentRow{ID: e.PaymentID, OrderID: e.OrderID, Status: status,
+				AmountCents: *e.Quantity * *e.PriceCents, CreatedAt: e.At, UpdatedAt: e.At}
+			pays[e.PaymentID] = r
+			payOrder = append(payOrder, e.PaymentID)
+		}
+		if status == "refunded" {
+			r.Status, r.Refunded = status, r.AmountCents
+		}
+		if e.At.Before(r.CreatedAt) {
+			r.CreatedAt = e.At
+		}
+		if e.At.After(r.UpdatedAt) {
+			r.UpdatedAt = e.At
+		}
+	}
 
 	item := func(id string) *itemRow {
 		r := items[id]
@@ -329,6 +359,9 @@ func fold(fresh []parsed) batchRows {
 			if e.At.After(o.UpdatedAt) {
 				o.UpdatedAt = e.At
 			}
+			if e.Type == events.OrderPaid && e.PaymentID != "" {
+				payment(e, "succeeded")
+			}
 			oid := e.OrderID
 			switch e.Type {
 			case events.OrderReserved:
@@ -338,6 +371,8 @@ func fold(fresh []parsed) batchRows {
 				moves = append(moves, movementRow{EventID: e.EventID, ItemID: e.ItemID, Kind: "returned",
 					Delta: *e.Quantity, OrderID: &oid, At: e.At})
 			}
+		case events.PaymentRefunded:
+			payment(e, "refunded")
 		case events.RatingSet:
 			k := [2]string{e.ItemID, e.UserID}
 			r := ratings[k]
@@ -364,5 +399,9 @@ func fold(fresh []parsed) batchRows {
 	for i, k := range ratingOrder {
 		ratingRows[i] = ratings[k]
 	}
-	return batchRows{items: itemRows, orders: orderRows, ratings: ratingRows, moves: moves}
+	payRows := make([]*paymentRow, len(payOrder))
+	for i, id := range payOrder {
+		payRows[i] = pays[id]
+	}
+	return batchRows{items: itemRows, orders: orderRows, ratings: ratingRows, moves: moves, payments: payRows}
 }

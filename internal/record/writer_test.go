@@ -307,3 +307,87 @@ func TestApplyIsolatingParksUnstorableTextWhateverTheBatch(t *testing.T) {
 		t.Fatalf("item %+v, %d dead letters; want the newer name and one dead letter", it, dead)
 	}
 }
+
+// TestApplyPayments: order.paid with a payment id records a succeeded payment, payment.refunded
+// a refunded one; in whatever order and however often they arrive, a refund stays a refund.
+func TestApplyPayments(t *testing.T) {
+	reserved1 := ev(events.OrderReserved, 1, nil)
+	paid := ev(events.OrderPaid, 2, func(e *events.Event) { e.PaymentID = "pi_paid" })
+	reserved2 := ev(events.OrderReserved, 3, func(e *events.Event) { e.OrderID = "a.2"; e.Quantity = i64(1) })
+	expired := ev(events.OrderExpired, 4, func(e *events.Event) { e.OrderID = "a.2"; e.Quantity = i64(1) })
+	refunded := ev(events.PaymentRefunded, 5, func(e *events.Event) { e.OrderID = "a.2"; e.Quantity = i64(1); e.PaymentID = "pi_late" })
+	for _, order := range [][]events.Event{
+		{reserved1, paid, reserved2, expired, refunded},
+		{refunded, expired, paid, reserved2, reserved1, refunded, paid},
+	} {
+		db := openDB(t)
+		w := record.NewWriter(db)
+		for _, e := range order {
+			if _, err := w.Apply(context.Background(), msgs(t, e)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var rows []struct {
+			ID, OrderID, Provider, Status string
+			AmountCents, RefundedCents    int64
+		}
+		if err := db.Raw(`SELECT id, order_id, provider, status, amount_cents, refunded_cents FROM payments ORDER BY id`).Scan(&rows).Error; err != nil {
+			t.Fatal(err)
+		}
+		want := `[{pi_late a.2 sim refunded 500 500} {pi_paid a.1 sim succeeded 1000 0}]`
+		if got := fmt.Sprint(rows); got != want {
+			t.Fatalf("payments %s, want %s", got, want)
+		}
+		var status string
+		db.Raw(`SELECT status FROM orders WHERE id = 'a.2'`).Scan(&status)
+		if status != "expired" {
+			t.Fatalf("the refunded payment's order is %q", status)
+		}
+	}
+}
+
+// TestPaymentIssues: the payments check finds a succeeded payment whose order is not paid and
+// an order two payments paid, and nothing in a record that adds up.
+func TestPaymentIssues(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	db, err := record.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s, _ := db.DB(); s.Close() }()
+	q, err := record.OpenQueries(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	w := record.NewWriter(db)
+	_, err = w.Apply(ctx, msgs(t,
+		ev(events.OrderReserved, 1, nil),
+		ev(events.OrderPaid, 2, func(e *events.Event) { e.PaymentID = "pi_paid" }),
+		ev(events.OrderReserved, 3, func(e *events.Event) { e.OrderID = "a.2" }),
+		ev(events.OrderExpired, 4, func(e *events.Event) { e.OrderID = "a.2" }),
+		ev(events.PaymentRefunded, 5, func(e *events.Event) { e.OrderID = "a.2"; e.PaymentID = "pi_late" }),
+		ev(events.OrderReserved, 6, func(e *events.Event) { e.OrderID = "a.3" }),
+		ev(events.OrderExpired, 7, func(e *events.Event) { e.OrderID = "a.3" }),
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	issues, checked, err := q.PaymentIssues(ctx)
+	if err != nil || len(issues) != 0 || checked != 2 {
+		t.Fatalf("a record that adds up: %d checked, issues %+v, %v", checked, issues, err)
+	}
+	// What no event stream can write: a success for an expired order, a second for a paid one.
+	if err := db.Exec(`INSERT INTO payments (id, order_id, provider, amount_cents, status, created_at, updated_at) VALUES
+		('pi_lost', 'a.3', 'sim', 1000, 'succeeded', now(), now()), ('pi_twice', 'a.1', 'sim', 1000, 'succeeded', now(), now())`).Error; err != nil {
+		t.Fatal(err)
+	}
+	issues, checked, err = q.PaymentIssues(ctx)
+	if err != nil || checked != 4 {
+		t.Fatal(checked, err)
+	}
+	if got := fmt.Sprintf("%+v", issues); got != `[{PaymentID: OrderID:a.1 Status:succeeded OrderStatus: Payments:2} {PaymentID:pi_lost OrderID:a.3 Status:succeeded OrderStatus:expired Payments:1}]` {
+		t.Fatalf("issues %s", got)
+	}
+}

@@ -1,5 +1,5 @@
-// The shopper page: dev login, the live item grid, buying, My orders (pay, cancel, rate) and
-// the leaderboards.
+// The shopper page: dev login, the live item grid, buying, My orders (pay at the payment
+// provider's checkout page, cancel, rate) and the leaderboards.
 //
 // Live stock is pushed: an EventSource on GET /api/items/stream gets the catalogue at once and
 // again within a second of any change (one encoded event fanned out to every shopper, so the
@@ -28,6 +28,9 @@
     cards: new Map(), // id -> {root, parts..., inFlight, pendingKey, pendingQty}
     rows: new Map(), // order id -> {root, status, busy, pay, cancel, stars}
     loggingIn: false,
+    provider: '', // 'none' once the shop said it settles outside (POST /pay pays)
+    checkouts: new Set(), // order ids this page opened a checkout for
+
     category: sessionStorage.getItem('flashsale.category') || '',
   };
 
@@ -519,6 +522,10 @@
         if (row) {
           fresh.msg.textContent = row.msg.textContent;
           fresh.msg.className = row.msg.className;
+          if (state.checkouts.delete(o.id)) {
+            if (o.status === 'paid') say(fresh.msg, 'Paid, thank you! The payment went through. You can rate it now.', 'ok');
+            else if (o.status === 'expired') say(fresh.msg, 'The reservation ended before the payment went through. A payment that still goes through is refunded in full.', 'warn');
+          }
           const focused = row.root.contains(document.activeElement);
           row.root.replaceWith(fresh.root);
           if (focused) fresh.root.focus(); // its buttons are gone; stay on the order
@@ -581,11 +588,47 @@
     for (const b of row.stars) b.disabled = row.busy || wait > 0;
   }
 
+  // checkout starts paying o at the shop's payment provider: the api creates (once per order)
+  // the payment, and its checkout page opens in a new tab, where the shopper picks a card (a
+  // declined one says so there, and another can be tried until the reservation ends). This
+  // page does not learn the outcome from that tab: the order turns Paid here when the
+  // provider's webhook reached the shop (the orders refresh every few seconds). It answers
+  // false when the shop has no provider (it settles outside: POST /pay pays).
+  async function checkout(row, o) {
+    const r = await api('POST', `/api/orders/${encodeURIComponent(o.id)}/checkout`, { token: state.token });
+    if (!r.ok && r.status === 409 && r.error && /no payment provider/.test(r.error.message || '')) {
+      state.provider = 'none';
+      return false;
+    }
+    if (r.ok) {
+      const p = r.data.payment || {};
+      state.checkouts.add(o.id);
+      if (p.checkout_url) {
+        const url = p.checkout_url + '?return_url=' + encodeURIComponent(location.origin + location.pathname);
+        el('a', { href: url, target: '_blank', rel: 'noopener' }).click();
+        say(row.msg, 'Pay on the checkout page that opened. This order turns Paid here once the payment goes through; if a card is declined, try another there before the time runs out (Pay opens the page again).', 'ok');
+      } else {
+        say(row.msg, 'Your payment is ready; complete it with the shop\'s payment form.', 'ok');
+      }
+    } else {
+      refused('pay', r, row.msg, describe(r, { what: 'pay' }));
+      handleAuth(r);
+      if (r.error && (r.error.code === 'order_expired' || r.error.code === 'invalid_state')) await refreshOrders();
+    }
+    row.busy = false;
+    updateRow(row);
+    return true;
+  }
+
   async function changeOrder(row, o, what) {
     if (row.busy || heldFor(what)) return;
     const hadFocus = row.root.contains(document.activeElement);
     row.busy = true;
     updateRow(row);
+    if (what === 'pay' && state.provider !== 'none' && await checkout(row, o)) {
+      keepFocus(hadFocus, row.pay, row.root);
+      return;
+    }
     const r = await api('POST', `/api/orders/${encodeURIComponent(o.id)}/${what}`, { token: state.token });
     if (r.ok) {
       say(row.msg, what === 'pay' ? 'Paid, thank you! You can rate it now.' : 'Cancelled. The stock went back on sale.', 'ok');

@@ -6,6 +6,9 @@
 //   E2E_SCREENSHOTS  docs/screenshots/: refreshed when a file is missing or E2E_UPDATE_SCREENSHOTS=1
 //   E2E_RESERVATION_TTL_S  the api's FLASHSALE_RESERVATION_TTL in seconds (30)
 //   E2E_JWT_SECRET   its FLASHSALE_JWT_SECRET (the monitor step mints many shoppers' tokens)
+//   E2E_PAY_URL, E2E_PAY_SIM_URL, E2E_PAY_TTL_S, E2E_PAY_ASYNC_S  a second api that takes payment
+//                    through the payment simulator (see paymentSteps); unset: those steps are skipped
+// The first api settles payment outside (FLASHSALE_PAYMENT_PROVIDER=none: Pay pays at once).
 // The api must run with FLASHSALE_LIMIT_PURCHASE=1/1m:4, and FLASHSALE_LIMIT_PAY, _CANCEL and
 // _RATING at 1/6s:5, so the rate-limit steps are deterministic (a refusal asks for a wait of
 // seconds, not a blink).
@@ -119,6 +122,109 @@ async function saveShot(target, name, opts = {}) {
       fs.copyFileSync(file, dest);
     }
   }
+}
+
+// ---- paying through the payment provider ----------------------------------------------------
+
+// The second api (E2E_PAY_URL) takes payment through the payment simulator (FLASHSALE_PAYMENT_
+// PROVIDER=sim, on E2E_PAY_SIM_URL) with a short reservation (E2E_PAY_TTL_S) and a slow
+// pm_card_async (E2E_PAY_ASYNC_S, longer than the reservation).
+const PAY_BASE = process.env.E2E_PAY_URL || '';
+const PAY_SIM = process.env.E2E_PAY_SIM_URL || '';
+const PAY_TTL_MS = 1000 * Number(process.env.E2E_PAY_TTL_S || 20);
+const PAY_ASYNC_MS = 1000 * Number(process.env.E2E_PAY_ASYNC_S || 25);
+
+async function paymentSteps(browser, desktop, pageErrors) {
+  const PAY_ITEM = { id: `e2e-pay-${run}`, name: `Paid Gadget ${run}` };
+  const ivy = await (await browser.newContext(desktop)).newPage();
+  ivy.setDefaultTimeout(TIMEOUT);
+  ivy.on('pageerror', (e) => pageErrors.push(`ivy: ${e.message}`));
+  pages.ivy = ivy;
+  const payRows = () => ivy.locator(`#orders li.order[data-item="${PAY_ITEM.id}"]`);
+
+  // buy reserves one unit on ivy's page and answers the new order's id.
+  const buy = async () => {
+    const before = new Set(await payRows().evaluateAll((ns) => ns.map((n) => n.dataset.order)));
+    const c = card(ivy, PAY_ITEM.id);
+    await c.locator('button[type=submit]').click();
+    await expectText(c.locator('.msg'), /Reserved 1 ×/, 'purchase message');
+    return eventually(async () => {
+      const ids = await payRows().evaluateAll((ns) => ns.map((n) => n.dataset.order));
+      const id = ids.find((x) => !before.has(x));
+      assert(id, 'the new order is not listed yet');
+      return id;
+    }, 'new order row');
+  };
+  const row = (id) => ivy.locator(`#orders li.order[data-order="${id}"]`);
+  // pay presses the order's Pay and answers the checkout page that opens.
+  const pay = async (id) => {
+    const [checkout] = await Promise.all([ivy.context().waitForEvent('page'), row(id).locator('button:has-text("Pay")').click()]);
+    checkout.setDefaultTimeout(TIMEOUT);
+    await checkout.waitForLoadState();
+    await expectText(row(id).locator('.msg'), /checkout page that opened/, 'the row says where to pay');
+    return checkout;
+  };
+  const payWith = async (checkout, card) => {
+    await checkout.locator(`input[name=payment_method][value=${card}]`).check();
+    await checkout.locator('#pay').click();
+    await checkout.waitForLoadState();
+  };
+
+  await step('payments: a shopper on a shop with a payment provider buys; Pay opens the checkout page', async () => {
+    const put = await fetch(PAY_BASE + `/api/admin/items/${PAY_ITEM.id}`, {
+      method: 'PUT', headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + ADMIN },
+      body: JSON.stringify({ name: PAY_ITEM.name, category: 'gadgets', price_cents: 2500, stock: 10, per_user_limit: 5 }),
+    });
+    assert(put.status === 201, `create: ${put.status}`);
+    await ivy.goto(PAY_BASE + '/');
+    await ivy.fill('#user', 'ivy-' + run);
+    await ivy.press('#user', 'Enter');
+    await expectText(ivy.locator('#who-name'), new RegExp('ivy-' + run), 'ivy signed in');
+  });
+
+  await step('payments: paying with a good card on the checkout page turns the order Paid live', async () => {
+    const id = await buy();
+    const checkout = await pay(id);
+    assert(checkout.url().startsWith(PAY_SIM + '/checkout/'), `checkout page ${checkout.url()}`);
+    await expectText(checkout.locator('#amount'), /25\.00/, 'the amount to pay');
+    await payWith(checkout, 'pm_card_visa');
+    await expectText(checkout.locator('#result'), /succeeded/i, 'the checkout page says it went through');
+    await expectText(row(id).locator('.badge'), /^Paid$/, 'the order turns paid on the shop page', 15_000);
+    await expectText(row(id).locator('.msg'), /Paid, thank you/, 'the row thanks the shopper');
+    await saveShot(checkout, 'checkout.png');
+    await checkout.close();
+  });
+
+  await step('payments: a declined card says so and changes nothing; another card then pays', async () => {
+    const id = await buy();
+    const checkout = await pay(id);
+    await payWith(checkout, 'pm_card_chargeDeclined');
+    await expectText(checkout.locator('#result'), /declined/i, 'the checkout page says the card was declined');
+    assert(await checkout.locator('#pay-form').isVisible(), 'the form stays to try another card');
+    await expectText(row(id).locator('.badge'), /^Reserved$/, 'still reserved after the decline');
+    await payWith(checkout, 'pm_card_visa');
+    await expectText(row(id).locator('.badge'), /^Paid$/, 'paid with the second card', 15_000);
+    await checkout.close();
+  });
+
+  await step('payments: a slow payment that succeeds after the reservation ended is refunded; the order stays expired', async () => {
+    const id = await buy();
+    const checkout = await pay(id);
+    await payWith(checkout, 'pm_card_async');
+    await expectText(checkout.locator('#result'), /Processing/i, 'the checkout page says it is processing');
+    const pid = await checkout.locator('#checkout').getAttribute('data-payment-intent');
+    await expectText(row(id).locator('.badge'), /^Expired$/, 'the reservation expires', PAY_TTL_MS + 15_000);
+    await expectText(row(id).locator('.msg'), /refunded in full/, 'the row says a late payment is refunded');
+    await expectText(checkout.locator('#result'), /succeeded|refunded/i, 'the slow payment goes through, late (and is given back)', PAY_ASYNC_MS + 15_000);
+    await eventually(async () => {
+      const res = await fetch(`${PAY_SIM}/v1/refunds?payment_intent=${pid}`, { headers: { Authorization: 'Bearer sk_test_e2e' } });
+      const body = await res.json();
+      assert(res.status === 200 && body.data.length === 1 && body.data[0].amount === 2500, `refunds of ${pid}: ${JSON.stringify(body)}`);
+    }, 'one full refund at the provider', 20_000);
+    await expectText(row(id).locator('.badge'), /^Expired$/, 'the order keeps its state');
+    await checkout.close();
+  });
+  delete pages.ivy;
 }
 
 // ---- the scenario ----------------------------------------------------------------------------
@@ -897,6 +1003,8 @@ async function main() {
       await hana.press('#user', 'Enter');
       await expectText(hana.locator('#who-name'), new RegExp(hanaUser), 'hana signed in');
     });
+
+    if (PAY_BASE) await paymentSteps(browser, desktop, pageErrors);
 
     await step('no script errors on any page', async () => {
       assert(pageErrors.length === 0, pageErrors.join('; '));

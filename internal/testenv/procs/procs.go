@@ -214,7 +214,7 @@ func Parallel[T any](n int, xs []T, f func(T)) {
 
 // Env is what a test's api and reconciler processes share: where Redis, Postgres and Kafka
 // are, the secrets, the dev login, the reservation TTL and a short shutdown, with every rate
-// limit off (a test's thousands of shoppers log in from one address; the tests prove faults
+// limit off and payment settled outside (a test's thousands of shoppers log in from one address; the tests prove faults
 // and fleets, not limits). extra is appended (a later entry of the same name wins).
 type Env struct {
 	RedisAddrs, RedisPrefix, PostgresDSN, KafkaBrokers, KafkaTopic string
@@ -237,6 +237,9 @@ func (e Env) List(extra ...string) []string {
 		"FLASHSALE_SHUTDOWN_TIMEOUT=5s",
 		"FLASHSALE_LIMIT_PURCHASE=off", "FLASHSALE_LIMIT_PAY=off", "FLASHSALE_LIMIT_CANCEL=off",
 		"FLASHSALE_LIMIT_LOGIN_USER=off", "FLASHSALE_LIMIT_LOGIN_IP=off",
+		// The shop settles outside (POST /pay) unless a test takes payment through a simulator
+		// (extra FLASHSALE_PAYMENT_PROVIDER=sim and its address).
+		"FLASHSALE_PAYMENT_PROVIDER=none",
 		"PATH=" + os.Getenv("PATH"),
 	}, extra...)
 }
