@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/ranking"
@@ -30,7 +32,9 @@ const consumerGroup = "reconciler"
 // openReconciler builds a Reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
 // pipeline (embedded broker address when KAFKA_BROKERS is unset), the ranking store.
 func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconciler, func(), error) {
-	rdb, err := redisconn.OpenSecure(ctx, cfg.RedisAddrs, cfg.RedisDB, cfg.Redis)
+	rdb, err := redisconn.OpenWaiting(ctx, cfg.RedisStartWait, func(ctx context.Context) (redis.UniversalClient, error) {
+		return redisconn.OpenSecure(ctx, cfg.RedisAddrs, cfg.RedisDB, cfg.Redis)
+	})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -70,15 +70,17 @@ type API struct {
 
 // New builds the api from cfg. It needs Redis (and scripts loaded); Postgres and Kafka are
 // dialled on first use, so the api starts and sells without them.
-func New(ctx context.Context, cfg config.Config) (a *API, err error) {
-	a = &API{cfg: cfg}
-	defer func() {
+func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
+	a := &API{cfg: cfg}
+	defer func() { // not the named result: every failing return below sets that to nil
 		if err != nil {
 			a.Close()
-			a = nil
 		}
 	}()
-	if a.rdb, err = redisconn.OpenSecure(ctx, cfg.RedisAddrs, cfg.RedisDB, cfg.Redis); err != nil {
+	a.rdb, err = redisconn.OpenWaiting(ctx, cfg.RedisStartWait, func(ctx context.Context) (redis.UniversalClient, error) {
+		return redisconn.OpenSecure(ctx, cfg.RedisAddrs, cfg.RedisDB, cfg.Redis)
+	})
+	if err != nil {
 		return nil, err
 	}
 	metrics.InstrumentRedis(a.rdb) // script calls and latency by script name
@@ -130,8 +132,8 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 			Addr: cfg.EmbeddedKafkaAddr, Topic: cfg.KafkaTopic, Partitions: cfg.KafkaPartitions,
 			DataDir: dir, // on disk, so events the reconciler has not read survive a restart
 		})
-		if err != nil {
-			return nil, err
+		if err != nil { // most often the port is taken: a Kafka of the developer's own
+			return nil, fmt.Errorf("embedded Kafka broker (FLASHSALE_EMBEDDED_KAFKA_ADDR=%s; or set KAFKA_BROKERS): %w", cfg.EmbeddedKafkaAddr, err)
 		}
 		brokers = []string{a.broker.Addr()}
 		slog.Info("embedded Kafka-protocol broker", "addr", a.broker.Addr(), "topic", cfg.KafkaTopic, "dir", dir)
@@ -288,7 +290,7 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	if ln == nil {
 		var err error
 		if ln, err = net.Listen("tcp", a.cfg.HTTPAddr); err != nil {
-			return fmt.Errorf("listen %s: %w", a.cfg.HTTPAddr, err)
+			return fmt.Errorf("listen on FLASHSALE_HTTP_ADDR=%s: %w", a.cfg.HTTPAddr, err)
 		}
 	}
 	stopAdmin, err := metrics.StartAdmin(a.cfg.AdminAddr) // pprof and /metrics; off when empty
