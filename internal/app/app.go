@@ -179,6 +179,7 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 		Ready:          a.ready,
 		Web:            web.Files,
 		Reconciliation: a.record.LatestReport,
+		ReconcileRuns:  a.record.RecentRunsReport,
 		Queue:          a.Queue,
 		Stats:          a.stats,
 		Redis:          a.rdb,

@@ -435,10 +435,28 @@
     if (needToken($('recon-msg'))) return;
     const btn = $('recon-load');
     btn.disabled = true;
-    const r = await api('GET', '/api/admin/reconciliation', { token: state.token });
+    const [r, h] = await Promise.all([
+      api('GET', '/api/admin/reconciliation', { token: state.token }),
+      api('GET', '/api/admin/reconciliation/runs?limit=10', { token: state.token }),
+    ]);
     btn.disabled = false;
     showReport(r);
+    if (r.ok && h.ok && h.data.runs.length) $('recon-out').append(historyView(h.data.runs));
   });
+
+  // historyView: the newest runs, one row each, so a trend (drift growing, runs failing) shows.
+  function historyView(runs) {
+    const when = (t) => (t ? new Date(t).toLocaleString() : 'running');
+    return el('div', { class: 'table-wrap' },
+      el('table', { class: 'recon-history' },
+        el('caption', { text: 'Recent runs' }),
+        el('thead', {}, el('tr', {}, el('th', { text: 'Run' }), el('th', { text: 'Finished' }), el('th', { text: 'Status' }),
+          el('th', { class: 'num', text: 'Drift' }), el('th', { class: 'num', text: 'Unverified' }))),
+        el('tbody', {}, ...runs.map((x) => el('tr', { 'data-run': String(x.id) },
+          el('td', { text: '#' + x.id }), el('td', { text: when(x.finished_at) }),
+          el('td', { text: RUN_TEXT[x.status] || x.status, title: x.error || '' }),
+          el('td', { class: 'num', text: String(x.drift) }), el('td', { class: 'num', text: String(x.unverified) }))))));
+  }
 
   // every runs fn now and then ms after each run ends, so slow answers never pile up.
   function every(fn, ms) {
