@@ -123,6 +123,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 	slog.Info("migrations applied", "version", v)
 
+	metrics.RegisterReconciler()
 	stopAdmin, err := metrics.StartAdmin(cfg.AdminAddr) // /metrics and pprof; off when empty
 	if err != nil {
 		return err

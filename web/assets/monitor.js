@@ -89,6 +89,7 @@
       return `${n} –`;
     });
     fig.dataset.series = names.join(',');
+    fig.dataset.colours = names.map((n, i) => colours[n] || PALETTE[i % PALETTE.length]).join(',');
     fig.dataset.last = last.join('; ');
     fig.dataset.points = String(t.length);
   }
