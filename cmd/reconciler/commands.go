@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
@@ -24,10 +25,6 @@ import (
 // errDrift is returned by batchCommand when the run found drift or could not verify
 // everything (the report was printed and stored); commands exit non-zero on it.
 var errDrift = errors.New("reconcile: drift found")
-
-// consumerGroup is the Kafka group of the reconciler's consumer (record.ConsumerOptions'
-// default), whose progress runs wait for.
-const consumerGroup = "reconciler"
 
 // openReconciler builds a Reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
 // pipeline (embedded broker address when KAFKA_BROKERS is unset), the ranking store.
@@ -55,7 +52,7 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
 	r := reconcile.New(rdb, keys, db, reconcile.Options{
 		ReservationTTL: cfg.ReservationTTL,
-		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, consumerGroup, transport),
+		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, kafkaconn.ConsumerGroup, transport),
 		Ranking: ranking.NewStore(rdb, keys, ranking.Options{
 			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
 		}),

@@ -33,7 +33,6 @@ import (
 	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
-	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/stats"
@@ -165,7 +164,8 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a.lag = &lagGauge{pipeline: reconcile.NewKafkaPipeline(brokers, cfg.KafkaTopic, ReconcilerGroup, transport)}
+	a.lag = &lagGauge{topic: cfg.KafkaTopic,
+		client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second, Transport: transport}}
 	a.stats.AddGauge(a.lag.gauge)
 
 	a.server = httpapi.New(httpapi.Deps{
