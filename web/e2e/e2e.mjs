@@ -552,7 +552,7 @@ async function main() {
       await phoneAdmin.context().close();
     });
 
-    await step('admin: the new-item form lines its fields up row by row (desktop; the phone's no-overflow check is the accessibility step)', async () => {
+    await step('admin: the new-item form lines its fields up row by row (desktop; on a phone the accessibility step checks it fits)', async () => {
       const tops = await admin.evaluate(() => {
         const rows = new Map();
         for (const f of document.querySelectorAll('#item-form .fields > .field')) {
