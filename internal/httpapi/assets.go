@@ -52,9 +52,8 @@ func loadAssets(fsys fs.FS) (map[string]*asset, error) {
 		if compressible(a.typ) && len(b) >= assetGzipMinSize {
 			var buf bytes.Buffer
 			zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-			zw.Write(b)
-			zw.Close()
-			if buf.Len() < len(b) {
+			_, werr := zw.Write(b)
+			if werr == nil && zw.Close() == nil && buf.Len() < len(b) {
 				a.gz = buf.Bytes()
 			}
 		}
@@ -97,7 +96,7 @@ func (a *asset) serve(c *gin.Context) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	c.Status(http.StatusOK)
 	if c.Request.Method != http.MethodHead {
-		c.Writer.Write(body)
+		_, _ = c.Writer.Write(body) // a client gone mid-answer: nothing to do
 	}
 }
 
