@@ -42,12 +42,20 @@ def check_names(where, expr):
             fail(f"{where}: {name} is not defined in internal/metrics/metrics.go")
 
 alerts = yaml.safe_load(open("deploy/alerts.yml"))
+runbook = open("docs/runbook.md").read()
 tests = open("deploy/alerts_test.yml").read()
 for group in alerts["groups"]:
     for rule in group["rules"]:
         check_names(f"deploy/alerts.yml {rule.get('alert')}", rule["expr"])
         if not re.search(rf"alertname:\s*{re.escape(rule['alert'])}\s*$", tests, re.M):
             fail(f"alert {rule['alert']} has no test in deploy/alerts_test.yml")
+        # Every alert links its own section of the runbook.
+        url = rule.get("annotations", {}).get("runbook_url", "")
+        want = "docs/runbook.md#" + rule["alert"].lower()
+        if url != want:
+            fail(f"alert {rule['alert']}: runbook_url is {url!r}, want {want!r}")
+        elif not re.search(rf"^## {re.escape(rule['alert'])}\s*$", runbook, re.M):
+            fail(f"alert {rule['alert']}: docs/runbook.md has no section '## {rule['alert']}'")
 
 uids = set()
 for path in glob.glob("deploy/grafana/provisioning/datasources/*.yml"):

@@ -3,9 +3,17 @@
 # are missing and starting them when they are down. Used by `make run` and `make test`.
 set -euo pipefail
 
+# PostgreSQL answering on 127.0.0.1:5432, however it was started (Debian's pg_ctlcluster,
+# Homebrew, a container, pg_ctl): pg_isready when there is one, else a bare TCP connect.
+pg_up() {
+  if command -v pg_isready >/dev/null; then pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null
+  else (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; fi
+}
+
 need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
-command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
+# The server package only when no PostgreSQL runs and Debian's tools to start one are missing.
+pg_up || command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v curl >/dev/null || need_apt+=(curl)
 command -v psql >/dev/null || need_apt+=(postgresql-client)
@@ -24,11 +32,12 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   for _ in $(seq 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 
-pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; }
 if ! pg_up; then
   ver=$(ls /etc/postgresql 2>/dev/null | sort -n | tail -n1)
-  if [ -z "$ver" ]; then
-    echo "services: no PostgreSQL cluster found under /etc/postgresql" >&2; exit 1
+  if [ -z "$ver" ] || ! command -v pg_ctlcluster >/dev/null; then
+    echo "services: PostgreSQL is not answering on 127.0.0.1:5432 and there is no Debian cluster to start;" >&2
+    echo "          start yours (pg_ctl start, brew services start postgresql, a container) and run again" >&2
+    exit 1
   fi
   echo "services: starting PostgreSQL $ver" >&2
   pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true

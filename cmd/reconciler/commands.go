@@ -10,7 +10,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/ranking"
@@ -24,14 +27,12 @@ import (
 // everything (the report was printed and stored); commands exit non-zero on it.
 var errDrift = errors.New("reconcile: drift found")
 
-// consumerGroup is the Kafka group of the reconciler's consumer (record.ConsumerOptions'
-// default), whose progress runs wait for.
-const consumerGroup = "reconciler"
-
 // openReconciler builds a Reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
 // pipeline (embedded broker address when KAFKA_BROKERS is unset), the ranking store.
 func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconciler, func(), error) {
-	rdb, err := redisconn.OpenWith(ctx, cfg.RedisOptions())
+	rdb, err := redisconn.OpenWaiting(ctx, cfg.RedisStartWait, func(ctx context.Context) (redis.UniversalClient, error) {
+		return redisconn.OpenWith(ctx, cfg.RedisOptions())
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -57,7 +58,7 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 	r := reconcile.New(rdb, keys, db, reconcile.Options{
 		Payments:       payments,
 		ReservationTTL: cfg.ReservationTTL,
-		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, consumerGroup, transport),
+		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, kafkaconn.ConsumerGroup, transport),
 		Ranking: ranking.NewStore(rdb, keys, ranking.Options{
 			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
 		}),

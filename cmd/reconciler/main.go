@@ -20,6 +20,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/crashpoint"
+	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/shutdown"
@@ -123,6 +124,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 	slog.Info("migrations applied", "version", v)
 
+	metrics.RegisterReconciler()
 	stopAdmin, err := metrics.StartAdmin(cfg.AdminAddr) // /metrics and pprof; off when empty
 	if err != nil {
 		return err
@@ -150,7 +152,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		Transport:       transport,
 		Brokers:         cfg.Brokers(),
 		Topic:           cfg.KafkaTopic,
-		GroupID:         consumerGroup,
+		GroupID:         kafkaconn.ConsumerGroup,
 		DrainTimeout:    cfg.ShutdownTimeout,
 		PaymentProvider: cfg.Payment.Provider,
 	}

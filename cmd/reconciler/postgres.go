@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/record"
@@ -26,8 +29,14 @@ func awaitPostgres(ctx context.Context, cfg config.Config) error {
 		// One attempt may not use up the whole wait on a host that swallows packets.
 		actx, cancel := context.WithTimeout(wctx, 10*time.Second)
 		defer cancel()
-		last = record.Ping(actx, cfg.PostgresDSN)
-		return struct{}{}, last
+		err := record.Ping(actx, cfg.PostgresDSN)
+		if refusedLogin(err) { // a wrong role or password: waiting would not fix it
+			return struct{}{}, backoff.Permanent(err)
+		}
+		if err != nil && (last == nil || wctx.Err() == nil) { // keep the cause, not the wait's end
+			last = err
+		}
+		return struct{}{}, err
 	},
 		backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: 200 * time.Millisecond,
 			RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 5 * time.Second}),
@@ -46,9 +55,18 @@ func awaitPostgres(ctx context.Context, cfg config.Config) error {
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err() // stopped (SIGTERM) while waiting
+	case refusedLogin(err):
+		return fmt.Errorf("postgres refused the login (check the role and password of FLASHSALE_POSTGRES_DSN): %w", err)
 	case last == nil:
 		last = err
 	}
 	return fmt.Errorf("postgres not reachable after %s and %d attempts (FLASHSALE_POSTGRES_START_TIMEOUT): %w",
 		cfg.PostgresStartWait, attempts, last)
+}
+
+// refusedLogin reports Postgres refusing the login: SQLSTATE class 28 (invalid authorization:
+// no such role, wrong password, not allowed by pg_hba.conf). A configuration error.
+func refusedLogin(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "28")
 }

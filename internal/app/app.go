@@ -34,7 +34,6 @@ import (
 	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
-	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/stats"
@@ -73,15 +72,17 @@ type API struct {
 
 // New builds the api from cfg. It needs Redis (and scripts loaded); Postgres and Kafka are
 // dialled on first use, so the api starts and sells without them.
-func New(ctx context.Context, cfg config.Config) (a *API, err error) {
-	a = &API{cfg: cfg}
-	defer func() {
+func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
+	a := &API{cfg: cfg}
+	defer func() { // not the named result: every failing return below sets that to nil
 		if err != nil {
 			a.Close()
-			a = nil
 		}
 	}()
-	if a.rdb, err = redisconn.OpenWith(ctx, cfg.RedisOptions()); err != nil {
+	a.rdb, err = redisconn.OpenWaiting(ctx, cfg.RedisStartWait, func(ctx context.Context) (redis.UniversalClient, error) {
+		return redisconn.OpenWith(ctx, cfg.RedisOptions())
+	})
+	if err != nil {
 		return nil, err
 	}
 	metrics.InstrumentRedis(a.rdb) // script calls and latency by script name
@@ -138,8 +139,8 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 			Addr: cfg.EmbeddedKafkaAddr, Topic: cfg.KafkaTopic, Partitions: cfg.KafkaPartitions,
 			DataDir: dir, // on disk, so events the reconciler has not read survive a restart
 		})
-		if err != nil {
-			return nil, err
+		if err != nil { // most often the port is taken: a Kafka of the developer's own
+			return nil, fmt.Errorf("embedded Kafka broker (FLASHSALE_EMBEDDED_KAFKA_ADDR=%s; or set KAFKA_BROKERS): %w", cfg.EmbeddedKafkaAddr, err)
 		}
 		brokers = []string{a.broker.Addr()}
 		slog.Info("embedded Kafka-protocol broker", "addr", a.broker.Addr(), "topic", cfg.KafkaTopic, "dir", dir)
@@ -172,7 +173,8 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a.lag = &lagGauge{pipeline: reconcile.NewKafkaPipeline(brokers, cfg.KafkaTopic, ReconcilerGroup, transport)}
+	a.lag = &lagGauge{topic: cfg.KafkaTopic,
+		client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second, Transport: transport}}
 	a.stats.AddGauge(a.lag.gauge)
 
 	a.server = httpapi.New(httpapi.Deps{
@@ -186,6 +188,7 @@ func New(ctx context.Context, cfg config.Config) (a *API, err error) {
 		Ready:          a.ready,
 		Web:            web.Files,
 		Reconciliation: a.record.LatestReport,
+		ReconcileRuns:  a.record.RecentRunsReport,
 		Queue:          a.Queue,
 		Stats:          a.stats,
 		Redis:          a.rdb,
@@ -302,7 +305,7 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	if ln == nil {
 		var err error
 		if ln, err = net.Listen("tcp", a.cfg.HTTPAddr); err != nil {
-			return fmt.Errorf("listen %s: %w", a.cfg.HTTPAddr, err)
+			return fmt.Errorf("listen on FLASHSALE_HTTP_ADDR=%s: %w", a.cfg.HTTPAddr, err)
 		}
 	}
 	stopAdmin, err := metrics.StartAdmin(a.cfg.AdminAddr) // pprof and /metrics; off when empty

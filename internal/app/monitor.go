@@ -6,12 +6,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/inventory"
-	"github.com/flashsale/flashsale/internal/reconcile"
-)
+	"github.com/segmentio/kafka-go"
 
-// ReconcilerGroup is the reconciler consumer's Kafka group, whose lag the monitor shows.
-const ReconcilerGroup = "reconciler"
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/kafkaconn"
+)
 
 // maxMonitoredItems bounds the stock series the monitor keeps per second.
 const maxMonitoredItems = 50
@@ -35,12 +34,14 @@ func (a *API) stockGauge(ctx context.Context) (map[string]int64, bool) {
 	return out, true
 }
 
-// lagGauge asks Kafka for the reconciler's lag every few seconds (three small requests, so
-// not every second) and hands the last answer to the monitor.
+// lagGauge asks Kafka for the reconciler's lag (kafkaconn.Lag, the definition Prometheus
+// uses too) every few seconds (three small requests, so not every second) and hands the last
+// answer to the monitor.
 type lagGauge struct {
-	pipeline *reconcile.KafkaPipeline
-	lag      atomic.Int64
-	known    atomic.Bool
+	client *kafka.Client
+	topic  string
+	lag    atomic.Int64
+	known  atomic.Bool
 }
 
 func (g *lagGauge) run(ctx context.Context) {
@@ -48,7 +49,7 @@ func (g *lagGauge) run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 4*time.Second)
-		lag, err := g.pipeline.Lag(qctx)
+		lag, err := kafkaconn.Lag(qctx, g.client, g.topic, kafkaconn.ConsumerGroup)
 		cancel()
 		if err != nil || lag < 0 {
 			g.known.Store(false)

@@ -34,6 +34,7 @@ type Config struct {
 	RedisPrefix         string
 	PostgresDSN         string
 	PostgresStartWait   time.Duration // how long the reconciler retries Postgres at start
+	RedisStartWait      time.Duration // how long both binaries retry Redis at start
 	KafkaBrokers        []string      // empty: embedded broker
 	EmbeddedKafkaAddr   string
 	KafkaTopic          string
@@ -132,6 +133,7 @@ func parse(p *parser) (Config, error) {
 		RedisPrefix:       p.str("FLASHSALE_REDIS_PREFIX", "fs:"),
 		PostgresDSN:       p.str("FLASHSALE_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable"),
 		PostgresStartWait: p.duration("FLASHSALE_POSTGRES_START_TIMEOUT", time.Minute),
+		RedisStartWait:    p.duration("FLASHSALE_REDIS_START_TIMEOUT", time.Minute),
 		KafkaBrokers:      p.list("KAFKA_BROKERS", ""),
 		EmbeddedKafkaAddr: p.str("FLASHSALE_EMBEDDED_KAFKA_ADDR", "127.0.0.1:9092"),
 		KafkaTopic:        p.str("FLASHSALE_KAFKA_TOPIC", "flashsale.orders"),
@@ -273,6 +275,9 @@ func parse(p *parser) (Config, error) {
 	if err := c.checkReplication(p.getenv("FLASHSALE_REDIS_ADDRS") != ""); err != nil {
 		return Config{}, err
 	}
+	if err := checkAddrs(c); err != nil {
+		return Config{}, err
+	}
 	// The scripts work in whole milliseconds: anything shorter would round to 0.
 	if c.ReservationTTL < time.Millisecond || c.IdempotencyTTL < time.Millisecond || c.TokenTTL < time.Second {
 		return Config{}, fmt.Errorf("config: reservation and idempotency TTLs must be at least 1ms, the token TTL at least 1s")
@@ -292,8 +297,8 @@ func parse(p *parser) (Config, error) {
 	if c.ShutdownTimeout < time.Millisecond || c.ShutdownDrain >= c.ShutdownTimeout {
 		return Config{}, fmt.Errorf("config: FLASHSALE_SHUTDOWN_TIMEOUT (%s) must be at least 1ms and longer than FLASHSALE_SHUTDOWN_DRAIN (%s)", c.ShutdownTimeout, c.ShutdownDrain)
 	}
-	if c.PostgresStartWait < time.Second {
-		return Config{}, fmt.Errorf("config: FLASHSALE_POSTGRES_START_TIMEOUT must be at least 1s")
+	if c.PostgresStartWait < time.Second || c.RedisStartWait < time.Second {
+		return Config{}, fmt.Errorf("config: FLASHSALE_POSTGRES_START_TIMEOUT and FLASHSALE_REDIS_START_TIMEOUT must be at least 1s")
 	}
 	if c.ExpiryInterval < time.Millisecond || c.SnapshotInterval < time.Millisecond {
 		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")

@@ -71,8 +71,8 @@ func (s *Server) observe(c *gin.Context) {
 		}
 	})
 	m.requests.Inc()
-	m.duration.Observe(took.Seconds())
 	if route != streamRoute { // a stream's "latency" is how long the shopper watched
+		m.duration.Observe(took.Seconds())
 		s.Stats.Request(took, status)
 	}
 	if route == purchaseRoute {

@@ -58,6 +58,8 @@ type Deps struct {
 	Limiter *limits.Limiter
 	// Reconciliation returns the latest batch reconciliation report (reads Postgres).
 	Reconciliation func(ctx context.Context) (any, error)
+	// ReconcileRuns returns the newest n reconciliation runs, newest first (reads Postgres).
+	ReconcileRuns func(ctx context.Context, n int) (any, error)
 	// Metrics serves /metrics (Prometheus text format).
 	Metrics http.Handler
 	// Queue keeps the items' waiting rooms (nil: the queue routes answer no_queue).
@@ -151,6 +153,7 @@ func (s *Server) routes() {
 	admin.POST("/items/import", s.importItems)
 	admin.GET("/items/:id/queue", s.queueStats)
 	admin.GET("/reconciliation", s.reconciliationReport)
+	admin.GET("/reconciliation/runs", s.reconciliationRuns)
 	admin.GET("/stats", s.adminStats)
 
 	if s.Web != nil {

@@ -14,11 +14,23 @@ const pagePolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // webRoutes serves the embedded pages: / (shopper), /admin, and the files under /assets/
-// (never a directory listing).
+// (never a directory listing). Every file is read, hashed and compressed once, here; the
+// pages link their assets by fingerprint (assets.go).
 func (s *Server) webRoutes() {
+	assetFS, err := fs.Sub(s.Web, "assets")
+	if err != nil {
+		return
+	}
+	assets, err := loadAssets(assetFS)
+	if err != nil {
+		return
+	}
 	page := func(name string) gin.HandlerFunc {
+		b, err := fs.ReadFile(s.Web, name)
+		if err == nil {
+			b = fingerprint(b, assets)
+		}
 		return func(c *gin.Context) {
-			b, err := fs.ReadFile(s.Web, name)
 			if err != nil {
 				fail(c, errNoRoute)
 				return
@@ -31,21 +43,18 @@ func (s *Server) webRoutes() {
 	s.engine.GET("/", page("index.html"))
 	s.engine.GET("/admin", page("admin.html"))
 	s.engine.GET("/admin/monitor", page("monitor.html"))
-	assets, err := fs.Sub(s.Web, "assets")
-	if err != nil {
-		return
-	}
-	files := http.FileServer(http.FS(assets))
 	serveAsset := func(c *gin.Context) {
-		name := strings.TrimPrefix(c.Param("filepath"), "/")
-		if st, err := fs.Stat(assets, name); err != nil || st.IsDir() {
+		a := assets[strings.TrimPrefix(c.Param("filepath"), "/")]
+		if a == nil {
 			fail(c, errNoRoute)
 			return
 		}
-		c.Header("Content-Security-Policy", pagePolicy)
-		c.Request.URL.Path = "/" + name
-		files.ServeHTTP(c.Writer, c.Request)
+		a.serve(c)
 	}
 	s.engine.GET("/assets/*filepath", serveAsset)
 	s.engine.HEAD("/assets/*filepath", serveAsset)
+	// Browsers ask for /favicon.ico whatever the page links; the pages link the SVG.
+	if icon := assets["favicon.svg"]; icon != nil {
+		s.engine.GET("/favicon.ico", icon.serve)
+	}
 }

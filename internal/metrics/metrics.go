@@ -38,7 +38,7 @@ var (
 
 	HTTPDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flashsale_http_request_duration_seconds",
-		Help:    "Time from receiving an HTTP request to the end of its handler, by method and route pattern.",
+		Help:    "Time from receiving an HTTP request to the end of its handler, by method and route pattern (not the long-lived catalogue stream, whose time is how long a shopper watched).",
 		Buckets: latencyBuckets,
 	}, []string{"method", "route"})
 
@@ -76,8 +76,8 @@ var (
 var (
 	OutboxBacklog = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "flashsale_outbox_backlog_entries",
-		Help: "Events in an item's Redis outbox stream not yet published to Kafka and acknowledged, by item (item \"rank\" is the ratings stream). Grows while Kafka is down.",
-	}, []string{"item"})
+		Help: "Events in a Redis outbox stream not yet published to Kafka and acknowledged, by shard (\"s<n>\"; \"rank\" is the ratings stream). Grows while Kafka is down.",
+	}, []string{"shard"})
 
 	RelayPublished = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "flashsale_relay_published_events_total",
@@ -174,9 +174,18 @@ func init() {
 		HTTPRequests, HTTPDuration, Purchases,
 		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers,
 		OutboxBacklog, RelayPublished, RelayErrors,
-		ConsumerLag, ConsumerEvents, RecordConflicts, ReconcilerBatchSize, ReconcilerCommitDuration,
 		ExpirerDrained, QueuePollsMemory, QueuePollsRedis,
 	)
+}
+
+var reconcilerOnce sync.Once
+
+// RegisterReconciler adds the consumer's and the reconciler's metrics to Registry. Only the
+// reconciler process calls it: in the api they would always read zero and suggest otherwise.
+func RegisterReconciler() {
+	reconcilerOnce.Do(func() {
+		Registry.MustRegister(ConsumerLag, ConsumerEvents, RecordConflicts, ReconcilerBatchSize, ReconcilerCommitDuration)
+	})
 }
 
 // Handler serves Registry in the Prometheus text (or OpenMetrics) format.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/flashsale/flashsale/internal/kafkaconn"
 )
 
 // Pipeline tells how far the consumer has applied the event topic: Mark takes the topic's end
@@ -106,23 +108,12 @@ func (k *KafkaPipeline) Reached(ctx context.Context, m Mark) (bool, error) {
 	return true, nil
 }
 
-// Lag is the group's messages not yet committed, over all partitions.
+// Lag is the group's messages not yet committed, over all partitions (kafkaconn.Lag: the
+// definition Prometheus and the monitor use too); -1 when unknown.
 func (k *KafkaPipeline) Lag(ctx context.Context) (int64, error) {
-	m, err := k.Mark(ctx)
+	lag, err := kafkaconn.Lag(ctx, k.client, k.topic, k.group)
 	if err != nil {
-		return -1, err
-	}
-	ids := make([]int, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	at, err := k.committed(ctx, ids)
-	if err != nil {
-		return -1, err
-	}
-	var lag int64
-	for id, end := range m {
-		lag += max(end-max(at[id], 0), 0)
+		return -1, fmt.Errorf("reconcile: %w", err)
 	}
 	return lag, nil
 }

@@ -2,7 +2,6 @@ package record
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"gorm.io/gorm"
 
+	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/metrics"
 )
 
@@ -72,7 +72,7 @@ type ConsumerStats struct {
 // NewConsumer returns a consumer writing to db.
 func NewConsumer(db *gorm.DB, opt ConsumerOptions) *Consumer {
 	if opt.GroupID == "" {
-		opt.GroupID = "reconciler"
+		opt.GroupID = kafkaconn.ConsumerGroup
 	}
 	if opt.BatchSize <= 0 {
 		opt.BatchSize = 2000
@@ -364,46 +364,14 @@ func (c *Consumer) watchLag(ctx context.Context) {
 }
 
 // ErrNoTopic means the event topic does not exist (yet) on the brokers.
-var ErrNoTopic = errors.New("record: event topic not found")
+var ErrNoTopic = kafkaconn.ErrNoTopic
 
-// MeasureLag asks the brokers for the group's lag now: the sum over the topic's partitions of
-// the log end offset minus the committed offset (the log start when nothing was committed).
+// MeasureLag asks the brokers for the group's lag now (kafkaconn.Lag: the one definition the
+// monitor and batch reconciliation use too) and exports it.
 func (c *Consumer) MeasureLag(ctx context.Context) (int64, error) {
-	meta, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{c.opt.Topic}})
+	lag, err := kafkaconn.Lag(ctx, c.client, c.opt.Topic, c.opt.GroupID)
 	if err != nil {
-		return 0, fmt.Errorf("record: lag: metadata: %w", err)
-	}
-	if len(meta.Topics) == 0 || meta.Topics[0].Error != nil {
-		return 0, ErrNoTopic
-	}
-	var reqs []kafka.OffsetRequest
-	var ids []int
-	for _, p := range meta.Topics[0].Partitions {
-		ids = append(ids, p.ID)
-		reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
-	}
-	ends, err := c.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{c.opt.Topic: reqs}})
-	if err != nil {
-		return 0, fmt.Errorf("record: lag: list offsets: %w", err)
-	}
-	committed, err := c.client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: c.opt.GroupID, Topics: map[string][]int{c.opt.Topic: ids}})
-	if err != nil {
-		return 0, fmt.Errorf("record: lag: offset fetch: %w", err)
-	}
-	at := map[int]int64{}
-	for _, p := range committed.Topics[c.opt.Topic] {
-		at[p.Partition] = p.CommittedOffset
-	}
-	var lag int64
-	for _, p := range ends.Topics[c.opt.Topic] {
-		if p.Error != nil {
-			return 0, fmt.Errorf("record: lag: partition %d: %w", p.Partition, p.Error)
-		}
-		from, ok := at[p.Partition]
-		if !ok || from < 0 {
-			from = p.FirstOffset
-		}
-		lag += max(p.LastOffset-from, 0)
+		return 0, fmt.Errorf("record: %w", err)
 	}
 	c.lag.Store(lag)
 	metrics.ConsumerLag.Set(float64(lag))

@@ -252,7 +252,7 @@
     const r = await api('GET', `/api/admin/items/${encodeURIComponent(item.id)}/queue`, { token: state.token });
     if (!r.ok) return;
     const l = r.data.line;
-    row.cells.status.textContent = `${STATUS_TEXT[item.status] || item.status} · ${l.waiting} in line, ${l.live_passes} passes live`;
+    row.cells.status.textContent = `${STATUS_TEXT[item.status] || item.status} · ${l.waiting} in line, ${l.live_passes} ${l.live_passes === 1 ? 'pass' : 'passes'} live`;
   }
 
   function renderItems(list) {
@@ -371,12 +371,7 @@
     }
     if (r.ok) {
       say(msg, '');
-      const rep = r.data;
-      const scalars = rep && typeof rep === 'object' ? Object.entries(rep).filter(([, v]) => v === null || typeof v !== 'object') : [];
-      if (scalars.length) {
-        out.append(el('dl', { class: 'summary' }, ...scalars.flatMap(([k, v]) => [el('dt', { text: k.replace(/_/g, ' ') }), el('dd', { text: String(v) })])));
-      }
-      out.append(el('pre', { class: 'report', text: JSON.stringify(rep, null, 2) }));
+      out.append(...reportView(r.data.run));
       return;
     }
     if (r.status === 503 || r.status === 404) {
@@ -387,14 +382,81 @@
     handleAuth(r);
   }
 
+  const RUN_TEXT = { ok: 'No drift', drift: 'Drift found', failed: 'Failed', abandoned: 'Abandoned' };
+  const KIND_TEXT = {
+    item_missing_in_postgres: 'Item missing in PostgreSQL', item_missing_in_redis: 'Item missing in Redis',
+    stock_counter: 'Stock counter', item_attribute: 'Item attribute',
+    order_missing_in_postgres: 'Order missing in PostgreSQL', order_missing_in_redis: 'Order missing in Redis',
+    order_status: 'Order status', order_user: 'Order user', order_quantity: 'Order quantity',
+    order_price: 'Order price', rating: 'Rating',
+  };
+
+  // reportView: the run's summary, its drift counted by kind (with a few examples of each),
+  // what it could not verify, and the whole report folded away for the curious.
+  function reportView(run) {
+    const rep = run.report || {};
+    const when = (t) => (t ? new Date(t).toLocaleString() : '—');
+    const rows = [
+      ['Status', RUN_TEXT[run.status] || run.status],
+      ['Finished', when(run.finished_at)],
+      ['Run', `#${run.id}` + (rep.duration_ms != null ? `, ${(rep.duration_ms / 1000).toFixed(1)} s` : '')],
+    ];
+    if (rep.items != null) rows.push(['Checked', `${rep.items} items, ${rep.orders} orders`]);
+    if (run.error) rows.push(['Error', run.error]);
+    const parts = [el('dl', { class: 'summary' }, ...rows.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { text: String(v) })]))];
+
+    const byKind = new Map();
+    for (const d of rep.drift || []) {
+      const k = d.kind || 'other';
+      if (!byKind.has(k)) byKind.set(k, []);
+      byKind.get(k).push(d);
+    }
+    const example = (d) => [d.item_id, d.order_id, d.user_id].filter(Boolean).join(' / ') + (d.field ? ` (${d.field})` : '');
+    const table = el('table', { class: 'recon' },
+      el('thead', {}, el('tr', {}, el('th', { text: 'Kind' }), el('th', { class: 'num', text: 'Drift' }), el('th', { text: 'Examples' }))),
+      el('tbody', {}, ...(byKind.size
+        ? [...byKind].map(([k, list]) => el('tr', { 'data-kind': k },
+          el('td', { text: KIND_TEXT[k] || k }),
+          el('td', { class: 'num', text: String(list.length) }),
+          el('td', { text: list.slice(0, 3).map(example).join(', ') + (list.length > 3 ? ', …' : '') })))
+        : [el('tr', {}, el('td', { colspan: '3', text: run.report ? 'No drift: Redis and PostgreSQL agree.' : 'No report (see the status).' }))])));
+    parts.push(el('div', { class: 'table-wrap' }, table));
+    const unv = rep.unverified || [];
+    if (unv.length) {
+      parts.push(el('p', { class: 'msg warn', text: `${unv.length} ${unv.length === 1 ? 'item' : 'items'} could not be verified (checked again next run): ` +
+        unv.slice(0, 5).map((u) => `${u.item_id} (${u.reason})`).join(', ') }));
+    }
+    parts.push(el('details', {}, el('summary', { text: 'Whole report (JSON)' }),
+      el('pre', { class: 'report', text: JSON.stringify(run, null, 2) })));
+    return parts;
+  }
+
   $('recon-load').addEventListener('click', async () => {
     if (needToken($('recon-msg'))) return;
     const btn = $('recon-load');
     btn.disabled = true;
-    const r = await api('GET', '/api/admin/reconciliation', { token: state.token });
+    const [r, h] = await Promise.all([
+      api('GET', '/api/admin/reconciliation', { token: state.token }),
+      api('GET', '/api/admin/reconciliation/runs?limit=10', { token: state.token }),
+    ]);
     btn.disabled = false;
     showReport(r);
+    if (r.ok && h.ok && h.data.runs.length) $('recon-out').append(historyView(h.data.runs));
   });
+
+  // historyView: the newest runs, one row each, so a trend (drift growing, runs failing) shows.
+  function historyView(runs) {
+    const when = (t) => (t ? new Date(t).toLocaleString() : 'running');
+    return el('div', { class: 'table-wrap' },
+      el('table', { class: 'recon-history' },
+        el('caption', { text: 'Recent runs' }),
+        el('thead', {}, el('tr', {}, el('th', { text: 'Run' }), el('th', { text: 'Finished' }), el('th', { text: 'Status' }),
+          el('th', { class: 'num', text: 'Drift' }), el('th', { class: 'num', text: 'Unverified' }))),
+        el('tbody', {}, ...runs.map((x) => el('tr', { 'data-run': String(x.id) },
+          el('td', { text: '#' + x.id }), el('td', { text: when(x.finished_at) }),
+          el('td', { text: RUN_TEXT[x.status] || x.status, title: x.error || '' }),
+          el('td', { class: 'num', text: String(x.drift) }), el('td', { class: 'num', text: String(x.unverified) }))))));
+  }
 
   // every runs fn now and then ms after each run ends, so slow answers never pile up.
   function every(fn, ms) {

@@ -20,6 +20,9 @@
   function showToken() {
     $('token-form').hidden = !!state.token;
     $('token-set').hidden = !state.token;
+    // Without a token there is nothing to draw: say what to do instead of six empty charts.
+    $('monitor-prompt').hidden = !!state.token;
+    $('monitor-charts').hidden = !state.token;
   }
 
   $('token-form').addEventListener('submit', async (ev) => {
@@ -86,6 +89,7 @@
       return `${n} –`;
     });
     fig.dataset.series = names.join(',');
+    fig.dataset.colours = names.map((n, i) => colours[n] || PALETTE[i % PALETTE.length]).join(',');
     fig.dataset.last = last.join('; ');
     fig.dataset.points = String(t.length);
   }
@@ -97,11 +101,12 @@
     draw('c-purchases', t, purchases, OUTCOME_COLOUR);
     const stock = Object.keys(s.stock_left).length ? s.stock_left : { 'no item on sale': t.map(() => null) };
     draw('c-stock', t, stock);
-    draw('c-latency', t, { p50: s.latency_ms.p50, p99: s.latency_ms.p99 }, { p50: '#0b5cad', p99: '#b3261e' });
+    // Every series of these charts has a colour of its own.
+    draw('c-latency', t, { p50: s.latency_ms.p50, p99: s.latency_ms.p99 }, { p50: '#00838f', p99: '#ad1457' });
     draw('c-requests', t, { requests: s.requests, '5xx': s.errors_5xx }, { requests: '#0b5cad', '5xx': '#b3261e' });
     draw('c-expired', t, { expired: s.reservations_expired }, { expired: '#7a4a00' });
     draw('c-backlog', t, { outbox: s.outbox_backlog, 'consumer lag': s.consumer_lag },
-      { outbox: '#0b5cad', 'consumer lag': '#6a1b9a' });
+      { outbox: '#4e342e', 'consumer lag': '#6a1b9a' });
   }
 
   async function refresh() {

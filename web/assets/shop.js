@@ -118,7 +118,9 @@
     updateLoginButton();
     const r = await api('POST', '/api/login', { body: { user } });
     state.loggingIn = false;
-    if (!r.ok) refused('login', r, $('notice'), 'Could not log in. ' + describe(r));
+    if (!r.ok && r.status === 404) { // FLASHSALE_DEV_LOGIN is off: the shop signs shoppers in
+      say($('notice'), 'Sign in through your shop account: this quick sign-in is for development only.', 'warn');
+    } else if (!r.ok) refused('login', r, $('notice'), 'Could not log in. ' + describe(r));
     updateLoginButton();
     if (!r.ok) return;
     state.token = r.data.token;
@@ -145,6 +147,38 @@
     $('user').focus();
   }
   $('logout').addEventListener('click', () => logout('You are logged out.'));
+
+  // ---- the shop's own sign-in (docs/api.md, "Signing shoppers in from the shop's page") ----
+  // A shop that signs shoppers in itself hands this page the shopper's token in one of three
+  // ways: a URL fragment #token=<jwt> (never sent to a server; removed from the address bar at
+  // once), window.flashsaleToken set by a script that runs before this one, or a message
+  // {type: 'flashsale.token', token} posted by a page of the same origin (a parent frame, the
+  // opener). The name shown is the token's sub; the api checks the token on every request.
+  function adoptToken(token) {
+    if (typeof token !== 'string' || !/^[\w-]+\.[\w-]+\.[\w-]*$/.test(token)) return;
+    let user = '';
+    try {
+      const b64 = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+      user = String(JSON.parse(atob(b64)).sub || '');
+    } catch (e) { /* not readable: the api decides whether it is good */ }
+    state.token = token;
+    state.user = user;
+    sessionStorage.setItem('flashsale.token', token);
+    sessionStorage.setItem('flashsale.user', user);
+    showLogin();
+    refreshOrders();
+  }
+  {
+    const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+    if (m) {
+      history.replaceState(null, '', location.pathname + location.search);
+      adoptToken(decodeURIComponent(m[1]));
+    } else if (window.flashsaleToken) adoptToken(window.flashsaleToken);
+  }
+  window.addEventListener('message', (ev) => {
+    if (ev.origin !== location.origin || !ev.data || ev.data.type !== 'flashsale.token') return;
+    adoptToken(ev.data.token);
+  });
 
   // handleAuth logs out on 401 so the shopper sees why and can log in again.
   function handleAuth(r) {
@@ -215,15 +249,15 @@
       c.clock.dataset.prefix = 'Ends in ';
     } else {
       delete c.clock.dataset.deadline;
-      c.clock.textContent = item.status === 'ended' ? 'This sale has ended.' : 'No end time.';
+      c.clock.textContent = item.status === 'ended' ? 'This sale has ended.' : '';
     }
     tickNode(c.clock);
     updateButton(c);
   }
 
-  // updateButton: buying is offered while the sale window is open. A sold-out item stays
-  // buyable because cancelled and expired reservations put stock back within seconds; the
-  // server answers "sold out" if there is still none.
+  // updateButton: buying is offered while the sale window is open and stock is left. Stock
+  // that cancelled and expired reservations put back turns a sold-out item live again, and
+  // the pushed catalogue enables its button within a second.
   function updateButton(c) {
     const item = state.items.get(c.id);
     if (!item) return;
@@ -248,21 +282,24 @@
       else c.button.textContent = 'Join the line';
       return;
     }
-    c.button.disabled = c.inFlight || wait > 0 || closed;
+    c.button.disabled = c.inFlight || wait > 0 || closed || item.status === 'sold_out';
     if (c.inFlight) c.button.textContent = 'Buying…';
     else if (wait > 0) c.button.textContent = waitLabel(wait);
+    else if (item.status === 'sold_out') c.button.textContent = 'Sold out';
     else if (item.status === 'upcoming') c.button.textContent = 'Not started';
     else if (item.status === 'ended') c.button.textContent = 'Sale ended';
     else c.button.textContent = state.token ? 'Buy' : 'Log in to buy';
   }
 
-  function renderItems(list) {
+  function renderItems(all) {
+    // Ended sales are over: known (My orders names them) but not shown under "On sale now".
+    state.items = new Map(all.map((i) => [i.id, i]));
+    const list = all.filter((i) => i.status !== 'ended');
     const seen = new Set();
     const grid = $('items');
     let prev = null;
     for (const item of list) {
       seen.add(item.id);
-      state.items.set(item.id, item);
       let c = state.cards.get(item.id);
       if (!c) {
         c = makeCard(item);
@@ -278,7 +315,6 @@
       if (!seen.has(id)) {
         c.root.remove();
         state.cards.delete(id);
-        state.items.delete(id);
       }
     }
     $('items-empty').hidden = list.length > 0;
@@ -694,6 +730,7 @@
   function renderCategories() {
     const sel = $('lb-cat');
     const cats = [...new Set([...state.items.values()].map((i) => i.category).filter(Boolean))].sort();
+    $('board-cat').hidden = cats.length === 0; // no categories: no empty choice
     const have = [...sel.options].map((o) => o.value);
     if (have.join('\n') === cats.join('\n')) return;
     sel.replaceChildren(...cats.map((c) => el('option', { value: c, text: c })));

@@ -247,6 +247,63 @@ async function main() {
   }
 
   try {
+    await step('an empty shop: no empty category choice, a shop-like message, fingerprinted cached assets (desktop and phone)', async () => {
+      for (const opts of [desktop, phone]) {
+        const p = await (await browser.newContext(opts)).newPage();
+        await p.goto(BASE + '/');
+        await expectText(p.locator('#items-empty'), /Nothing on sale right now/, 'empty shop message');
+        assert(await p.locator('#board-cat').isHidden(), 'the "Top rated in" board shows an empty category choice');
+        assert(await p.locator('#board-top').isVisible(), 'the top-rated board is hidden');
+        const hint = await textOf(p.locator('#sale .hint'));
+        assert(!/pushes|stream|asks the shop/i.test(hint), `engineer-speak in the shop's copy: "${hint}"`);
+        const srcs = await p.evaluate(() => [...document.querySelectorAll('script[src], link[href]')].map((n) => n.getAttribute('src') || n.getAttribute('href')));
+        for (const u of srcs) assert(/^\/assets\/.+\?v=[0-9a-f]{16}$/.test(u), `an asset linked without its fingerprint: ${u}`);
+        assert(srcs.some((u) => u.startsWith('/assets/favicon.svg?v=')), `no favicon linked: ${srcs.join(', ')}`);
+        await p.context().close();
+      }
+      // The shop's script: cached for good under its fingerprint, gzip to a browser.
+      const page = await (await browser.newContext(desktop)).newPage();
+      const [resp] = await Promise.all([page.waitForResponse((r) => r.url().includes('/assets/shop.js')), page.goto(BASE + '/')]);
+      const h = await resp.allHeaders();
+      assert(h['cache-control'] === 'public, max-age=31536000, immutable', `shop.js Cache-Control: ${h['cache-control']}`);
+      assert(h['content-encoding'] === 'gzip' && /^W\/"[0-9a-f]{16}"$/.test(h.etag || ''), `shop.js: encoding ${h['content-encoding']}, ETag ${h.etag}`);
+      await page.context().close();
+    });
+
+    await step("the shop's own sign-in hands the page a token (#token=, postMessage); with dev login off the page says where to sign in", async () => {
+      for (const [opts, who] of [[desktop, `hook-d-${run}`], [phone, `hook-p-${run}`]]) {
+        const p = await (await browser.newContext(opts)).newPage();
+        await p.goto(BASE + '/#token=' + shopperToken(who));
+        await expectText(p.locator('#who-name'), new RegExp(`^${who}$`), 'the name from the handed-in token');
+        assert(!(await p.evaluate(() => location.hash)), 'the token stays in the address bar');
+        assert(await p.locator('#login').isHidden(), 'the login form still shows');
+        await expectText(p.locator('#orders-empty'), /No orders yet/, "the token works: the shopper's (empty) orders load");
+        // A page of the same origin (the shop's sign-in) posts the next shopper's token.
+        await p.click('#logout');
+        await p.evaluate((t) => window.postMessage({ type: 'flashsale.token', token: t }, location.origin), shopperToken(who + '-2'));
+        await expectText(p.locator('#who-name'), new RegExp(`^${who}-2$`), 'the name from the posted token');
+        // With FLASHSALE_DEV_LOGIN off, POST /api/login is 404: the page says to sign in through the shop.
+        await p.click('#logout');
+        await p.route('**/api/login', (r) => r.fulfill({ status: 404, contentType: 'application/json',
+          body: JSON.stringify({ error: { code: 'not_found', message: 'no such route' } }) }));
+        await p.fill('#user', 'someone');
+        await p.press('#user', 'Enter');
+        await expectText(p.locator('#notice'), /Sign in through your shop account/, 'dev login off message');
+        assert(!/may have been removed/.test(await textOf(p.locator('#notice'))), 'the old "Not found" message');
+        await p.context().close();
+      }
+    });
+
+    await step('the monitor without a token asks for one instead of showing empty charts (desktop and phone)', async () => {
+      for (const opts of [desktop, phone]) {
+        const p = await (await browser.newContext(opts)).newPage();
+        await p.goto(BASE + '/admin/monitor');
+        await expectText(p.locator('#monitor-prompt'), /Enter the admin token/, 'monitor prompt');
+        assert(await p.locator('#monitor-charts').isHidden(), 'empty charts show without a token');
+        await p.context().close();
+      }
+    });
+
     await step('admin page: the admin token is accepted and kept in session storage only', async () => {
       await admin.goto(BASE + '/admin');
       await admin.fill('#token', 'wrong-token');
@@ -382,11 +439,13 @@ async function main() {
       await expectText(orderRows(bob, ITEM.id).first(), /Reserved/, 'bob order row');
     });
 
-    await step('the third purchase shows "sold out"', async () => {
-      const c = card(bob, ITEM.id);
-      await c.locator('button[type=submit]').tap();
-      await expectText(c.locator('.msg'), /sold out/i, 'sold-out message');
-      await expectText(card(alice, ITEM.id).locator('.badge'), /Sold out/, 'sold-out badge on the other page');
+    await step('a sold-out item shows a disabled "Sold out" button (desktop and phone)', async () => {
+      for (const p of [bob, alice]) {
+        const c = card(p, ITEM.id);
+        await expectText(c.locator('.badge'), /Sold out/, 'sold-out badge');
+        await expectText(c.locator('button[type=submit]'), /^Sold out$/, 'sold-out button');
+        assert(await c.locator('button[type=submit]').isDisabled(), 'Buy stays enabled on a sold-out item');
+      }
     });
 
     await step('alice pays her reservation', async () => {
@@ -564,6 +623,58 @@ async function main() {
       await expectText(card(bob, ITEM.id).locator('.stock-text'), /^6 of 8 left$/, 'stock back after expiry');
     });
 
+    await step("admin: the reconciliation panel is a table of drift by kind with the runs' history (desktop and phone)", async () => {
+      const run = { id: 42, started_at: '2030-01-01T12:00:00Z', finished_at: '2030-01-01T12:00:03Z', status: 'drift', fencing_token: 7,
+        report: { items: 12, orders: 340, duration_ms: 2500, unverified: [],
+          drift: [{ kind: 'order_status', item_id: 'phone', order_id: 'phone.1', field: 'status', redis: 'paid', postgres: 'reserved' },
+            { kind: 'order_status', item_id: 'phone', order_id: 'phone.2', field: 'status', redis: 'paid', postgres: 'reserved' },
+            { kind: 'stock_counter', item_id: 'cable', field: 'stock_left', redis: '3', postgres: '4' }] } };
+      const runs = [{ id: 42, started_at: run.started_at, finished_at: run.finished_at, status: 'drift', fencing_token: 7, drift: 3, unverified: 0, error: null },
+        { id: 41, started_at: '2030-01-01T11:00:00Z', finished_at: '2030-01-01T11:00:02Z', status: 'ok', fencing_token: 6, drift: 0, unverified: 0, error: null }];
+      const phoneAdmin = await (await browser.newContext(phone)).newPage();
+      for (const p of [admin, phoneAdmin]) {
+        await p.route('**/api/admin/reconciliation', (r) => r.fulfill({ contentType: 'application/json', body: JSON.stringify({ run }) }));
+        await p.route('**/api/admin/reconciliation/runs?*', (r) => r.fulfill({ contentType: 'application/json', body: JSON.stringify({ runs }) }));
+        if (p === phoneAdmin) {
+          await p.goto(BASE + '/admin');
+          await p.fill('#token', ADMIN);
+          await p.press('#token', 'Enter');
+          await p.locator('#token-set').waitFor({ state: 'visible' });
+        }
+        if (p === phoneAdmin) await p.locator('#recon-load').tap();
+        else await p.click('#recon-load');
+        await expectText(p.locator('table.recon tr[data-kind="order_status"]'), /Order status 2 phone \/ phone\.1/, 'order_status row');
+        await expectText(p.locator('table.recon tr[data-kind="stock_counter"]'), /Stock counter 1 cable/, 'stock_counter row');
+        await expectText(p.locator('#recon-out dl.summary'), /Drift found/, 'status');
+        await expectText(p.locator('table.recon-history tr[data-run="41"]'), /#41 .* No drift 0 0/, 'history row');
+        assert(await p.locator('table.recon-history tbody tr').count() === 2, 'history rows');
+        assert(await p.locator('#recon-out pre.report').isHidden(), 'the raw JSON shows unfolded');
+        const over = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        assert(over <= 0, `the panel is ${over}px wider than the screen`);
+        await p.unroute('**/api/admin/reconciliation');
+        await p.unroute('**/api/admin/reconciliation/runs?*');
+      }
+      await saveShot(admin.locator('#recon-h').locator('xpath=..'), 'admin-reconciliation.png');
+      await phoneAdmin.context().close();
+    });
+
+    await step('admin: the new-item form lines its fields up row by row (desktop; on a phone the accessibility step checks it fits)', async () => {
+      const tops = await admin.evaluate(() => {
+        const rows = new Map();
+        for (const f of document.querySelectorAll('#item-form .fields > .field')) {
+          const r = f.getBoundingClientRect();
+          const key = Math.round(r.top);
+          rows.set(key, (rows.get(key) || 0) + 1);
+        }
+        return [...rows.values()];
+      });
+      // Eight fields and the waiting room: rows of four, the waiting room a row of its own.
+      assert(tops.length <= 4 && tops.every((n) => n >= 1), `field rows by top: ${JSON.stringify(tops)}`);
+      const firstRow = await admin.evaluate(() => [...document.querySelectorAll('#item-form .fields > .field')].slice(0, 4)
+        .map((f) => Math.round(f.querySelector('input').getBoundingClientRect().top)));
+      assert(new Set(firstRow).size === 1, `the first row's inputs are not aligned: ${firstRow}`);
+    });
+
     await step('the sale monitor draws every series and its charts move during a sale (desktop and phone)', async () => {
       assert(JWT_SECRET, 'E2E_JWT_SECRET is not set; run scripts/web-e2e.sh');
       const put = await apiJSON('PUT', `/api/admin/items/${MON_ITEM.id}`, ADMIN,
@@ -649,6 +760,21 @@ async function main() {
     const dana = `dana-${run}`;
     let danaPass = '';
 
+    await step('the monitor gives every series of its charts a colour of its own', async () => {
+      const p = await (await browser.newContext(desktop)).newPage();
+      await p.goto(BASE + '/admin/monitor');
+      await p.fill('#token', ADMIN);
+      await p.press('#token', 'Enter');
+      const ids = ['c-latency', 'c-requests', 'c-expired', 'c-backlog'];
+      const colours = await eventually(async () => {
+        const got = await p.evaluate((ids) => ids.map((id) => document.getElementById(id).dataset.colours || ''), ids);
+        assert(got.every(Boolean), `charts not drawn yet: ${JSON.stringify(got)}`);
+        return got.join(',').split(',');
+      }, 'monitor charts drawn');
+      assert(colours.length === 7 && new Set(colours).size === 7, `series share colours: ${colours.join(' ')}`);
+      await p.context().close();
+    });
+
     await step('admin creates an item with a waiting room (1 a second, 1 pass at once) through the form', async () => {
       await admin.click('#item-new');
       await admin.fill('#f-id', Q_ITEM.id);
@@ -675,6 +801,11 @@ async function main() {
       }, 'dana admitted', QWAIT);
     });
 
+    await step('admin: a waiting room with one pass out says "1 pass live"', async () => {
+      await expectText(admin.locator(`#catalogue tr[data-item="${Q_ITEM.id}"]`), /1 pass live/, 'singular pass', QWAIT);
+      assert(!/1 passes/.test(await textOf(admin.locator(`#catalogue tr[data-item="${Q_ITEM.id}"]`))), '"1 passes"');
+    });
+
     await step('alice and bob join the line and see their places (1 and 2); buying needs the pass', async () => {
       const ca = card(alice, Q_ITEM.id);
       await expectText(ca.locator('button[type=submit]'), /^Join the line$/, 'join button');
@@ -688,7 +819,7 @@ async function main() {
       // Without a pass the api refuses the purchase before any stock moves.
       const r = await apiJSON('POST', `/api/items/${Q_ITEM.id}/purchase`, await tokenOf(bob), { quantity: 1 });
       assert(r.status === 403 && r.data.error.code === 'queue_required', `purchase without a pass: ${r.status} ${JSON.stringify(r.data)}`);
-      await expectText(admin.locator(`#catalogue tr[data-item="${Q_ITEM.id}"]`), /2 in line, 1 passes live/, 'admin sees the line', QWAIT);
+      await expectText(admin.locator(`#catalogue tr[data-item="${Q_ITEM.id}"]`), /2 in line, 1 pass live/, 'admin sees the line', QWAIT);
       await saveShot(card(bob, Q_ITEM.id), 'waiting-room-waiting.png');
     });
 
@@ -825,6 +956,21 @@ async function main() {
       await expectText(c.locator('button[type=submit]'), /^Buy$/, 'buy button');
       assert(!(await c.locator('button[type=submit]').isDisabled()), 'buy is enabled once live');
       assert(await alice.evaluate(() => window.__noReload) === 1, 'the page was reloaded');
+    });
+
+    await step('an ended sale leaves "On sale now", and no card says "No end time." (desktop and phone)', async () => {
+      const E = { id: `e2e-kettle-${run}`, name: `Kettle ${run}` };
+      const ends = new Date(Math.ceil(Date.now() / 1000) * 1000 + 4000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+      const put = await apiJSON('PUT', `/api/admin/items/${E.id}`, ADMIN,
+        { name: E.name, category: 'kitchen', price_cents: 2500, stock: 2, per_user_limit: 1, ends_at: ends });
+      assert(put.status === 201, `create: ${put.status}`);
+      for (const p of [alice, bob]) await expectText(card(p, E.id).locator('.clock'), /^Ends in /, 'countdown to the end');
+      for (const p of [alice, bob]) await card(p, E.id).waitFor({ state: 'detached', timeout: 20_000 });
+      for (const p of [alice, bob]) {
+        const grid = await textOf(p.locator('#items'));
+        assert(!/No end time/.test(grid), 'a card says "No end time."');
+        assert(!/Sale ended|This sale has ended/.test(grid), 'an ended sale is listed under On sale now');
+      }
     });
 
     await step('item names and categories from the admin are shown as text, never as HTML', async () => {
