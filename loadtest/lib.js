@@ -83,9 +83,15 @@ function pay(id, token, reservedAt) {
   if (!record(conf, [200], 'sim confirm')) {
     return;
   }
+  // Order reads are limited per shopper (FLASHSALE_LIMIT_READS, 10/s): poll at 5/s, and a 429
+  // only means wait.
   for (let i = 0; i < 100; i++) {
     const g = http.get(`${BASE}/api/orders/${id}`, Object.assign(bearer(token), { tags: { name: 'order' } }));
-    record(g, [200], 'order');
+    record(g, [200, 429], 'order');
+    if (g.status === 429) {
+      sleep(0.2);
+      continue;
+    }
     const status = g.status === 200 ? g.json('order.status') : '';
     if (status === 'paid') {
       reservationToPaidMs.add(Date.now() - reservedAt);
@@ -96,9 +102,9 @@ function pay(id, token, reservedAt) {
       check(status, { 'a confirmed payment pays its reservation': () => false });
       return;
     }
-    sleep(0.05);
+    sleep(0.2);
   }
-  check(id, { 'order paid within 5 s of its payment': () => false });
+  check(id, { 'order paid within 20 s of its payment': () => false });
 }
 
 // duration scales a scenario length: SMOKE runs seconds.
