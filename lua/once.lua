@@ -24,16 +24,17 @@ if not call_key or not call_deadline or call_deadline < 1 or call_deadline > 1e1
     or call_deadline ~= math.floor(call_deadline) then
   return redis.error_reply('ERR once: the call record key or deadline is missing')
 end
-local recorded = redis.call('GET', call_key)
-if recorded then
-  -- A re-send writes one thing: the record's lifetime, again. A WAIT behind this call then
-  -- covers the run it recorded (WAIT counts from the connection's last write, and a re-send
-  -- comes on another connection).
-  redis.call('PEXPIRE', call_key, call_ttl)
-  return cmsgpack.unpack(recorded)
-end
 local call_clock = redis.call('TIME')
 local call_now = tonumber(call_clock[1]) * 1000 + math.floor(tonumber(call_clock[2]) / 1000)
+local recorded = redis.call('GET', call_key)
+if recorded then
+  -- A re-send writes one thing: the record's lifetime, again (to a second past the deadline,
+  -- and at least a second: PEXPIRE with 0 would delete it). A WAIT behind this call then
+  -- covers the run it recorded (WAIT counts from the connection's last write, and a re-send
+  -- comes on another connection).
+  redis.call('PEXPIRE', call_key, math.max(call_deadline - call_now + 1000, 1000))
+  return cmsgpack.unpack(recorded)
+end
 if call_now > call_deadline then
   return redis.error_reply('LATE once: the call arrived after its deadline; it did not run')
 end
