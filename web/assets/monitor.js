@@ -104,7 +104,10 @@
     // Every series of these charts has a colour of its own.
     draw('c-latency', t, { p50: s.latency_ms.p50, p99: s.latency_ms.p99 }, { p50: '#00838f', p99: '#ad1457' });
     draw('c-requests', t, { requests: s.requests, '5xx': s.errors_5xx }, { requests: '#0b5cad', '5xx': '#b3261e' });
-    draw('c-expired', t, { expired: s.reservations_expired }, { expired: '#7a4a00' });
+    // A Redis primary change is rare and matters: it shares a chart with expiries (both a
+    // count per second), in a colour no other series uses.
+    draw('c-expired', t, { expired: s.reservations_expired, 'Redis failovers': s.redis_failovers || t.map(() => 0) },
+      { expired: '#7a4a00', 'Redis failovers': '#e65100' });
     draw('c-backlog', t, { outbox: s.outbox_backlog, 'consumer lag': s.consumer_lag },
       { outbox: '#4e342e', 'consumer lag': '#6a1b9a' });
   }

@@ -724,6 +724,9 @@ async function main() {
         assert(/reserved/.test(legend), `legend: ${legend}`);
         const latency = (await monitor.locator('#c-latency').getAttribute('data-last')) || '';
         assert(/p50 \d/.test(latency) && /p99 \d/.test(latency), `latency: ${latency}`);
+        // A Redis primary change shows on the monitor (none in this sale: 0).
+        const expired = (await monitor.locator('#c-expired').getAttribute('data-last')) || '';
+        assert(/Redis failovers 0/.test(expired), `failovers: ${expired}`);
         const before = await fig.screenshot();
         await monitor.waitForTimeout(3000);
         const after = await fig.screenshot();
@@ -771,7 +774,7 @@ async function main() {
         assert(got.every(Boolean), `charts not drawn yet: ${JSON.stringify(got)}`);
         return got.join(',').split(',');
       }, 'monitor charts drawn');
-      assert(colours.length === 7 && new Set(colours).size === 7, `series share colours: ${colours.join(' ')}`);
+      assert(colours.length === 8 && new Set(colours).size === 8, `series share colours: ${colours.join(' ')}`);
       await p.context().close();
     });
 
