@@ -151,7 +151,7 @@ func (s *Server) adjustStock(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"item": it})
 }
 
-// listItems and getItem (replies.go) answer from the encoded snapshot.
+// listItems and getItem (catalogue.go) answer from the encoded snapshot.
 
 type importRow struct {
 	line int
