@@ -417,6 +417,16 @@ func etagMatches(header, tag string) bool {
 	return false
 }
 
+// checkItemID answers a malformed item id in an item route's path (/items/:id, with or without
+// more after it) 400 invalid_request, as the contract says, before any handler or store sees
+// it; an id of the right form that names no item stays 404. It runs on every request: the id
+// check comes first and is a short byte loop.
+func checkItemID(c *gin.Context) {
+	if id, ok := c.Params.Get("id"); ok && !keyspace.ValidID(id) && strings.Contains(c.FullPath(), "/items/:id") {
+		fail(c, errBadItemID)
+	}
+}
+
 func (s *Server) getItem(c *gin.Context) {
 	e, err := s.catalogue.get(c.Request.Context(), s.Inventory)
 	if err != nil {
