@@ -27,7 +27,8 @@ type Options struct {
 	PurchaseInFlight int           // most script calls of one item at once, default 2
 	PurchaseLimit    limits.Policy // per-user-per-item purchase rate limit, folded into the script
 	// Admit, when set, may refuse a purchase before it reaches Redis with an error that says
-	// nothing was changed (the outbox over its bound: outbox.Relay.Admit).
+	// nothing was changed (the outbox over its bound: outbox.Relay.Admit); Purchase returns it
+	// wrapped with ErrNotAdmitted.
 	Admit func() error
 }
 
