@@ -18,13 +18,22 @@ import (
 	"github.com/flashsale/flashsale/lua"
 )
 
+// The defaults of Options, stated once: config's FLASHSALE_* defaults are these.
+const (
+	DefaultReservationTTL   = 10 * time.Minute
+	DefaultIdempotencyTTL   = 24 * time.Hour
+	DefaultSnapshotInterval = 500 * time.Millisecond
+	DefaultPurchaseBatch    = 64
+	DefaultPurchaseInFlight = 2
+)
+
 // Options tune a Store; zero values take the defaults.
 type Options struct {
-	ReservationTTL   time.Duration // default 10m
-	IdempotencyTTL   time.Duration // default 24h
-	SnapshotInterval time.Duration // catalogue snapshot refresh, default 500ms
-	PurchaseBatch    int           // most purchases coalesced into one script call, default 64
-	PurchaseInFlight int           // most script calls of one item at once, default 2
+	ReservationTTL   time.Duration // default DefaultReservationTTL
+	IdempotencyTTL   time.Duration // default DefaultIdempotencyTTL
+	SnapshotInterval time.Duration // catalogue snapshot refresh, default DefaultSnapshotInterval
+	PurchaseBatch    int           // most purchases coalesced into one script call, default DefaultPurchaseBatch
+	PurchaseInFlight int           // most script calls of one item at once, default DefaultPurchaseInFlight
 	PurchaseLimit    limits.Policy // per-user-per-item purchase rate limit, folded into the script
 	// Admit, when set, may refuse a purchase before it reaches Redis with an error that says
 	// nothing was changed (the outbox over its bound: outbox.Relay.Admit); Purchase returns it
@@ -64,19 +73,19 @@ type Store struct {
 // NewStore returns a Store over rdb with the given key space.
 func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Store {
 	if opt.ReservationTTL <= 0 {
-		opt.ReservationTTL = 10 * time.Minute
+		opt.ReservationTTL = DefaultReservationTTL
 	}
 	if opt.IdempotencyTTL <= 0 {
-		opt.IdempotencyTTL = 24 * time.Hour
+		opt.IdempotencyTTL = DefaultIdempotencyTTL
 	}
 	if opt.SnapshotInterval <= 0 {
-		opt.SnapshotInterval = 500 * time.Millisecond
+		opt.SnapshotInterval = DefaultSnapshotInterval
 	}
 	if opt.PurchaseBatch <= 0 {
-		opt.PurchaseBatch = 64
+		opt.PurchaseBatch = DefaultPurchaseBatch
 	}
 	if opt.PurchaseInFlight <= 0 {
-		opt.PurchaseInFlight = 2
+		opt.PurchaseInFlight = DefaultPurchaseInFlight
 	}
 	s := &Store{rdb: rdb, keys: keys, opt: opt}
 	s.batcher = batch.New(opt.PurchaseBatch, opt.PurchaseInFlight, s.runBatch)
