@@ -19,9 +19,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/jwtkeys"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
@@ -146,16 +148,16 @@ func parse(p *parser) (Config, error) {
 		QueueSecrets:      p.list("FLASHSALE_QUEUE_SECRET", ""),
 		QueueTick:         p.duration("FLASHSALE_QUEUE_TICK", 200*time.Millisecond),
 		TokenTTL:          p.duration("FLASHSALE_TOKEN_TTL", 24*time.Hour),
-		ReservationTTL:    p.duration("FLASHSALE_RESERVATION_TTL", 10*time.Minute),
-		IdempotencyTTL:    p.duration("FLASHSALE_IDEMPOTENCY_TTL", 24*time.Hour),
-		LeaderboardSize:   p.integer("FLASHSALE_LEADERBOARD_SIZE", 100, 1, 10000),
-		RatingPriorMean:   p.float("FLASHSALE_RATING_PRIOR_MEAN", 3.5, 1, 5),
-		RatingPriorWeight: p.float("FLASHSALE_RATING_PRIOR_WEIGHT", 10, 0, 1e6),
+		ReservationTTL:    p.duration("FLASHSALE_RESERVATION_TTL", inventory.DefaultReservationTTL),
+		IdempotencyTTL:    p.duration("FLASHSALE_IDEMPOTENCY_TTL", inventory.DefaultIdempotencyTTL),
+		LeaderboardSize:   p.integer("FLASHSALE_LEADERBOARD_SIZE", ranking.DefaultSize, 1, 10000),
+		RatingPriorMean:   p.float("FLASHSALE_RATING_PRIOR_MEAN", ranking.DefaultPriorMean, 1, 5),
+		RatingPriorWeight: p.float("FLASHSALE_RATING_PRIOR_WEIGHT", ranking.DefaultPriorWeight, 0, 1e6),
 		ExpiryInterval:    p.duration("FLASHSALE_EXPIRY_INTERVAL", 250*time.Millisecond),
 		ExpiryBatch:       p.integer("FLASHSALE_EXPIRY_BATCH", 200, 1, 250),
-		SnapshotInterval:  p.duration("FLASHSALE_SNAPSHOT_INTERVAL", 500*time.Millisecond),
-		PurchaseBatch:     p.integer("FLASHSALE_PURCHASE_BATCH", 64, 1, 256),
-		PurchaseInFlight:  p.integer("FLASHSALE_PURCHASE_IN_FLIGHT", 2, 1, 16),
+		SnapshotInterval:  p.duration("FLASHSALE_SNAPSHOT_INTERVAL", inventory.DefaultSnapshotInterval),
+		PurchaseBatch:     p.integer("FLASHSALE_PURCHASE_BATCH", inventory.DefaultPurchaseBatch, 1, 256),
+		PurchaseInFlight:  p.integer("FLASHSALE_PURCHASE_IN_FLIGHT", inventory.DefaultPurchaseInFlight, 1, 16),
 		TrustedProxies:    p.list("FLASHSALE_TRUSTED_PROXIES", ""),
 		LimitPurchase:     p.limit("FLASHSALE_LIMIT_PURCHASE", "5/1s:10"),
 		LimitPay:          p.limit("FLASHSALE_LIMIT_PAY", "5/1s:10"),

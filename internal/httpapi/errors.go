@@ -11,7 +11,6 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
-	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
@@ -71,7 +70,7 @@ var sentinels = []struct {
 	{inventory.ErrQueueRequired, http.StatusForbidden, "queue_required"},
 	{queue.ErrNoQueue, http.StatusConflict, "no_queue"},
 	{queue.ErrNotJoined, http.StatusNotFound, "not_found"},
-	{outbox.ErrFull, http.StatusServiceUnavailable, "unavailable"},
+	{inventory.ErrNotAdmitted, http.StatusServiceUnavailable, "unavailable"},
 	{inventory.ErrRestoring, http.StatusServiceUnavailable, "unavailable"},
 	{payment.ErrBadSignature, http.StatusBadRequest, "invalid_request"},
 	{payment.ErrNoProvider, http.StatusConflict, "invalid_state"},

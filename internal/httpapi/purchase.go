@@ -192,30 +192,6 @@ func quickQuantity(b []byte) (qty int64, ok bool) {
 	return qty, i == len(b)
 }
 
-func (s *Server) listOrders(c *gin.Context) {
-	if !s.allowRead(c, userOf(c)) {
-		return
-	}
-	list, err := s.Orders.List(c.Request.Context(), userOf(c))
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"orders": list})
-}
-
-func (s *Server) getOrder(c *gin.Context) {
-	if !s.allowRead(c, userOf(c)) {
-		return
-	}
-	o, err := s.Orders.Get(c.Request.Context(), userOf(c), c.Param("id"))
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"order": o})
-}
-
 // setRateLimitHeaders writes the contract's rate-limit headers for one decision: the
 // RateLimit-Limit/-Remaining/-Reset trio, the IETF draft's structured RateLimit-Policy and
 // RateLimit fields, and Retry-After (whole seconds, at least 1) on a refusal.

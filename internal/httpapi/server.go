@@ -78,7 +78,7 @@ type Server struct {
 	Deps
 	engine    *gin.Engine
 	access    accessLog        // observe writes it
-	catalogue catalogueReplies // encoded GET /api/items bodies (replies.go)
+	catalogue catalogueReplies // encoded GET /api/items bodies (catalogue.go)
 	boards    boardReplies     // encoded leaderboard bodies (boards.go)
 	stream    *streamHub       // GET /api/items/stream subscribers (stream.go)
 	reads     *limits.Local    // Options.Limits.Reads (nil: off)

@@ -12,7 +12,7 @@ import (
 )
 
 // GET /api/items/stream: the catalogue as Server-Sent Events. One goroutine (streamHub.Run)
-// watches the encoded catalogue (replies.go, encoded once per snapshot), frames a changed
+// watches the encoded catalogue (catalogue.go, encoded once per snapshot), frames a changed
 // one once as an "items" event and hands the same bytes to every subscriber's bounded
 // queue; each stream's handler only writes what it is handed. A subscriber whose queue is
 // full (a client that stopped reading) is dropped, never buffered without bound; the

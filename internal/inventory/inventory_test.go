@@ -935,3 +935,23 @@ func TestReadsDoNotWaitForTheLoopsRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAdmitRefusal: a purchase that Options.Admit refuses (the outbox over its bound) is
+// ErrNotAdmitted and still Admit's own error, reads as Admit's message, and changes nothing,
+// with an Idempotency-Key (none recorded) or without.
+func TestAdmitRefusal(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	refusal := errors.New("the outbox is full; nothing was changed")
+	s := inventory.NewStore(rdb, keys, inventory.Options{Admit: func() error { return refusal }})
+	newItem(t, s, "a", 5, 2)
+	ctx := context.Background()
+	for _, key := range []string{"", "k1"} {
+		_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "a", UserID: "u", Quantity: 1, IdempotencyKey: key})
+		if !errors.Is(err, inventory.ErrNotAdmitted) || !errors.Is(err, refusal) || err.Error() != refusal.Error() {
+			t.Fatalf("key %q: purchase = %v, want ErrNotAdmitted wrapping %q", key, err, refusal)
+		}
+	}
+	if it, err := s.Get(ctx, "a"); err != nil || it.StockLeft != 5 {
+		t.Fatalf("after refusals: %+v %v, want 5 left", it, err)
+	}
+}

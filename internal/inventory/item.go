@@ -29,7 +29,17 @@ var (
 	// meanwhile); creating it now would sell it beside the orders being restored. Nothing
 	// was changed; try again once the restore finished.
 	ErrRestoring = errors.New("the item is being restored from the record; nothing was changed, try again")
+	// ErrNotAdmitted: Options.Admit refused the purchase (the outbox over its bound); nothing
+	// was changed. The error also wraps Admit's own and reads as it (notAdmitted).
+	ErrNotAdmitted = errors.New("purchase not admitted")
 )
+
+// notAdmitted is Admit's refusal as Purchase returns it: errors.Is finds both ErrNotAdmitted
+// and the refusal itself, and the message is the refusal's.
+type notAdmitted struct{ refusal error }
+
+func (e notAdmitted) Error() string   { return e.refusal.Error() }
+func (e notAdmitted) Unwrap() []error { return []error{ErrNotAdmitted, e.refusal} }
 
 // QueueSettings give an item a waiting room (docs/waiting-room.md); nil: none.
 type QueueSettings struct {

@@ -82,7 +82,8 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 		return PurchaseResult{}, ErrNotFound
 	}
 	if s.opt.Admit != nil {
-		if err := s.opt.Admit(); err != nil {
+		if refusal := s.opt.Admit(); refusal != nil {
+			err := error(notAdmitted{refusal})
 			if req.IdempotencyKey != "" {
 				return s.replayOr(ctx, req, err)
 			}

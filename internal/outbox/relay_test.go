@@ -415,8 +415,8 @@ func TestOutboxBound(t *testing.T) {
 	}
 	before := e.backlog()
 	_, err = guarded.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: "a", UserID: "late", Quantity: 1})
-	if !errors.Is(err, outbox.ErrFull) {
-		t.Fatalf("purchase over the bound: %v, want outbox.ErrFull", err)
+	if !errors.Is(err, outbox.ErrFull) || !errors.Is(err, inventory.ErrNotAdmitted) {
+		t.Fatalf("purchase over the bound: %v, want outbox.ErrFull as inventory.ErrNotAdmitted", err)
 	}
 	// A replay of a known key is answered from its record whatever the outbox holds; a new
 	// key of the same shopper is a new purchase, refused.

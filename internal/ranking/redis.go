@@ -32,17 +32,24 @@ type Store struct {
 	opt  Options
 }
 
-// NewStore returns a Store over rdb. Out-of-range options take the defaults (N = 100,
-// m = 3.5, C = 10); a zero PriorWeight is kept and means the plain mean.
+// The defaults of Options, stated once: config's FLASHSALE_* defaults are these.
+const (
+	DefaultSize        = 100 // N, the bound of every board
+	DefaultPriorMean   = 3.5 // m
+	DefaultPriorWeight = 10  // C
+)
+
+// NewStore returns a Store over rdb. Out-of-range options take the defaults (DefaultSize,
+// DefaultPriorMean, DefaultPriorWeight); a zero PriorWeight is kept and means the plain mean.
 func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Store {
 	if opt.Size < 1 {
-		opt.Size = 100
+		opt.Size = DefaultSize
 	}
 	if !(opt.PriorMean >= MinStars && opt.PriorMean <= MaxStars) {
-		opt.PriorMean = 3.5
+		opt.PriorMean = DefaultPriorMean
 	}
 	if !(opt.PriorWeight >= 0 && opt.PriorWeight <= 1e6) {
-		opt.PriorWeight = 10
+		opt.PriorWeight = DefaultPriorWeight
 	}
 	return &Store{rdb: rdb, keys: keys, opt: opt}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/lock"
 	"github.com/flashsale/flashsale/internal/ranking"
@@ -48,7 +49,7 @@ type Options struct {
 	// Workers compare items in parallel (default 4).
 	Workers int
 	// ReservationTTL gives a restored reservation its expiry when the record has none (orders
-	// recorded before orders.expires_at): created_at + ReservationTTL; default 10m.
+	// recorded before orders.expires_at): created_at + ReservationTTL; default inventory.DefaultReservationTTL.
 	ReservationTTL time.Duration
 	// QuietFor is how long restore watches an item for activity before it calls it idle
 	// (default 1s).
@@ -107,7 +108,7 @@ func New(rdb redis.UniversalClient, keys keyspace.Space, db Record, opt Options)
 		opt.Workers = 4
 	}
 	if opt.ReservationTTL <= 0 {
-		opt.ReservationTTL = 10 * time.Minute
+		opt.ReservationTTL = inventory.DefaultReservationTTL
 	}
 	if opt.QuietFor <= 0 {
 		opt.QuietFor = time.Second

@@ -10,6 +10,30 @@ import (
 	"github.com/flashsale/flashsale/internal/payment"
 )
 
+func (s *Server) listOrders(c *gin.Context) {
+	if !s.allowRead(c, userOf(c)) {
+		return
+	}
+	list, err := s.Orders.List(c.Request.Context(), userOf(c))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"orders": list})
+}
+
+func (s *Server) getOrder(c *gin.Context) {
+	if !s.allowRead(c, userOf(c)) {
+		return
+	}
+	o, err := s.Orders.Get(c.Request.Context(), userOf(c), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"order": o})
+}
+
 // payOrder answers POST /api/orders/:id/pay: 200 with the paid order; another user's or a
 // malformed id is 404, a reservation whose time ran out 409 order_expired, a paid or cancelled
 // order 409 invalid_state. With a payment provider only the provider pays orders: 409

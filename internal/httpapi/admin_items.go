@@ -19,7 +19,6 @@ import (
 
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/jsonx"
-	"github.com/flashsale/flashsale/internal/keyspace"
 )
 
 // itemBody is the admin's item JSON (PUT body, and one element of a JSON import).
@@ -78,16 +77,6 @@ func parseTime(field string, s *string) (*time.Time, error) {
 	}
 	t = t.UTC()
 	return &t, nil
-}
-
-// checkItemID answers a malformed item id in an item route's path (/items/:id, with or without
-// more after it) 400 invalid_request, as the contract says, before any handler or store sees
-// it; an id of the right form that names no item stays 404. It runs on every request: the id
-// check comes first and is a short byte loop.
-func checkItemID(c *gin.Context) {
-	if id, ok := c.Params.Get("id"); ok && !keyspace.ValidID(id) && strings.Contains(c.FullPath(), "/items/:id") {
-		fail(c, errBadItemID)
-	}
 }
 
 func (s *Server) putItem(c *gin.Context) {
@@ -151,7 +140,7 @@ func (s *Server) adjustStock(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"item": it})
 }
 
-// listItems and getItem (replies.go) answer from the encoded snapshot.
+// listItems and getItem (catalogue.go) answer from the encoded snapshot.
 
 type importRow struct {
 	line int
