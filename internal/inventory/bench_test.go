@@ -213,7 +213,7 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		}
 		if !v.bare {
 			keys = append(keys, k.Hash()+":call:"+strconv.FormatInt(calls.Add(1), 10))
-			args = append(args, 60000)
+			args = append(args, time.Now().UnixMilli()+60000) // the call deadline (once.lua)
 		}
 		return keys, args
 	}
