@@ -43,30 +43,62 @@ func redisServerBinary(t testing.TB) string {
 // test ends. It returns the address.
 func startRedisServer(t testing.TB, dir string, extra ...string) string {
 	t.Helper()
-	port := freePort(t)
-	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "",
-		"--appendonly", "no", "--dir", dir, "--daemonize", "no", "--logfile", ""}, extra...)
-	cmd := exec.Command(redisServerBinary(t), args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("testenv: start redis-server: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
+	// freePort's port is free only until someone else binds it: a parallel test's listener on
+	// port 0 can take it before redis-server starts, and a dial would then reach that listener.
+	// So a start counts only once the answering server reports this child's pid; a child that
+	// exited (its port taken) is started again on another port.
+	for attempt := 1; ; attempt++ {
+		port := freePort(t)
+		args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "",
+			"--appendonly", "no", "--dir", dir, "--daemonize", "no", "--logfile", ""}, extra...)
+		cmd := exec.Command(redisServerBinary(t), args...)
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("testenv: start redis-server: %v", err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-exited
+		})
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		if ownServerAnswers(addr, cmd.Process.Pid, exited) {
 			return addr
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("testenv: redis-server on %s did not start", addr)
+		select {
+		case <-exited:
+			if attempt < 5 {
+				continue // its port was taken in the meantime
+			}
+			t.Fatalf("testenv: redis-server exited at start %d times (ports taken?)", attempt)
+		default:
+			t.Fatalf("testenv: redis-server on %s did not start within 10 s", addr)
+		}
+	}
+}
+
+// ownServerAnswers waits up to 10 s for the redis-server with this pid to answer on addr; it
+// gives up early when that process exits.
+func ownServerAnswers(addr string, pid int, exited <-chan struct{}) bool {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	want := "process_id:" + strconv.Itoa(pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return false
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := c.Info(ctx, "server").Result()
+		cancel()
+		if err == nil && strings.Contains(info, want+"\r\n") {
+			return true
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return false
 }
 
 // PrivateRedis starts a redis-server of the test's own (for tests that restart it, stall it or
