@@ -2,7 +2,7 @@
 // about once a second; these come from the api's in-process snapshots.
 import http from 'k6/http';
 import { check, sleep } from 'k6';
-import { BASE, SMOKE, runId, dur, putItem, record, thresholds } from './lib.js';
+import { BASE, SMOKE, runId, dur, putItem, record, thresholds, latency } from './lib.js';
 
 export const options = {
   scenarios: {
@@ -12,11 +12,11 @@ export const options = {
       duration: dur('60s', '4s'),
     },
   },
-  thresholds: thresholds({
+  thresholds: thresholds(latency({
     'http_req_duration{name:items}': ['p(95)<100'],
     'http_req_duration{name:item}': ['p(95)<100'],
     'http_req_duration{name:board}': ['p(95)<200'],
-  }),
+  })),
 };
 
 export function setup() {

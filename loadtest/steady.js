@@ -2,7 +2,7 @@
 // one of several items, most buyers pay. Invariants per item at the end.
 import http from 'k6/http';
 import { sleep } from 'k6';
-import { BASE, SMOKE, runId, dur, login, putItem, buy, record, checkStock, thresholds, payThresholds } from './lib.js';
+import { BASE, SMOKE, runId, dur, login, putItem, buy, record, checkStock, thresholds, payThresholds, latency } from './lib.js';
 
 const USERS = SMOKE ? 50 : 1000;
 const ITEMS = 5;
@@ -21,11 +21,11 @@ export const options = {
       maxVUs: SMOKE ? 50 : 1000,
     },
   },
-  thresholds: thresholds(Object.assign(payThresholds(), {
+  thresholds: thresholds(Object.assign(payThresholds(), latency({
     'http_req_duration{name:items}': ['p(95)<200'],
     'http_req_duration{name:item}': ['p(95)<200'],
     'http_req_duration{name:purchase}': ['p(95)<500'],
-  })),
+  }))),
 };
 
 export function setup() {
