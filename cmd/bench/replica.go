@@ -197,7 +197,9 @@ func warmEvery(ctx context.Context, l load, warm time.Duration) error {
 		if tries == 50 {
 			return fmt.Errorf("bench: %d of %d shoppers not answered after 50 warm-up runs", left.Load(), n)
 		}
-		w, off := l, from
+		// The load sends its requests from index 1 on: rotate the first one not answered
+		// yet to there.
+		w, off := l, (from+n-1)%n
 		w.reqs = append(slices.Clone(l.reqs[off:]), l.reqs[:off]...)
 		w.warmup, w.dur = 0, 500*time.Millisecond
 		w.redis = nil
@@ -209,10 +211,12 @@ func warmEvery(ctx context.Context, l load, warm time.Duration) error {
 		if _, err := w.run(ctx); err != nil {
 			return err
 		}
-		for from < n && seen[from].Load() {
-			from++
+		for k := range n {
+			if j := (from + k) % n; !seen[j].Load() {
+				from = j
+				break
+			}
 		}
-		from %= n
 	}
 	return nil
 }
