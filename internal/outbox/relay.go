@@ -530,9 +530,10 @@ func (r *Relay) read(ctx context.Context, st *stream) (batch []entry, confirmed 
 // readConfirmed takes the new entries there are without blocking, with a WAIT behind the read
 // on its connection (lua.WaitBehind): the read delivers the entries to this consumer, a write
 // replicated after theirs, so when WAIT confirms it the replicas hold them, and publish needs
-// no confirming round trip of its own. While a sale goes on this is every read: the entries
-// written while the last batch was published. (Behind a blocking read WAIT would not count
-// what the read delivered on Redis 7.0, so a blocking read's entries are confirmed by publish.)
+// no confirming round trip of its own. While entries keep coming, batches come this way: the
+// entries written while the last batch was published. (Behind a blocking read WAIT would not
+// count what the read delivered on Redis 7.0, so a blocking read's entries are confirmed by
+// publish.)
 func (r *Relay) readConfirmed(ctx context.Context, st *stream) ([]entry, bool, error) {
 	var cmd *redis.XStreamSliceCmd
 	confirmed, err := lua.WaitBehind(ctx, r.rdb, st.key, func(pipe redis.Pipeliner) {
