@@ -154,3 +154,42 @@ func (s *Script) sendAcked(ctx context.Context, node pipeliner, n int, timeout t
 	_, _ = pipe.Exec(ctx) // each command holds its own reply or error
 	return cmd, wait
 }
+
+// WaitBehind sends the commands add puts on a pipeline and, behind them on the same connection
+// (that of the primary serving key), a WAIT for the replicas rdb's state changes require: one
+// round trip. WAIT counts from the connection's last write, and a primary replicates in the
+// order it applied, so when the commands wrote (an XREADGROUP that delivered entries records
+// them in its group) confirmed means the replicas hold that write and everything applied
+// before it, such as the entries delivered. Not for a blocking command: Redis 7.0 leaves the
+// connection's WAIT offset where it was when the command blocked, so a WAIT behind a blocking
+// read served by a later write returns at once (checked against a stopped replica). With no
+// replicas required the commands go alone and confirmed is true; with too few live replicas
+// (Admit) they go alone and confirmed is false. Each command holds its own reply or error; err
+// is a failure before anything was sent.
+func WaitBehind(ctx context.Context, rdb redis.Scripter, key string, add func(redis.Pipeliner)) (confirmed bool, err error) {
+	v, ok := required.Load(rdb)
+	n, timeout := 0, time.Duration(0)
+	if ok {
+		n, timeout = v.(Replicas).Required()
+	}
+	wait := n > 0 && v.(Replicas).Admit(ctx, key) == nil
+	node, err := primaryFor(ctx, rdb, key)
+	if err != nil {
+		return false, err
+	}
+	pipe := node.Pipeline()
+	add(pipe)
+	var acked *redis.Cmd
+	if wait {
+		acked = pipe.Do(ctx, "WAIT", n, timeout.Milliseconds())
+	}
+	_, _ = pipe.Exec(ctx) // each command holds its own reply or error
+	if n < 1 {
+		return true, nil
+	}
+	if !wait {
+		return false, nil
+	}
+	got, err := acked.Int64()
+	return err == nil && got >= int64(n), nil
+}

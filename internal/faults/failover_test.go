@@ -35,18 +35,16 @@ func TestSentinelLaggingReplicaPromoted(t *testing.T) {
 		workers: 32, patient: patience})
 
 	s.waitFor("300 purchases answered", 3*time.Minute, func() bool { return s.purchases(time.Time{}) >= 300 })
-	primary := s.sentinels.node(s.sentinels.primaryAddr())
-	replica := s.sentinels.other(primary)
+	primary, replica := s.sentinels.Primary, s.sentinels.Replicas[0]
 	asleep := make(chan struct{})
+	c := replica.Client()
 	go func() {
 		defer close(asleep)
-		c := replica.client()
-		defer c.Close()
 		// The reply comes when the replica wakes; an error here only means the sleep was cut short.
 		_ = c.Do(context.Background(), "DEBUG", "SLEEP", "8").Err()
 	}()
 	s.waitFor("the primary to drop its sleeping replica", 30*time.Second, func() bool {
-		return primary.info("replication", "connected_slaves") == "0"
+		return primary.Info("replication", "connected_slaves") == "0"
 	})
 	// The sale goes on against the lone primary: what it is asked now no replica will hold.
 	dropped := time.Now()
@@ -58,14 +56,17 @@ func TestSentinelLaggingReplicaPromoted(t *testing.T) {
 		t.Log("the primary is killed while its replica sleeps")
 	}
 	killed := time.Now()
-	primary.kill9()
+	primary.Kill()
 	s.waitFor("the Sentinels to promote the replica", 90*time.Second, func() bool {
-		return s.sentinels.primaryAddr() == replica.addr()
+		return s.sentinels.SentinelPrimary() == replica.Addr
 	})
 	promoted := time.Now()
 	<-asleep
-	primary.start() // from its AOF, a primary again until the Sentinels make it a replica
-	s.sentinels.waitReplicated(90 * time.Second)
+	primary.Start() // from its AOF, a primary again until the Sentinels make it a replica
+	s.sentinels.WaitReplicated(t, 90*time.Second)
+	if s.sentinels.Primary != replica {
+		t.Fatalf("the primary is %s after the failover, want the promoted replica %s", s.sentinels.Primary.Addr, replica.Addr)
+	}
 	t.Logf("kill -9 at %s; promoted after %.1f s; the old primary in step as a replica after %.1f s",
 		killed.Format("15:04:05.000"), promoted.Sub(killed).Seconds(), time.Since(killed).Seconds())
 	s.wait(sale)
@@ -84,17 +85,16 @@ func TestSentinelPlannedFailover(t *testing.T) {
 		workers: 32, patient: patience})
 
 	s.waitFor("300 purchases answered", 3*time.Minute, func() bool { return s.purchases(time.Time{}) >= 300 })
-	old := s.sentinels.node(s.sentinels.primaryAddr())
-	c := s.sentinels.sentinels[0].client()
-	defer c.Close()
+	replica := s.sentinels.Replicas[0]
+	c := s.sentinels.Sentinels[0].Client()
 	started := time.Now()
-	if err := c.Do(context.Background(), "SENTINEL", "FAILOVER", masterName).Err(); err != nil {
+	if err := c.Do(context.Background(), "SENTINEL", "FAILOVER", s.sentinels.MasterName).Err(); err != nil {
 		t.Fatalf("SENTINEL FAILOVER: %v", err)
 	}
 	s.waitFor("the Sentinels to name the replica primary", 90*time.Second, func() bool {
-		return s.sentinels.primaryAddr() == s.sentinels.other(old).addr()
+		return s.sentinels.SentinelPrimary() == replica.Addr
 	})
-	s.sentinels.waitReplicated(90 * time.Second)
+	s.sentinels.WaitReplicated(t, 90*time.Second)
 	t.Logf("the old primary in step as a replica %.1f s after SENTINEL FAILOVER", time.Since(started).Seconds())
 	s.wait(sale)
 	s.checkFailoverRow("Sentinel: planned SENTINEL FAILOVER", items, started, true)
@@ -114,25 +114,25 @@ func TestClusterMasterKilled(t *testing.T) {
 
 	s.waitFor("300 purchases answered", 3*time.Minute, func() bool { return s.purchases(time.Time{}) >= 300 })
 	key := s.keys().Item("it0").Hash()
-	victim := s.cluster.masterOf(key)
+	victim := s.cluster.MasterOf(key)
 	if victim == nil {
 		t.Fatalf("no node of the cluster serves %s", key)
 	}
 	killed := time.Now()
-	victim.kill9()
+	victim.Kill()
 	s.waitFor("a replica to take the killed master's slots", 90*time.Second, func() bool {
-		for _, n := range s.cluster.nodes {
-			if n != victim && n.clusterState() != "ok" {
+		for _, n := range s.cluster.Nodes {
+			if n != victim && n.ClusterInfo("cluster_state") != "ok" {
 				return false
 			}
 		}
-		m := s.cluster.masterOf(key)
+		m := s.cluster.MasterOf(key)
 		return m != nil && m != victim
 	})
 	promoted := time.Now()
-	victim.start()
-	s.waitFor("the cluster whole again, the old master a replica", 90*time.Second, s.cluster.healthy)
-	if role := victim.info("replication", "role"); role != "slave" {
+	victim.Start()
+	s.waitFor("the cluster whole again, the old master a replica", 90*time.Second, s.cluster.Healthy)
+	if role := victim.Info("replication", "role"); role != "slave" {
 		t.Fatalf("the killed master came back as %q, want a replica", role)
 	}
 	t.Logf("kill -9 at %s; slots taken over after %.1f s; whole again after %.1f s",

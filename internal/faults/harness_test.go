@@ -70,8 +70,8 @@ type sale struct {
 	// rdb reads the sale's Redis for the checks (DEBUG SLEEP, FLUSHDB on the single server):
 	// direct to the single server, through Sentinel to the primary, or a cluster client.
 	rdb       redis.UniversalClient
-	sentinels *sentinelSet // the replicated topologies (issue 27), else nil
-	cluster   *replicatedCluster
+	sentinels *testenv.Replicated // the replicated topologies (issue 27), else nil
+	cluster   *testenv.ReplicatedCluster
 	toxics    *toxiproxy.ApiServer
 	redisPx   *toxiproxy.Proxy // every process reaches Redis through it
 	pgPx      *toxiproxy.Proxy // the reconciler reaches Postgres through it
@@ -100,6 +100,12 @@ const (
 	cluster                  // a Redis Cluster of three masters, each with a replica
 )
 
+// replicaArgs are the extra redis-server arguments of every data server of the replicated
+// topologies: short replication timeouts, so a primary drops a replica that stopped answering
+// within 2 s (what it writes afterwards is then on the primary alone: the replica really falls
+// behind).
+var replicaArgs = []string{"--repl-timeout", "2", "--repl-ping-replica-period", "1"}
+
 func newSale(t *testing.T, opt saleOptions) *sale {
 	t.Helper()
 	s := &sale{t: t, dir: t.TempDir(), prefix: "f" + testenv.Token(4) + ":"}
@@ -107,26 +113,28 @@ func newSale(t *testing.T, opt saleOptions) *sale {
 	var redisAddrs string
 	switch opt.topology {
 	case sentinel:
-		s.sentinels = startSentinelSet(t, s.dir)
-		s.rdb = s.sentinels.client()
+		s.sentinels = testenv.ReplicatedRedis(t, 1, replicaArgs...)
+		sentinels := s.sentinels.WithSentinels(t, 3)
+		s.rdb = s.sentinels.FailoverClient(t)
 		// The processes find the primary through the Sentinels only (FLASHSALE_REDIS_ADDRS
 		// empty: the two exclude each other).
 		redisAddrs = ""
-		opt.extraEnv = append([]string{"FLASHSALE_REDIS_SENTINELS=" + s.sentinels.sentinelAddrs(),
-			"FLASHSALE_REDIS_MASTER_NAME=" + masterName}, opt.extraEnv...)
+		opt.extraEnv = append([]string{"FLASHSALE_REDIS_SENTINELS=" + strings.Join(sentinels, ","),
+			"FLASHSALE_REDIS_MASTER_NAME=" + s.sentinels.MasterName}, opt.extraEnv...)
 	case cluster:
-		s.cluster = startReplicatedCluster(t, s.dir)
-		s.rdb = s.cluster.client()
-		redisAddrs = s.cluster.addrs()
+		s.cluster = testenv.ClusterWithReplicas(t, append(replicaArgs, "--cluster-node-timeout", "1000")...)
+		s.rdb = s.cluster.Client(t)
+		redisAddrs = strings.Join(s.cluster.Addrs(), ",")
 	default:
 		s.redisPort = procs.FreePort(t)
 		s.startRedis()
 		t.Cleanup(s.stopRedis)
-		s.rdb = redis.NewClient(&redis.Options{Addr: s.redisAddr(), MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Addr: s.redisAddr(), MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		s.rdb = c
 		s.redisPx = s.proxy("redis", s.redisAddr())
 		redisAddrs = s.redisPx.Listen
 	}
-	t.Cleanup(func() { s.rdb.Close() })
 
 	s.dsn = testenv.Postgres(t)
 	u, _ := url.Parse(s.dsn)

@@ -155,6 +155,10 @@ type stream struct {
 	// keep them from the relays that can publish for as long as it is cut off.
 	unpublished []entry
 	grouped     bool // the consumer group exists
+	// idle: the last read found nothing new, so the next one blocks at once; while entries
+	// keep coming, a read first takes what is there without blocking, with the WAIT that
+	// confirms it behind it (readConfirmed).
+	idle        bool
 	claimCursor string
 	lastClaim   time.Time
 }
@@ -335,6 +339,7 @@ func (r *Relay) pollStream(ctx context.Context, st *stream) (int, error) {
 		st.grouped = true
 	}
 	var batch []entry
+	confirmed := false // the replicas required hold every entry of batch
 	if len(st.unpublished) > 0 {
 		// Retry these before anything else, claiming nothing meanwhile; a failure below puts
 		// what is left back. With all of them claimed by other relays, read new ones.
@@ -352,16 +357,16 @@ func (r *Relay) pollStream(ctx context.Context, st *stream) (int, error) {
 		batch = claimed
 	}
 	if len(batch) == 0 {
-		read, err := r.read(ctx, st)
+		read, ok, err := r.read(ctx, st)
 		if err != nil {
 			return 0, err
 		}
-		batch = read
+		batch, confirmed = read, ok
 	}
 	published := 0
 	for len(batch) > 0 {
 		n := chunk(batch, r.opt.MaxBatchBytes)
-		if err := r.publish(st, batch[:n]); err != nil {
+		if err := r.publish(st, batch[:n], confirmed); err != nil {
 			if errors.Is(err, errUnpublished) {
 				st.unpublished = batch
 			}
@@ -397,9 +402,10 @@ var confirmScript = lua.NewChange("outbox_confirm", "outbox_confirm.lua")
 
 // publish writes entries to Kafka, then acknowledges them and removes them from the stream.
 // With replicas required (FLASHSALE_REDIS_ACK_REPLICAS), it first waits until they hold the
-// entries: an entry a failover could still lose is published later, never now.
-func (r *Relay) publish(st *stream, batch []entry) error {
-	if lua.RequiresReplicas(r.rdb) {
+// entries, unless the read already confirmed them: an entry a failover could still lose is
+// published later, never now.
+func (r *Relay) publish(st *stream, batch []entry, confirmed bool) error {
+	if !confirmed && lua.RequiresReplicas(r.rdb) {
 		cctx, cancel := context.WithTimeout(r.hard, lua.CallDeadline)
 		err := confirmScript.Run(cctx, r.rdb, []string{st.key}).Err()
 		cancel()
@@ -496,16 +502,56 @@ func summarize(err error) error {
 }
 
 // read takes up to ReadCount entries: this consumer's own pending ones first while retrying
-// (no wait), else new ones, waiting up to Block for the first.
-func (r *Relay) read(ctx context.Context, st *stream) ([]entry, error) {
+// (no wait), else new ones, waiting up to Block for the first. confirmed: the replicas required
+// hold them (readConfirmed), so publish need not ask again.
+func (r *Relay) read(ctx context.Context, st *stream) (batch []entry, confirmed bool, err error) {
+	if !st.retry && !st.idle && lua.RequiresReplicas(r.rdb) {
+		batch, confirmed, err := r.readConfirmed(ctx, st)
+		if err != nil || len(batch) > 0 {
+			return batch, confirmed, err
+		}
+		st.idle = true // nothing there: wait for the next entry below
+	}
 	id, block := ">", r.opt.Block
 	if st.retry {
 		id, block = "0", -1
 	}
-	res, err := r.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+	cmd := r.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: r.opt.Group, Consumer: r.opt.Consumer, Streams: []string{st.key, id},
 		Count: r.opt.ReadCount, Block: block,
-	}).Result()
+	})
+	batch, err = r.entries(st, cmd)
+	if id == ">" {
+		st.idle = err == nil && len(batch) == 0
+	}
+	return batch, false, err
+}
+
+// readConfirmed takes the new entries there are without blocking, with a WAIT behind the read
+// on its connection (lua.WaitBehind): the read delivers the entries to this consumer, a write
+// replicated after theirs, so when WAIT confirms it the replicas hold them, and publish needs
+// no confirming round trip of its own. While entries keep coming, batches come this way: the
+// entries written while the last batch was published. (Behind a blocking read WAIT would not
+// count what the read delivered on Redis 7.0, so a blocking read's entries are confirmed by
+// publish.)
+func (r *Relay) readConfirmed(ctx context.Context, st *stream) ([]entry, bool, error) {
+	var cmd *redis.XStreamSliceCmd
+	confirmed, err := lua.WaitBehind(ctx, r.rdb, st.key, func(pipe redis.Pipeliner) {
+		cmd = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: r.opt.Group, Consumer: r.opt.Consumer, Streams: []string{st.key, ">"},
+			Count: r.opt.ReadCount, Block: -1,
+		})
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("outbox: read %s: %w", st.label, err)
+	}
+	batch, err := r.entries(st, cmd)
+	return batch, confirmed && err == nil, err
+}
+
+// entries turns a read's reply into entries (none, when the stream or its group is gone).
+func (r *Relay) entries(st *stream, cmd *redis.XStreamSliceCmd) ([]entry, error) {
+	res, err := cmd.Result()
 	if errors.Is(err, redis.Nil) {
 		err = nil
 	}

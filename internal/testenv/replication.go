@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,17 +17,21 @@ import (
 )
 
 // Server is a private redis-server (or Sentinel) process of the test's own, which the test may
-// kill (-9), stop (SIGSTOP) and start again on the same port and data directory.
+// kill (-9), stop (SIGSTOP) and start again on the same port and data directory (so a server
+// killed with an AOF comes back from it as the same node). When the test fails, its log's tail
+// is in the test's output.
 type Server struct {
 	Addr string
 	Dir  string
 	args []string
 	cmd  *exec.Cmd
+	done chan struct{} // closed when the running process has exited
 	t    testing.TB
 }
 
 // StartServer runs a private redis-server with args (after the port, bind, dir and daemonize
-// settings) in its own directory; it is killed when the test ends.
+// settings; a later setting of the same name wins) in its own directory; it is killed when the
+// test ends.
 func StartServer(t testing.TB, args ...string) *Server {
 	t.Helper()
 	dir := t.TempDir()
@@ -34,33 +39,73 @@ func StartServer(t testing.TB, args ...string) *Server {
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir, t: t,
 		args: append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
 			"--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log")}, args...)}
+	s.cleanup()
 	s.Start()
-	t.Cleanup(func() { s.Kill() })
 	return s
 }
 
-// Start starts the process (again) and waits until it answers PING.
+// cleanup kills the server when the test ends, first logging its log's tail if the test failed.
+func (s *Server) cleanup() {
+	s.t.Cleanup(func() {
+		s.Kill()
+		if s.t.Failed() {
+			if b, err := os.ReadFile(filepath.Join(s.Dir, s.logName())); err == nil {
+				s.t.Logf("--- %s %s (last 3000 bytes):\n%s", s.Addr, s.logName(), tail(b, 3000))
+			}
+		}
+	})
+}
+
+func (s *Server) logName() string {
+	if slices.Contains(s.args, "--sentinel") {
+		return "sentinel.log"
+	}
+	return "redis.log"
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// Start starts the process (again, with the same arguments) and waits until it answers PING
+// (a Sentinel answers it too); a process that exits at once fails the test with its log.
 func (s *Server) Start() {
 	s.t.Helper()
 	s.cmd = exec.Command(redisServerBinary(s.t), s.args...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("testenv: start redis-server: %v", err)
 	}
+	done := make(chan struct{})
+	go func(c *exec.Cmd) { _ = c.Wait(); close(done) }(s.cmd)
+	s.done = done
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
-	WaitFor(s.t, "redis-server on "+s.Addr+" answers", 10*time.Second, func() bool {
+	WaitFor(s.t, "redis-server on "+s.Addr+" answers", 20*time.Second, func() bool {
+		select {
+		case <-done:
+			b, _ := os.ReadFile(filepath.Join(s.Dir, s.logName()))
+			s.t.Fatalf("testenv: redis-server on %s exited at start:\n%s", s.Addr, tail(b, 2000))
+		default:
+		}
 		return c.Ping(context.Background()).Err() == nil
 	})
 }
 
-// Kill ends the process with SIGKILL (kill -9) and reaps it; a no-op when it is not running.
+// Running reports whether the process was started and not killed.
+func (s *Server) Running() bool { return s.cmd != nil }
+
+// Kill ends the process with SIGKILL (kill -9: nothing flushed, nothing said to its peers) and
+// reaps it; a no-op when it is not running.
 func (s *Server) Kill() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process must run to die
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.done
 	s.cmd = nil
 }
 
@@ -73,9 +118,43 @@ func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Client is a plain client of this one server (no failover), closed when the test ends.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: time.Second})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: time.Second,
+		ReadTimeout: 30 * time.Second}) // long enough for the reply of a DEBUG SLEEP
 	s.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// Info is one field of INFO section on the server ("" when it does not answer).
+func (s *Server) Info(section, field string) string {
+	return s.field(section, field, func(ctx context.Context, c *redis.Client) (string, error) {
+		return c.Info(ctx, section).Result()
+	})
+}
+
+// ClusterInfo is one field of CLUSTER INFO on the server ("" when it does not answer).
+func (s *Server) ClusterInfo(field string) string {
+	return s.field("cluster", field, func(ctx context.Context, c *redis.Client) (string, error) {
+		return c.ClusterInfo(ctx).Result()
+	})
+}
+
+// field asks the server (on a connection of its own, so a probe never waits behind a test's
+// command) and returns field's value from the "field:value" lines of the reply.
+func (s *Server) field(section, field string, ask func(context.Context, *redis.Client) (string, error)) string {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	reply, err := ask(ctx, c)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(reply, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Replicated is a private primary with replicas (both with AOF, --enable-debug-command so a
@@ -88,7 +167,8 @@ type Replicated struct {
 }
 
 // ReplicatedRedis starts a primary and n replicas of it and waits until every replica is in
-// sync. extra are more redis-server arguments for all of them.
+// sync. extra are more redis-server arguments for all of them (a later setting of the same
+// name wins: "--repl-timeout", "2" makes a primary drop a stalled replica within 2 s).
 func ReplicatedRedis(t testing.TB, n int, extra ...string) *Replicated {
 	t.Helper()
 	base := append([]string{"--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
@@ -123,8 +203,9 @@ func (r *Replicated) WaitInSync(t testing.TB, primary *Server, n int) {
 }
 
 // WithSentinels starts count Sentinels (quorum: a majority) monitoring the primary as
-// r.MasterName, with a 1 s down-after and a short failover timeout, and waits until each of
-// them knows every replica and the other Sentinels.
+// r.MasterName, with a 1 s down-after and a 3 s failover timeout (a failover that found no
+// replica fit to promote, one that sleeps, is tried again 6 s later), and waits until each of
+// them knows every replica and the other Sentinels. It returns their addresses.
 func (r *Replicated) WithSentinels(t testing.TB, count int) []string {
 	t.Helper()
 	host, port := hostPort(r.Primary.Addr)
@@ -137,7 +218,7 @@ func (r *Replicated) WithSentinels(t testing.TB, count int) []string {
 		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndaemonize no\ndir %s\nlogfile %s\n"+
 			"sentinel monitor %s %s %s %d\n"+
 			"sentinel down-after-milliseconds %s 1000\n"+
-			"sentinel failover-timeout %s 5000\n"+
+			"sentinel failover-timeout %s 3000\n"+
 			"sentinel parallel-syncs %s 1\n",
 			sport, dir, filepath.Join(dir, "sentinel.log"), r.MasterName, host, port, quorum,
 			r.MasterName, r.MasterName, r.MasterName)
@@ -145,8 +226,8 @@ func (r *Replicated) WithSentinels(t testing.TB, count int) []string {
 			t.Fatal(err)
 		}
 		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(sport), Dir: dir, t: t, args: []string{conf, "--sentinel"}}
+		s.cleanup()
 		s.Start()
-		t.Cleanup(func() { s.Kill() })
 		r.Sentinels = append(r.Sentinels, s)
 		addrs = append(addrs, s.Addr)
 	}
@@ -222,6 +303,79 @@ func (r *Replicated) WaitNewPrimary(t testing.TB, old string) *Server {
 	return r.Primary
 }
 
+// SentinelPrimary is the primary every Sentinel names ("" while they disagree or one does not
+// answer).
+func (r *Replicated) SentinelPrimary() string {
+	var addr string
+	for _, s := range r.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: time.Second})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		hp, err := sc.GetMasterAddrByName(ctx, r.MasterName).Result()
+		cancel()
+		sc.Close()
+		if err != nil || len(hp) != 2 {
+			return ""
+		}
+		a := hp[0] + ":" + hp[1]
+		if addr != "" && a != addr {
+			return ""
+		}
+		addr = a
+	}
+	return addr
+}
+
+// Server is the primary or replica of r at addr (nil when none is).
+func (r *Replicated) Server(addr string) *Server {
+	for _, s := range append([]*Server{r.Primary}, r.Replicas...) {
+		if s.Addr == addr {
+			return s
+		}
+	}
+	return nil
+}
+
+// WaitReplicated waits up to d until the Sentinels agree on a primary that has every other
+// server of r online as its replica, in step (each replica's link up), and makes it r.Primary.
+func (r *Replicated) WaitReplicated(t testing.TB, d time.Duration) {
+	t.Helper()
+	WaitFor(t, "the Sentinels' primary to have every other server as its replica, in step", d, func() bool {
+		p := r.Server(r.SentinelPrimary())
+		if p == nil || p.Info("replication", "role") != "master" {
+			return false
+		}
+		var others []*Server
+		for _, s := range append([]*Server{r.Primary}, r.Replicas...) {
+			if s != p {
+				others = append(others, s)
+			}
+		}
+		if p.Info("replication", "connected_slaves") != strconv.Itoa(len(others)) {
+			return false
+		}
+		for _, s := range others {
+			if s.Info("replication", "master_link_status") != "up" {
+				return false
+			}
+		}
+		r.Primary, r.Replicas = p, others
+		return true
+	})
+}
+
+// FailoverClient is a client that follows the Sentinels to whichever server is the primary
+// now, closed when the test ends.
+func (r *Replicated) FailoverClient(t testing.TB) *redis.Client {
+	var addrs []string
+	for _, s := range r.Sentinels {
+		addrs = append(addrs, s.Addr)
+	}
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: r.MasterName, SentinelAddrs: addrs,
+		MaxRetries: 5, ReadTimeout: 10 * time.Second})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // WaitFor polls cond every 20 ms until it holds, failing the test with what after d.
 func WaitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
@@ -246,8 +400,9 @@ type ReplicatedCluster struct {
 }
 
 // ClusterWithReplicas starts a 3-master Redis Cluster with one replica per master and waits
-// until the cluster is ok and every replica is in sync.
-func ClusterWithReplicas(t testing.TB) *ReplicatedCluster {
+// until the cluster is ok and every replica is in sync. extra are more redis-server arguments
+// for every node (a later setting of the same name wins: "--cluster-node-timeout", "1000").
+func ClusterWithReplicas(t testing.TB, extra ...string) *ReplicatedCluster {
 	t.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatalf("testenv: redis-cli not found; install it: apt-get install -y redis-tools")
@@ -256,9 +411,9 @@ func ClusterWithReplicas(t testing.TB) *ReplicatedCluster {
 	var addrs []string
 	for range 6 {
 		dir := t.TempDir()
-		s := StartServer(t, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+		s := StartServer(t, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
-			"--enable-debug-command", "yes")
+			"--enable-debug-command", "yes"}, extra...)...)
 		c.Nodes = append(c.Nodes, s)
 		addrs = append(addrs, s.Addr)
 	}
@@ -309,4 +464,62 @@ func (c *ReplicatedCluster) Node(t testing.TB, addr string) *Server {
 	}
 	t.Fatalf("testenv: no cluster node %s", addr)
 	return nil
+}
+
+// Addrs are every node's address (FLASHSALE_REDIS_ADDRS).
+func (c *ReplicatedCluster) Addrs() []string {
+	var out []string
+	for _, s := range c.Nodes {
+		out = append(out, s.Addr)
+	}
+	return out
+}
+
+// Client is a cluster client of the nodes, closed when the test ends.
+func (c *ReplicatedCluster) Client(t testing.TB) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: 10, ReadTimeout: 10 * time.Second})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// MasterOf is the node that serves key's slot now, as a fresh cluster client learns it (nil
+// while it cannot tell).
+func (c *ReplicatedCluster) MasterOf(key string) *Server {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: 10, ReadTimeout: 10 * time.Second})
+	defer cc.Close()
+	m, err := cc.MasterForKey(context.Background(), key)
+	if err != nil {
+		return nil
+	}
+	for _, s := range c.Nodes {
+		if s.Addr == m.Options().Addr {
+			return s
+		}
+	}
+	return nil
+}
+
+// Healthy reports whether every node runs and says the cluster is ok, and there are three
+// masters, each with a replica in step.
+func (c *ReplicatedCluster) Healthy() bool {
+	masters := 0
+	for _, s := range c.Nodes {
+		if !s.Running() || s.ClusterInfo("cluster_state") != "ok" {
+			return false
+		}
+		switch s.Info("replication", "role") {
+		case "master":
+			if s.Info("replication", "connected_slaves") != "1" {
+				return false
+			}
+			masters++
+		case "slave":
+			if s.Info("replication", "master_link_status") != "up" {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return masters == 3
 }
