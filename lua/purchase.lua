@@ -4,13 +4,14 @@
 -- order and independently: idempotent replay, sale window, waiting room, rate limit, per-user
 -- limit, stock. Everything an attempt changes (stock, order, allowance, rate-limit state, user
 -- index, expiry index, idempotency key, outbox event) is written by this one script, so
--- nothing is half-done.
+-- nothing is half-done. The batch's orders share one outbox entry (the relay publishes one
+-- order.reserved event per order).
 --
 -- The writes to keys the whole batch shares (orders, allowances, rate-limit state, the expiry
 -- index, the item) are gathered in tables and sent as one command each at the end: a command
--- called from Lua costs about as much as the work of a field, so only the user's order index,
--- the outbox entry (and the idempotency key and the waiting-room pass, when used) cost a
--- command per attempt. Later attempts of the batch read earlier ones' effects from the tables.
+-- called from Lua costs about as much as the work of a field, so only the user's order index
+-- (and the idempotency key and the waiting-room pass, when used) cost a command per attempt.
+-- Later attempts of the batch read earlier ones' effects from the tables.
 --
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
@@ -120,6 +121,10 @@ end
 local held_users, rl_users = {}, {} -- users whose allowance / TAT changed, once each
 local held_new, rl_new = {}, {}
 local orders_args, expiry_args, new_orders = {}, {}, {}
+-- The outbox: one order.reserved entry for the whole batch (events.FromBatch), not one per
+-- order: what its orders share (item, price, created, expires) is written once, then each
+-- order's user and quantity; their sequence numbers run on from batch_first.
+local batch_first, batch_list = nil, {}
 
 local function reply_of(outcome, rl, oid, packed)
   return outcome .. '|' .. string.format('%d', left) .. '|' .. rl .. '|' .. oid .. '|' .. packed
@@ -186,8 +191,10 @@ for i = 1, n do
       if idem ~= '' then
         redis.call('SET', ikey, oid, 'PX', idem_ttl)
       end
-      -- The compact order.reserved entry (events.FromEntry): the packed order says the rest.
-      redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'order', oid, 'o', packed)
+      -- The batch's outbox entry (written once, below) lists it: user|quantity.
+      batch_first = batch_first or seq
+      batch_list[#batch_list + 1] = user
+      batch_list[#batch_list + 1] = qty
       if queued then -- waiting room (issue 17): the pass is spent and frees its place
         local q = pass_ticket(user, pass)
         redis.call('HSET', qkey, user, 's|' .. q[1] .. '|' .. q[2] .. '|' .. q[3])
@@ -210,6 +217,10 @@ if #rl_users > 0 then
   if redis.call('PTTL', KEYS[8]) < keep then
     redis.call('PEXPIRE', KEYS[8], keep)
   end
+end
+if batch_first then
+  redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id, 'seq', batch_first,
+    'p', price, 'c', now_s, 'e', expires_s, 'b', table.concat(batch_list, '|'))
 end
 if #orders_args > 0 then
   local args = {}

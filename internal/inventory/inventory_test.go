@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
@@ -146,9 +147,24 @@ func TestNoOversell(t *testing.T) {
 			if n := rdb.ZCard(ctx, k.Expiry()).Val(); n != int64(len(ids)) {
 				t.Fatalf("expiry index has %d, want %d", n, len(ids))
 			}
-			// One order.reserved per order, plus item.upserted.
-			if n := rdb.XLen(ctx, k.Outbox()).Val(); n != int64(len(ids))+1 {
-				t.Fatalf("outbox has %d entries, want %d", n, len(ids)+1)
+			// One order.reserved event per order (batches share an entry), each with its own
+			// event id, plus item.upserted.
+			evs := testenv.StreamEvents(t, rdb, k.Outbox())
+			reserved, eventIDs := map[string]bool{}, map[string]bool{}
+			for _, ev := range evs {
+				if eventIDs[ev.EventID] {
+					t.Fatalf("event id %s twice", ev.EventID)
+				}
+				eventIDs[ev.EventID] = true
+				if ev.Type == events.OrderReserved {
+					if !ids[ev.OrderID] || reserved[ev.OrderID] || recs[ev.OrderID] == "" {
+						t.Fatalf("order.reserved of %s: made %v, seen before %v", ev.OrderID, ids[ev.OrderID], reserved[ev.OrderID])
+					}
+					reserved[ev.OrderID] = true
+				}
+			}
+			if len(evs) != len(ids)+1 || len(reserved) != len(ids) {
+				t.Fatalf("outbox has %d events (%d order.reserved), want %d", len(evs), len(reserved), len(ids)+1)
 			}
 			if sold < tc.stock && len(refusedSoldOut) == 0 && len(perUser) < users {
 				t.Logf("note: stock left %d", it.StockLeft)
