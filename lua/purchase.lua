@@ -42,7 +42,7 @@
 --          queue_required | rate_limited | limit_exceeded | sold_out
 -- packed_order is "user|quantity|price_cents|status|created_ms|expires_ms" ('' when none); it is
 -- last because it holds '|' itself. The rl_* fields are '' when the limiter is off or was not
--- reached; rl_allowed is 1 or 0, rl_retry_ms and rl_reset_ms have fractions.
+-- reached; rl_allowed is 1 or 0, rl_retry_ms and rl_reset_ms are whole ms, rounded up.
 -- A malformed batch (bad counts or shared ARGV) is an error reply and writes nothing.
 
 local ttl = tonumber(ARGV[1])
@@ -156,7 +156,7 @@ for i = 1, n do
     if rate > 0 then
       local remaining, retry, reset, new_tat
       ok, remaining, retry, reset, new_tat = gcra_step(tats[user] or nil, now, rate, period, burst, 1)
-      rl = (ok and '1' or '0') .. '|' .. tostring(remaining) .. '|' .. ms(retry) .. '|' .. ms(reset)
+      rl = (ok and '1|' or '0|') .. remaining .. '|' .. retry .. '|' .. reset -- integers
       if ok then
         tats[user] = new_tat
         if not rl_new[user] then
@@ -210,7 +210,7 @@ if #rl_users > 0 then
   local args = {}
   for _, u in ipairs(rl_users) do
     args[#args + 1] = u
-    args[#args + 1] = string.format('%.3f', tats[u])
+    args[#args + 1] = tats[u] -- a number: Redis prints it exactly (gcra.lua)
   end
   redis.call('HSET', KEYS[8], unpack(args))
   local keep = math.ceil(period / rate * burst) + 1

@@ -971,3 +971,42 @@ func TestAdmitRefusal(t *testing.T) {
 		t.Fatalf("after refusals: %+v %v, want 5 left", it, err)
 	}
 }
+
+// TestPurchaseLimitWholeMilliseconds: the purchase limiter (gcra_step inside purchase.lua) with
+// an emission interval of no whole ms (3 per second, burst 2): the burst passes, the next is
+// refused with a wait of whole ms rounded up (never under the exact one), and the stored TAT
+// keeps its fraction (no rounding that would add up over a burst).
+func TestPurchaseLimitWholeMilliseconds(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	p := limits.Policy{Rate: 3, Period: time.Second, Burst: 2}
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: p})
+	newItem(t, s, "w", 10, 10)
+	start := rdb.Time(ctx).Val()
+	for i, remaining := range []int{1, 0} {
+		r, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "w", UserID: "u", Quantity: 1})
+		if err != nil || r.Limit == nil || !r.Limit.Allowed || r.Limit.Remaining != remaining || r.Limit.Limit != 2 {
+			t.Fatalf("purchase %d of the burst: %+v %v", i+1, r.Limit, err)
+		}
+		if r.Limit.Reset%time.Millisecond != 0 || r.Limit.Reset <= 0 || r.Limit.Reset > 667*time.Millisecond {
+			t.Fatalf("purchase %d: reset %v, want whole ms up to 2 emission intervals", i+1, r.Limit.Reset)
+		}
+	}
+	_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "w", UserID: "u", Quantity: 1})
+	var pe *inventory.PurchaseError
+	if !errors.As(err, &pe) || !errors.Is(err, limits.ErrRateLimited) || pe.Limit == nil || pe.Limit.Allowed {
+		t.Fatalf("third purchase: %v, want rate limited", err)
+	}
+	elapsed := rdb.Time(ctx).Val().Sub(start)
+	// The first TAT ran out one emission interval (333.33 ms) after the first purchase.
+	if d := pe.Limit.RetryAfter; d%time.Millisecond != 0 || d > 334*time.Millisecond || d < 333*time.Millisecond-elapsed {
+		t.Fatalf("retry after %v (%v after the first purchase), want whole ms up to 334ms", d, elapsed)
+	}
+	tat := rdb.HGet(ctx, keys.Item("w").PurchaseLimits(), "u").Val()
+	if _, frac, ok := strings.Cut(tat, "."); !ok || frac == "" {
+		t.Fatalf("stored TAT %q: want its fraction kept (first + 2 * 333.33 ms)", tat)
+	}
+	if ttl := rdb.PTTL(ctx, keys.Item("w").PurchaseLimits()).Val(); ttl <= 0 || ttl > 668*time.Millisecond {
+		t.Fatalf("rate-limit hash TTL %v, want at most the time to refill (667 ms) + 1", ttl)
+	}
+}
