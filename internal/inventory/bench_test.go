@@ -280,3 +280,71 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		b.ReportMetric(v.cpu*1e6/purchases, v.name+"-µs/purchase")
 	}
 }
+
+// BenchmarkPurchaseMemory is the Redis memory per order of the two things purchase.lua keeps
+// per call besides the orders themselves: the outbox (until the relay publishes it) and the
+// call record once.lua keeps (until a second past the call's deadline). Batches of 25 of
+// 20,000 shoppers with the purchase limit on, as BenchmarkPurchaseScriptParts sends them, each
+// version of the scripts on a private server of its own; MEMORY USAGE of the outbox stream
+// and of every call record, over the orders made. FLASHSALE_BENCH_BASE_LUA adds another
+// version's scripts (see BenchmarkPurchaseScriptParts) as base.
+// Run: go test -run=^$ -bench=PurchaseMemory -benchtime=1x ./internal/inventory/
+func BenchmarkPurchaseMemory(b *testing.B) {
+	dirs := map[string]string{"current": "../../lua/"}
+	if dir := os.Getenv("FLASHSALE_BENCH_BASE_LUA"); dir != "" {
+		dirs["base"] = dir + "/"
+	}
+	for name, dir := range dirs {
+		var src [4]string
+		for i, f := range []string{"once.lua", "gcra.lua", "changed.lua", "purchase.lua"} {
+			s, err := os.ReadFile(dir + f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			src[i] = string(s)
+		}
+		before, after, _ := strings.Cut(src[0], "--[[ script ]]")
+		script := redis.NewScript(before + src[1] + "\n" + src[2] + "\n" + src[3] + "\n" + after)
+		b.Run(name, func(b *testing.B) {
+			rdb, keys, _ := testenv.PrivateRedis(b)
+			ctx := context.Background()
+			s := inventory.NewStore(rdb, keys, inventory.Options{})
+			newItem(b, s, "mem", 1_000_000_000_000, 1_000_000_000)
+			k := keys.Item("mem")
+			const batch, batches = 25, 400
+			var made int
+			for i := range b.N * batches {
+				ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+				args := []any{600000, 86400000, 5, 1000, 10, "mem"}
+				for j := range batch {
+					u := "u" + strconv.Itoa((i*batch+j)%20000)
+					ks = append(ks, k.UserOrders(u), k.Hash())
+					args = append(args, u, 1, "", "")
+				}
+				ks = append(ks, k.Hash()+":call:"+strconv.Itoa(i))
+				args = append(args, time.Now().UnixMilli()+600000) // records outlive the run
+				res, err := script.Run(ctx, rdb, ks, args...).Slice()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range res[:batch] {
+					if r := r.(string); strings.HasPrefix(r, "C") || strings.HasPrefix(r, "created") {
+						made++
+					}
+				}
+			}
+			outbox := rdb.MemoryUsage(ctx, k.Outbox(), 0).Val()
+			var calls int64
+			iter := rdb.Scan(ctx, 0, keys.Prefix+"*:call:*", 1000).Iterator()
+			for iter.Next(ctx) {
+				calls += rdb.MemoryUsage(ctx, iter.Val(), 0).Val()
+			}
+			if err := iter.Err(); err != nil || made == 0 {
+				b.Fatalf("%d orders made: %v", made, err)
+			}
+			b.ReportMetric(float64(outbox)/float64(made), "outbox-B/order")
+			b.ReportMetric(float64(calls)/float64(made), "call-records-B/order")
+			b.ReportMetric(float64(made)/float64(b.N*batches*batch), "orders/attempt")
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -522,7 +523,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	}
 	// A non-numeric quantity inside a batch is refused for that attempt only.
 	res, err := inventory.PurchaseScript.Run(ctx, rdb, append(base, per...), 600000, 1000, 0, 0, 0, "m", "u", "1x", "", "").Slice()
-	if err != nil || !strings.HasPrefix(res[0].(string), "invalid_request|") {
+	if err != nil || len(res) != 2 || res[0] != "I" || !strings.HasPrefix(res[1].(string), "5|999|") {
 		t.Fatalf("quantity '1x': %v %v", res, err)
 	}
 	it, _ := s.Get(ctx, "m")
@@ -557,27 +558,31 @@ func TestBatchSeesItsOwnWrites(t *testing.T) {
 			args = append(args, a[0], 1, a[1], "")
 		}
 		res, err := inventory.PurchaseScript.Run(ctx, rdb, ks, args...).StringSlice()
-		if err != nil || len(res) != len(attempts) {
+		if err != nil || len(res) != len(attempts)+1 { // the attempts', then the batch's
 			t.Fatalf("batch: %v %v", res, err)
 		}
 		return res
 	}
-	field := func(reply string, i int) string { return strings.SplitN(reply, "|", 8)[i] }
 
 	res := run(1, 60000, 1, []string{"u1", "k"}, []string{"u1", "k"}, []string{"u2", ""}, []string{"u2", ""})
-	for i, want := range []string{"created", "replayed", "created", "rate_limited"} {
-		if field(res[i], 0) != want {
-			t.Fatalf("attempt %d: %q, want %s", i+1, res[i], want)
+	// Created (the limiter: 0 left, no wait, a minute to refill), replayed (the whole order),
+	// created, rate limited (a minute to wait).
+	want := []string{`^C1\|0\|0\|600[01][0-9]$`, `^Rb\.1\|u1\|1\|999\|reserved\|[0-9]+\|[0-9]+$`,
+		`^C2\|0\|0\|600[01][0-9]$`, `^L\|0\|600[01][0-9]\|600[01][0-9]$`, `^8\|999\|[0-9]+\|[0-9]+$`}
+	for i, w := range want {
+		if !regexp.MustCompile(w).MatchString(res[i]) {
+			t.Fatalf("reply %d: %q, want %s", i+1, res[i], w)
 		}
 	}
-	if field(res[1], 6) != field(res[0], 6) || field(res[1], 7) != field(res[0], 7) || field(res[0], 7) == "" {
-		t.Fatalf("replay in the same batch: %q after %q", res[1], res[0])
-	}
-	if field(res[3], 2) != "0" || field(res[2], 2) != "1" {
-		t.Fatalf("limiter verdicts: %q, %q", res[2], res[3])
+	// The replay is the order made a moment before in the batch, as the orders hash holds it,
+	// with the batch's times.
+	batch := strings.Split(res[4], "|")
+	if packed := rdb.HGet(ctx, k.Orders(), "b.1").Val(); res[1] != "Rb.1|"+packed ||
+		packed != "u1|1|999|reserved|"+batch[2]+"|"+batch[3] {
+		t.Fatalf("replay in the same batch: %q, the order %q, the batch %q", res[1], packed, res[4])
 	}
 	res = run(0, 0, 0, []string{"u4", ""}, []string{"u4", ""})
-	if field(res[0], 0) != "created" || field(res[1], 0) != "limit_exceeded" {
+	if res[0] != "C3" || res[1] != "X" || !strings.HasPrefix(res[2], "7|999|") {
 		t.Fatalf("per-user limit in one batch: %q", res)
 	}
 
@@ -1008,5 +1013,51 @@ func TestPurchaseLimitWholeMilliseconds(t *testing.T) {
 	}
 	if ttl := rdb.PTTL(ctx, keys.Item("w").PurchaseLimits()).Val(); ttl <= 0 || ttl > 668*time.Millisecond {
 		t.Fatalf("rate-limit hash TTL %v, want at most the time to refill (667 ms) + 1", ttl)
+	}
+}
+
+// TestReplayReturnsTheWholeOrder: a created order travels in the compact reply as its sequence
+// number alone (the api knows the user and quantity, the batch string the price and times),
+// but a replay (the same Idempotency-Key, in a later call) returns the earlier order whole: the
+// order as made, not the retry's quantity. A re-sent call (the same call record) answers the
+// recorded reply and makes nothing.
+func TestReplayReturnsTheWholeOrder(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 5, Period: time.Second, Burst: 5}})
+	newItem(t, s, "r", 10, 5)
+	req := inventory.PurchaseRequest{ItemID: "r", UserID: "alice", Quantity: 2, IdempotencyKey: "k1"}
+	made, err := s.Purchase(ctx, req)
+	if err != nil || made.Replayed || made.Limit == nil || !made.Limit.Allowed {
+		t.Fatalf("purchase: %+v %v", made, err)
+	}
+	stored, err := orders.Unpack(made.Order.ID, "r", rdb.HGet(ctx, keys.Item("r").Orders(), made.Order.ID).Val())
+	if err != nil || made.Order != stored || made.Order.UserID != "alice" || made.Order.Quantity != 2 ||
+		made.Order.PriceCents != 999 || made.Order.Status != orders.Reserved ||
+		made.Order.ExpiresAt.Sub(made.Order.CreatedAt) != inventory.DefaultReservationTTL {
+		t.Fatalf("created order %+v, the record holds %+v (%v)", made.Order, stored, err)
+	}
+	req.Quantity = 3 // a retry that says otherwise gets the order as it was made
+	again, err := s.Purchase(ctx, req)
+	if err != nil || !again.Replayed || again.Order != made.Order || again.Limit != nil {
+		t.Fatalf("replay: %+v %v, want %+v replayed", again, err, made.Order)
+	}
+
+	// The same call sent twice: the second send answers the recorded reply.
+	k := keys.Item("r")
+	ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(),
+		k.UserOrders("bob"), k.Hash(), k.UserOrders("alice"), k.Idempotency("alice", "k1"), k.Hash() + ":call:resend"}
+	args := []any{600000, 86400000, 5, 1000, 5, "r", "bob", 1, "", "", "alice", 1, "k1", "", time.Now().Add(time.Minute).UnixMilli()}
+	first, err := rdb.EvalSha(ctx, inventory.PurchaseScript.Hash(), ks, args...).StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := rdb.EvalSha(ctx, inventory.PurchaseScript.Hash(), ks, args...).StringSlice()
+	if err != nil || !slices.Equal(first, second) || len(first) != 3 || first[0][0] != 'C' ||
+		first[1] != "R"+made.Order.ID+"|"+rdb.HGet(ctx, k.Orders(), made.Order.ID).Val() {
+		t.Fatalf("re-sent call: %q then %q (%v)", first, second, err)
+	}
+	if it, _ := s.Get(ctx, "r"); it.StockLeft != 7 {
+		t.Fatalf("stock left %d after orders of 2 and 1, want 7: the re-send made an order", it.StockLeft)
 	}
 }
