@@ -6,8 +6,15 @@
 -- where T = period/rate is the emission interval. Allowed requests over a window E number at
 -- most burst + rate*E/period. A refusal writes nothing.
 --
+-- No string.format on the way: callers hand the TAT to redis.call as the Lua number it is
+-- (Redis prints it with 17 significant digits, which read back as the same number, so the
+-- TAT keeps its exact fraction and no rounding adds up over a burst), and the reply's times
+-- are whole milliseconds, rounded up (waiting that long always suffices), which a Lua
+-- concatenation prints exactly.
+--
 -- gcra_step(tat, now_ms, rate, period_ms, burst, cost) ->
---   allowed (true/false), remaining (integer), retry_after_ms, reset_ms, new TAT (numbers)
+--   allowed (true/false), remaining (integer), retry_after_ms, reset_ms (integers, rounded
+--   up), new TAT (a number)
 -- The decision alone, for a TAT already read (nil: none); the caller stores the new TAT only
 -- when allowed. Every stored TAT is at most now + burst * period / rate, so a store whose
 -- entries all live that long after their write loses nothing by expiring.
@@ -23,20 +30,20 @@ local function gcra_step(tat, now, rate, period, burst, cost)
   if diff < 0 then
     local remaining = math.floor((now - (tat - tau)) / t)
     if remaining < 0 then remaining = 0 end
-    return false, remaining, -diff, tat - now, tat
+    return false, remaining, math.ceil(-diff), math.ceil(tat - now), tat
   end
-  return true, math.floor(diff / t), 0, new_tat - now, new_tat
+  return true, math.floor(diff / t), 0, math.ceil(new_tat - now), new_tat
 end
 
 -- gcra(key, now_ms, rate, period_ms, burst, cost) ->
---   allowed (true/false), remaining (integer), retry_after_ms, reset_ms (numbers)
+--   allowed (true/false), remaining (integer), retry_after_ms, reset_ms (integers, rounded up)
 -- One decision on a string key holding the TAT, with a TTL of the time to refill.
 -- Callers must validate rate, period, burst and cost as positive numbers first.
 local function gcra(key, now, rate, period, burst, cost)
   local ok, remaining, retry, reset, new_tat =
     gcra_step(tonumber(redis.call('GET', key)), now, rate, period, burst, cost)
   if ok then
-    redis.call('SET', key, string.format('%.3f', new_tat), 'PX', math.ceil(reset) + 1)
+    redis.call('SET', key, new_tat, 'PX', reset + 1)
   end
   return ok, remaining, retry, reset
 end

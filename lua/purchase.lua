@@ -4,13 +4,14 @@
 -- order and independently: idempotent replay, sale window, waiting room, rate limit, per-user
 -- limit, stock. Everything an attempt changes (stock, order, allowance, rate-limit state, user
 -- index, expiry index, idempotency key, outbox event) is written by this one script, so
--- nothing is half-done.
+-- nothing is half-done. The batch's orders share one outbox entry (the relay publishes one
+-- order.reserved event per order).
 --
 -- The writes to keys the whole batch shares (orders, allowances, rate-limit state, the expiry
 -- index, the item) are gathered in tables and sent as one command each at the end: a command
--- called from Lua costs about as much as the work of a field, so only the user's order index,
--- the outbox entry (and the idempotency key and the waiting-room pass, when used) cost a
--- command per attempt. Later attempts of the batch read earlier ones' effects from the tables.
+-- called from Lua costs about as much as the work of a field, so only the user's order index
+-- (and the idempotency key and the waiting-room pass, when used) cost a command per attempt.
+-- Later attempts of the batch read earlier ones' effects from the tables.
 --
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
@@ -35,13 +36,19 @@
 -- write (never sooner than a TTL it already has): it then holds only TATs in the past, which
 -- read as none. A refusal writes nothing.
 --
--- Reply: one string per attempt (a flat value: cheaper to record in once.lua and to decode):
---   outcome|stock_left|rl_allowed|rl_remaining|rl_retry_ms|rl_reset_ms|order_id|packed_order
--- outcome: created | replayed | not_found | invalid_request | sale_not_started | sale_ended |
---          queue_required | rate_limited | limit_exceeded | sold_out
--- packed_order is "user|quantity|price_cents|status|created_ms|expires_ms" ('' when none); it is
--- last because it holds '|' itself. The rl_* fields are '' when the limiter is off or was not
--- reached; rl_allowed is 1 or 0, rl_retry_ms and rl_reset_ms have fractions.
+-- Reply: one string per attempt, then one for the batch: flat values, and short, as once.lua
+-- records the reply and the api decodes it. The api knows each attempt's item, user and
+-- quantity, and the orders of a batch share price, creation and expiry, so a created order
+-- is only its sequence number:
+--   attempt i: an outcome letter, its value, then '|remaining|retry_ms|reset_ms' when the rate
+--     limiter ran (whole ms, rounded up; refused only for L):
+--     C<seq>  created: order <item>.<seq> of the attempt's user and quantity, status reserved,
+--             price, creation and expiry as in the batch's string
+--     R<order_id>|<packed_order>  replayed (an earlier order, whole: "user|quantity|
+--             price_cents|status|created_ms|expires_ms"; the limiter is not reached)
+--     N not_found   I invalid_request   S sale_not_started   E sale_ended   Q queue_required
+--     L rate_limited   X limit_exceeded   O sold_out
+--   n+1: stock_left|price_cents|created_ms|expires_ms (the stock left after the batch)
 -- A malformed batch (bad counts or shared ARGV) is an error reply and writes nothing.
 
 local ttl = tonumber(ARGV[1])
@@ -120,10 +127,10 @@ end
 local held_users, rl_users = {}, {} -- users whose allowance / TAT changed, once each
 local held_new, rl_new = {}, {}
 local orders_args, expiry_args, new_orders = {}, {}, {}
-
-local function reply_of(outcome, rl, oid, packed)
-  return outcome .. '|' .. string.format('%d', left) .. '|' .. rl .. '|' .. oid .. '|' .. packed
-end
+-- The outbox: one order.reserved entry for the whole batch (events.FromBatch), not one per
+-- order: what its orders share (item, price, created, expires) is written once, then each
+-- order's user and quantity; their sequence numbers run on from batch_first.
+local batch_first, batch_list = nil, {}
 
 for i = 1, n do
   local ukey, ikey = KEYS[8 + 2 * i], KEYS[9 + 2 * i]
@@ -135,23 +142,23 @@ for i = 1, n do
     prev = redis.call('GET', ikey)
   end
   if prev then
-    reply = reply_of('replayed', '|||', prev, new_orders[prev] or redis.call('HGET', KEYS[2], prev) or '')
+    reply = 'R' .. prev .. '|' .. (new_orders[prev] or redis.call('HGET', KEYS[2], prev) or '')
   elseif not exists then
-    reply = reply_of('not_found', '|||', '', '') -- left is 0
+    reply = 'N' -- left is 0
   elseif not qty or qty < 1 or qty ~= math.floor(qty) or user == '' then
-    reply = reply_of('invalid_request', '|||', '', '')
+    reply = 'I'
   elseif now < starts then
-    reply = reply_of('sale_not_started', '|||', '', '')
+    reply = 'S'
   elseif ends > 0 and now >= ends then
-    reply = reply_of('sale_ended', '|||', '', '')
+    reply = 'E'
   elseif queued and not pass_ticket(user, pass) then -- waiting room (issue 17)
-    reply = reply_of('queue_required', '|||', '', '')
+    reply = 'Q'
   else
-    local ok, rl = true, '|||'
+    local ok, rl = true, ''
     if rate > 0 then
       local remaining, retry, reset, new_tat
       ok, remaining, retry, reset, new_tat = gcra_step(tats[user] or nil, now, rate, period, burst, 1)
-      rl = (ok and '1' or '0') .. '|' .. tostring(remaining) .. '|' .. ms(retry) .. '|' .. ms(reset)
+      rl = '|' .. remaining .. '|' .. retry .. '|' .. reset -- integers
       if ok then
         tats[user] = new_tat
         if not rl_new[user] then
@@ -161,11 +168,11 @@ for i = 1, n do
       end
     end
     if not ok then
-      reply = reply_of('rate_limited', rl, '', '')
+      reply = 'L' .. rl
     elseif held[user] + qty > per_user then
-      reply = reply_of('limit_exceeded', rl, '', '')
+      reply = 'X' .. rl
     elseif qty > left then
-      reply = reply_of('sold_out', rl, '', '')
+      reply = 'O' .. rl
     else
       seq = seq + 1
       left = left - qty
@@ -186,30 +193,37 @@ for i = 1, n do
       if idem ~= '' then
         redis.call('SET', ikey, oid, 'PX', idem_ttl)
       end
-      -- The compact order.reserved entry (events.FromEntry): the packed order says the rest.
-      redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'order', oid, 'o', packed)
+      -- The batch's outbox entry (written once, below) lists it: user|quantity.
+      batch_first = batch_first or seq
+      batch_list[#batch_list + 1] = user
+      batch_list[#batch_list + 1] = qty
       if queued then -- waiting room (issue 17): the pass is spent and frees its place
         local q = pass_ticket(user, pass)
         redis.call('HSET', qkey, user, 's|' .. q[1] .. '|' .. q[2] .. '|' .. q[3])
         redis.call('HINCRBY', qkey, '#spent', 1)
       end
-      reply = reply_of('created', rl, oid, packed)
+      reply = 'C' .. seq .. rl
     end
   end
   out[i] = reply
 end
+out[n + 1] = string.format('%d', left) .. '|' .. price .. '|' .. now_s .. '|' .. expires_s
 
 if #rl_users > 0 then
   local args = {}
   for _, u in ipairs(rl_users) do
     args[#args + 1] = u
-    args[#args + 1] = string.format('%.3f', tats[u])
+    args[#args + 1] = tats[u] -- a number: Redis prints it exactly (gcra.lua)
   end
   redis.call('HSET', KEYS[8], unpack(args))
   local keep = math.ceil(period / rate * burst) + 1
   if redis.call('PTTL', KEYS[8]) < keep then
     redis.call('PEXPIRE', KEYS[8], keep)
   end
+end
+if batch_first then
+  redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id, 'seq', batch_first,
+    'p', price, 'c', now_s, 'e', expires_s, 'b', table.concat(batch_list, '|'))
 end
 if #orders_args > 0 then
   local args = {}

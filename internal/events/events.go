@@ -74,6 +74,12 @@ func ItemEventID(item, entryID string) string { return item + "/" + entryID }
 // RatingEventID names an entry of the ranking outbox stream (item ids cannot contain ':').
 func RatingEventID(entryID string) string { return "rating:" + entryID }
 
+// OrderEventID names the order.reserved event of one order of a purchase batch's entry (see
+// FromBatch): unique, as an order id holds a '.' that no item id can, and the same however
+// often the entry is read again, so a re-publish after a relay crash is de-duplicated. Its
+// Position is the entry's, like every other event id's.
+func OrderEventID(orderID, entryID string) string { return orderID + "/" + entryID }
+
 // Position parses the stream entry id inside the event id.
 func (e Event) Position() (Position, error) {
 	id := e.EventID
@@ -101,9 +107,11 @@ func ParseEntryID(id string) (Position, error) {
 // FromEntry builds the event of one outbox entry. eventID is ItemEventID or RatingEventID of
 // the entry; values are the entry's flat fields as the scripts wrote them.
 //
-// An order.reserved entry written by purchase.lua is compact: type, order and o, the packed
-// order as the orders hash holds it ("user|quantity|price_cents|status|created_ms|expires_ms");
-// its item is the order id's and its time the order's creation. Every other entry (and an
+// A purchase batch's entry holds several events: FromBatch (EntryEvents) reads it. A compact
+// order.reserved entry (type, order and o, the packed order as the orders hash holds it:
+// "user|quantity|price_cents|status|created_ms|expires_ms"; its item is the order id's and its
+// time the order's creation) is what purchase.lua wrote before it wrote one entry per batch:
+// still read, for entries an older api left in a stream. Every other entry (and an
 // order.reserved written by reconcile_reemit.lua) has one field per attribute.
 func FromEntry(eventID string, values map[string]any) (Event, error) {
 	if packed, ok := values["o"].(string); ok && values["type"] == OrderReserved {
@@ -137,6 +145,80 @@ func FromEntry(eventID string, values map[string]any) (Event, error) {
 		return Event{}, fmt.Errorf("%w: entry %s: %v", ErrInvalid, eventID, f.err)
 	}
 	return e, e.Validate()
+}
+
+// IsBatch reports whether an entry of an item's stream is a purchase batch (FromBatch).
+func IsBatch(values map[string]any) bool {
+	_, ok := values["b"]
+	return ok && values["type"] == OrderReserved
+}
+
+// EntryEvents builds the events of one entry of an item's outbox stream: one per order of a
+// purchase batch, else the entry's one event (named by ItemEventID).
+func EntryEvents(entryID string, values map[string]any) ([]Event, error) {
+	if IsBatch(values) {
+		return FromBatch(entryID, values)
+	}
+	e, err := FromEntry(ItemEventID(EntryItem(values), entryID), values)
+	if err != nil {
+		return nil, err
+	}
+	return []Event{e}, nil
+}
+
+// FromBatch builds the order.reserved events of a purchase batch's entry, one per order in
+// the order they were made. purchase.lua writes one entry per batch (not per order) with what
+// the batch's orders share written once: type, item, seq (the first order's sequence number:
+// the others follow it one by one), p (price_cents), c (created, unix ms: the event's at), e
+// (expires, unix ms) and b, each order's "user|quantity" joined by '|'. Each event's id is
+// OrderEventID(order, entryID).
+func FromBatch(entryID string, values map[string]any) ([]Event, error) {
+	f := fields{values: values}
+	item := f.str("item")
+	first, price, created, expires := f.integer("seq"), f.integer("p"), f.integer("c"), f.integer("e")
+	list := f.str("b")
+	bad := func(why string) error {
+		return fmt.Errorf("%w: batch entry %s of %q: %s", ErrInvalid, entryID, item, why)
+	}
+	if f.err != nil {
+		return nil, bad(f.err.Error())
+	}
+	if !keyspace.ValidID(item) || first < 1 || list == "" {
+		return nil, bad("no item, seq or orders")
+	}
+	n := strings.Count(list, "|") + 1
+	if n%2 != 0 {
+		return nil, bad("orders are not user|quantity pairs")
+	}
+	n /= 2
+	out := make([]Event, n)
+	nums := make([]int64, 2*n) // quantity and price of each event: one allocation for all
+	at := time.UnixMilli(created).UTC()
+	var exp *time.Time
+	if expires > 0 {
+		t := time.UnixMilli(expires).UTC()
+		exp = &t
+	}
+	prefix := item + "."
+	for i := range n {
+		var user, qty string
+		user, list, _ = strings.Cut(list, "|")
+		qty, list, _ = strings.Cut(list, "|")
+		q, err := strconv.ParseInt(qty, 10, 64)
+		if err != nil {
+			return nil, bad(fmt.Sprintf("quantity %q", qty))
+		}
+		nums[2*i], nums[2*i+1] = q, price
+		order := prefix + strconv.FormatInt(first+int64(i), 10)
+		out[i] = Event{
+			EventID: OrderEventID(order, entryID), Type: OrderReserved, At: at, ItemID: item,
+			OrderID: order, UserID: user, Quantity: &nums[2*i], PriceCents: &nums[2*i+1], ExpiresAt: exp,
+		}
+		if err := out[i].Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // EntryItem is the item an outbox entry of an item's stream belongs to: its item field, or the

@@ -75,3 +75,31 @@ func TestParseRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchEvents: a purchase batch's entry (purchase.lua) becomes one contract event per
+// order, each named by OrderEventID.
+func TestBatchEvents(t *testing.T) {
+	evs, err := events.EntryEvents("1700000000000-4", map[string]any{"type": "order.reserved", "item": "a",
+		"seq": "7", "p": "150", "c": "1700000000123", "e": "1700000600123", "b": "u|2|v|1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct{ want string }{{
+		`{"event_id":"a.7/1700000000000-4","type":"order.reserved","at":"2023-11-14T22:13:20.123Z","item_id":"a","order_id":"a.7","user_id":"u","quantity":2,"price_cents":150,"expires_at":"2023-11-14T22:23:20.123Z"}`}, {
+		`{"event_id":"a.8/1700000000000-4","type":"order.reserved","at":"2023-11-14T22:13:20.123Z","item_id":"a","order_id":"a.8","user_id":"v","quantity":1,"price_cents":150,"expires_at":"2023-11-14T22:23:20.123Z"}`},
+	} {
+		if i >= len(evs) {
+			t.Fatalf("%d events, want 2", len(evs))
+		}
+		b, _ := json.Marshal(evs[i])
+		if string(b) != tc.want {
+			t.Errorf("got  %s\nwant %s", b, tc.want)
+		}
+		if back, err := events.Parse(b); err != nil || back.EventID != evs[i].EventID {
+			t.Errorf("parse back: %+v %v", back, err)
+		}
+	}
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want 2", len(evs))
+	}
+}

@@ -89,3 +89,52 @@ func TestCompactReservation(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchEntry: purchase.lua's batch entry gives one order.reserved event per order, each the
+// event the flat entry of the same order gives, with its own event id (OrderEventID) whose
+// Position is the entry's; a malformed batch gives no event.
+func TestBatchEntry(t *testing.T) {
+	batch := map[string]any{"type": "order.reserved", "item": "a", "seq": "7", "p": "150",
+		"c": "1700000000123", "e": "1700000600123", "b": "u|2|v|1"}
+	evs, err := EntryEvents("1700000000125-3", batch)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("batch entry: %v %v, want 2 events", evs, err)
+	}
+	for i, want := range []struct{ order, user, qty string }{{"a.7", "u", "2"}, {"a.8", "v", "1"}} {
+		flat, err := FromEntry(OrderEventID(want.order, "1700000000125-3"), map[string]any{"type": "order.reserved",
+			"at": "1700000000123", "item": "a", "order": want.order, "user": want.user, "quantity": want.qty,
+			"price_cents": "150", "expires": "1700000600123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fj, _ := json.Marshal(flat)
+		bj, _ := json.Marshal(evs[i])
+		if string(fj) != string(bj) {
+			t.Errorf("order %d of the batch: %s, want %s", i, bj, fj)
+		}
+		if pos, err := evs[i].Position(); err != nil || pos != (Position{1700000000125, 3}) {
+			t.Errorf("position of %s: %v %v", evs[i].EventID, pos, err)
+		}
+	}
+	if evs[0].EventID != "a.7/1700000000125-3" {
+		t.Errorf("event id %q", evs[0].EventID)
+	}
+	if item := EntryItem(batch); item != "a" {
+		t.Errorf("item of a batch entry: %q", item)
+	}
+	for _, change := range []map[string]any{
+		{"b": "u|2|v"}, {"b": "u|two"}, {"b": "|2"}, {"b": "u|0"}, {"b": ""}, {"seq": "0"}, {"seq": "x"},
+		{"item": "a.b"}, {"p": "-1"}, {"c": "0"}, {"c": "x"},
+	} {
+		bad := map[string]any{}
+		for k, v := range batch {
+			bad[k] = v
+		}
+		for k, v := range change {
+			bad[k] = v
+		}
+		if evs, err := EntryEvents("1-0", bad); err == nil {
+			t.Errorf("malformed batch %v accepted: %v", change, evs)
+		}
+	}
+}

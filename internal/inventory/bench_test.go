@@ -152,6 +152,11 @@ func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 // variant's Redis CPU per purchase (INFO cpu) minus the full script's is that part's cost.
 // The variants are the embedded sources with one line taken out; a line that is no longer
 // there fails the benchmark rather than measuring nothing.
+// FLASHSALE_BENCH_BASE_LUA, when set, names a directory holding another version's once.lua,
+// gcra.lua, changed.lua and purchase.lua (e.g. git show <rev>:lua/purchase.lua), whose
+// full, no-limit, no-outbox and no-call-record variants join the same run as base-*: a
+// before/after comparison the machine's load falls on equally. (Its outbox line is the one
+// below or the per-order XADD purchase.lua had before one entry per batch.)
 // Run: go test -run=^$ -bench=PurchaseScriptParts -benchtime=6x ./internal/inventory/
 func BenchmarkPurchaseScriptParts(b *testing.B) {
 	rdb, keys, _ := testenv.PrivateRedis(b)
@@ -159,22 +164,6 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 	s := inventory.NewStore(rdb, keys, inventory.Options{})
 	newItem(b, s, "parts", 1_000_000_000_000, 1_000_000_000)
 	k := keys.Item("parts")
-	read := func(name string) string {
-		src, err := os.ReadFile("../../lua/" + name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return string(src)
-	}
-	before, after, _ := strings.Cut(read("once.lua"), "--[[ script ]]")
-	libs := read("gcra.lua") + "\n" + read("changed.lua") + "\n"
-	purchase := read("purchase.lua")
-	without := func(line string) string {
-		if !strings.Contains(purchase, line) {
-			b.Fatalf("purchase.lua no longer has %q", line)
-		}
-		return strings.Replace(purchase, line, "", 1)
-	}
 	type variant struct {
 		name string
 		src  string
@@ -182,17 +171,61 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		bare bool // without the call record
 		cpu  float64
 	}
+	type source struct{ once, libs, purchase string }
+	read := func(dir string) source {
+		var out [4]string
+		for i, name := range []string{"once.lua", "gcra.lua", "changed.lua", "purchase.lua"} {
+			src, err := os.ReadFile(dir + name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out[i] = string(src)
+		}
+		return source{once: out[0], libs: out[1] + "\n" + out[2] + "\n", purchase: out[3]}
+	}
+	// without returns purchase without the first of lines it has.
+	without := func(purchase string, lines ...string) string {
+		for _, line := range lines {
+			if strings.Contains(purchase, line) {
+				return strings.Replace(purchase, line, "", 1)
+			}
+		}
+		b.Fatalf("purchase.lua no longer has %q", lines[0])
+		return ""
+	}
+	outbox := []string{
+		"redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id, 'seq', batch_first,\n    'p', price, 'c', now_s, 'e', expires_s, 'b', table.concat(batch_list, '|'))",
+		"redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'order', oid, 'o', packed)", // before one entry per batch
+	}
+	cur := read("../../lua/")
+	srcs := map[string]source{}
 	vs := []*variant{
-		{name: "full", src: purchase, rate: 5},
-		{name: "no-limit", src: purchase, rate: 0},
-		{name: "no-user-index", src: without("redis.call('ZADD', ukey, now_s, oid)"), rate: 5},
-		{name: "no-expiry-index", src: without("redis.call('ZADD', KEYS[4], unpack(expiry_args))"), rate: 5},
-		{name: "no-outbox", src: without("redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'order', oid, 'o', packed)"), rate: 5},
-		{name: "no-call-record", src: purchase, rate: 5, bare: true},
+		{name: "full", src: cur.purchase, rate: 5},
+		{name: "no-limit", src: cur.purchase, rate: 0},
+		{name: "no-user-index", src: without(cur.purchase, "redis.call('ZADD', ukey, now_s, oid)"), rate: 5},
+		{name: "no-expiry-index", src: without(cur.purchase, "redis.call('ZADD', KEYS[4], unpack(expiry_args))"), rate: 5},
+		{name: "no-outbox", src: without(cur.purchase, outbox...), rate: 5},
+		{name: "no-call-record", src: cur.purchase, rate: 5, bare: true},
+	}
+	for _, v := range vs {
+		srcs[v.name] = cur
+	}
+	if dir := os.Getenv("FLASHSALE_BENCH_BASE_LUA"); dir != "" {
+		base := read(dir + "/")
+		for _, v := range []*variant{
+			{name: "base-full", src: base.purchase, rate: 5},
+			{name: "base-no-limit", src: base.purchase, rate: 0},
+			{name: "base-no-outbox", src: without(base.purchase, outbox...), rate: 5},
+			{name: "base-no-call-record", src: base.purchase, rate: 5, bare: true},
+		} {
+			vs = append(vs, v)
+			srcs[v.name] = base
+		}
 	}
 	scripts := make([]*redis.Script, len(vs))
 	for i, v := range vs {
-		src := libs + v.src
+		before, after, _ := strings.Cut(srcs[v.name].once, "--[[ script ]]")
+		src := srcs[v.name].libs + v.src
 		if !v.bare {
 			src = before + src + "\n" + after
 		}
@@ -245,5 +278,73 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 	purchases := float64(b.N * batchesPerTurn * batch)
 	for _, v := range vs {
 		b.ReportMetric(v.cpu*1e6/purchases, v.name+"-µs/purchase")
+	}
+}
+
+// BenchmarkPurchaseMemory is the Redis memory per order of the two things purchase.lua keeps
+// per call besides the orders themselves: the outbox (until the relay publishes it) and the
+// call record once.lua keeps (until a second past the call's deadline). Batches of 25 of
+// 20,000 shoppers with the purchase limit on, as BenchmarkPurchaseScriptParts sends them, each
+// version of the scripts on a private server of its own; MEMORY USAGE of the outbox stream
+// and of every call record, over the orders made. FLASHSALE_BENCH_BASE_LUA adds another
+// version's scripts (see BenchmarkPurchaseScriptParts) as base.
+// Run: go test -run=^$ -bench=PurchaseMemory -benchtime=1x ./internal/inventory/
+func BenchmarkPurchaseMemory(b *testing.B) {
+	dirs := map[string]string{"current": "../../lua/"}
+	if dir := os.Getenv("FLASHSALE_BENCH_BASE_LUA"); dir != "" {
+		dirs["base"] = dir + "/"
+	}
+	for name, dir := range dirs {
+		var src [4]string
+		for i, f := range []string{"once.lua", "gcra.lua", "changed.lua", "purchase.lua"} {
+			s, err := os.ReadFile(dir + f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			src[i] = string(s)
+		}
+		before, after, _ := strings.Cut(src[0], "--[[ script ]]")
+		script := redis.NewScript(before + src[1] + "\n" + src[2] + "\n" + src[3] + "\n" + after)
+		b.Run(name, func(b *testing.B) {
+			rdb, keys, _ := testenv.PrivateRedis(b)
+			ctx := context.Background()
+			s := inventory.NewStore(rdb, keys, inventory.Options{})
+			newItem(b, s, "mem", 1_000_000_000_000, 1_000_000_000)
+			k := keys.Item("mem")
+			const batch, batches = 25, 400
+			var made int
+			for i := range b.N * batches {
+				ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+				args := []any{600000, 86400000, 5, 1000, 10, "mem"}
+				for j := range batch {
+					u := "u" + strconv.Itoa((i*batch+j)%20000)
+					ks = append(ks, k.UserOrders(u), k.Hash())
+					args = append(args, u, 1, "", "")
+				}
+				ks = append(ks, k.Hash()+":call:"+strconv.Itoa(i))
+				args = append(args, time.Now().UnixMilli()+600000) // records outlive the run
+				res, err := script.Run(ctx, rdb, ks, args...).Slice()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range res[:batch] {
+					if r := r.(string); strings.HasPrefix(r, "C") || strings.HasPrefix(r, "created") {
+						made++
+					}
+				}
+			}
+			outbox := rdb.MemoryUsage(ctx, k.Outbox(), 0).Val()
+			var calls int64
+			iter := rdb.Scan(ctx, 0, keys.Prefix+"*:call:*", 1000).Iterator()
+			for iter.Next(ctx) {
+				calls += rdb.MemoryUsage(ctx, iter.Val(), 0).Val()
+			}
+			if err := iter.Err(); err != nil || made == 0 {
+				b.Fatalf("%d orders made: %v", made, err)
+			}
+			b.ReportMetric(float64(outbox)/float64(made), "outbox-B/order")
+			b.ReportMetric(float64(calls)/float64(made), "call-records-B/order")
+			b.ReportMetric(float64(made)/float64(b.N*batches*batch), "orders/attempt")
+		})
 	}
 }

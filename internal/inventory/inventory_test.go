@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
@@ -146,9 +148,24 @@ func TestNoOversell(t *testing.T) {
 			if n := rdb.ZCard(ctx, k.Expiry()).Val(); n != int64(len(ids)) {
 				t.Fatalf("expiry index has %d, want %d", n, len(ids))
 			}
-			// One order.reserved per order, plus item.upserted.
-			if n := rdb.XLen(ctx, k.Outbox()).Val(); n != int64(len(ids))+1 {
-				t.Fatalf("outbox has %d entries, want %d", n, len(ids)+1)
+			// One order.reserved event per order (batches share an entry), each with its own
+			// event id, plus item.upserted.
+			evs := testenv.StreamEvents(t, rdb, k.Outbox())
+			reserved, eventIDs := map[string]bool{}, map[string]bool{}
+			for _, ev := range evs {
+				if eventIDs[ev.EventID] {
+					t.Fatalf("event id %s twice", ev.EventID)
+				}
+				eventIDs[ev.EventID] = true
+				if ev.Type == events.OrderReserved {
+					if !ids[ev.OrderID] || reserved[ev.OrderID] || recs[ev.OrderID] == "" {
+						t.Fatalf("order.reserved of %s: made %v, seen before %v", ev.OrderID, ids[ev.OrderID], reserved[ev.OrderID])
+					}
+					reserved[ev.OrderID] = true
+				}
+			}
+			if len(evs) != len(ids)+1 || len(reserved) != len(ids) {
+				t.Fatalf("outbox has %d events (%d order.reserved), want %d", len(evs), len(reserved), len(ids)+1)
 			}
 			if sold < tc.stock && len(refusedSoldOut) == 0 && len(perUser) < users {
 				t.Logf("note: stock left %d", it.StockLeft)
@@ -506,7 +523,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	}
 	// A non-numeric quantity inside a batch is refused for that attempt only.
 	res, err := inventory.PurchaseScript.Run(ctx, rdb, append(base, per...), 600000, 1000, 0, 0, 0, "m", "u", "1x", "", "").Slice()
-	if err != nil || !strings.HasPrefix(res[0].(string), "invalid_request|") {
+	if err != nil || len(res) != 2 || res[0] != "I" || !strings.HasPrefix(res[1].(string), "5|999|") {
 		t.Fatalf("quantity '1x': %v %v", res, err)
 	}
 	it, _ := s.Get(ctx, "m")
@@ -541,27 +558,31 @@ func TestBatchSeesItsOwnWrites(t *testing.T) {
 			args = append(args, a[0], 1, a[1], "")
 		}
 		res, err := inventory.PurchaseScript.Run(ctx, rdb, ks, args...).StringSlice()
-		if err != nil || len(res) != len(attempts) {
+		if err != nil || len(res) != len(attempts)+1 { // the attempts', then the batch's
 			t.Fatalf("batch: %v %v", res, err)
 		}
 		return res
 	}
-	field := func(reply string, i int) string { return strings.SplitN(reply, "|", 8)[i] }
 
 	res := run(1, 60000, 1, []string{"u1", "k"}, []string{"u1", "k"}, []string{"u2", ""}, []string{"u2", ""})
-	for i, want := range []string{"created", "replayed", "created", "rate_limited"} {
-		if field(res[i], 0) != want {
-			t.Fatalf("attempt %d: %q, want %s", i+1, res[i], want)
+	// Created (the limiter: 0 left, no wait, a minute to refill), replayed (the whole order),
+	// created, rate limited (a minute to wait).
+	want := []string{`^C1\|0\|0\|600[01][0-9]$`, `^Rb\.1\|u1\|1\|999\|reserved\|[0-9]+\|[0-9]+$`,
+		`^C2\|0\|0\|600[01][0-9]$`, `^L\|0\|600[01][0-9]\|600[01][0-9]$`, `^8\|999\|[0-9]+\|[0-9]+$`}
+	for i, w := range want {
+		if !regexp.MustCompile(w).MatchString(res[i]) {
+			t.Fatalf("reply %d: %q, want %s", i+1, res[i], w)
 		}
 	}
-	if field(res[1], 6) != field(res[0], 6) || field(res[1], 7) != field(res[0], 7) || field(res[0], 7) == "" {
-		t.Fatalf("replay in the same batch: %q after %q", res[1], res[0])
-	}
-	if field(res[3], 2) != "0" || field(res[2], 2) != "1" {
-		t.Fatalf("limiter verdicts: %q, %q", res[2], res[3])
+	// The replay is the order made a moment before in the batch, as the orders hash holds it,
+	// with the batch's times.
+	batch := strings.Split(res[4], "|")
+	if packed := rdb.HGet(ctx, k.Orders(), "b.1").Val(); res[1] != "Rb.1|"+packed ||
+		packed != "u1|1|999|reserved|"+batch[2]+"|"+batch[3] {
+		t.Fatalf("replay in the same batch: %q, the order %q, the batch %q", res[1], packed, res[4])
 	}
 	res = run(0, 0, 0, []string{"u4", ""}, []string{"u4", ""})
-	if field(res[0], 0) != "created" || field(res[1], 0) != "limit_exceeded" {
+	if res[0] != "C3" || res[1] != "X" || !strings.HasPrefix(res[2], "7|999|") {
 		t.Fatalf("per-user limit in one batch: %q", res)
 	}
 
@@ -953,5 +974,90 @@ func TestAdmitRefusal(t *testing.T) {
 	}
 	if it, err := s.Get(ctx, "a"); err != nil || it.StockLeft != 5 {
 		t.Fatalf("after refusals: %+v %v, want 5 left", it, err)
+	}
+}
+
+// TestPurchaseLimitWholeMilliseconds: the purchase limiter (gcra_step inside purchase.lua) with
+// an emission interval of no whole ms (3 per second, burst 2): the burst passes, the next is
+// refused with a wait of whole ms rounded up (never under the exact one), and the stored TAT
+// keeps its fraction (no rounding that would add up over a burst).
+func TestPurchaseLimitWholeMilliseconds(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	p := limits.Policy{Rate: 3, Period: time.Second, Burst: 2}
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: p})
+	newItem(t, s, "w", 10, 10)
+	start := rdb.Time(ctx).Val()
+	for i, remaining := range []int{1, 0} {
+		r, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "w", UserID: "u", Quantity: 1})
+		if err != nil || r.Limit == nil || !r.Limit.Allowed || r.Limit.Remaining != remaining || r.Limit.Limit != 2 {
+			t.Fatalf("purchase %d of the burst: %+v %v", i+1, r.Limit, err)
+		}
+		if r.Limit.Reset%time.Millisecond != 0 || r.Limit.Reset <= 0 || r.Limit.Reset > 667*time.Millisecond {
+			t.Fatalf("purchase %d: reset %v, want whole ms up to 2 emission intervals", i+1, r.Limit.Reset)
+		}
+	}
+	_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "w", UserID: "u", Quantity: 1})
+	var pe *inventory.PurchaseError
+	if !errors.As(err, &pe) || !errors.Is(err, limits.ErrRateLimited) || pe.Limit == nil || pe.Limit.Allowed {
+		t.Fatalf("third purchase: %v, want rate limited", err)
+	}
+	elapsed := rdb.Time(ctx).Val().Sub(start)
+	// The first TAT ran out one emission interval (333.33 ms) after the first purchase.
+	if d := pe.Limit.RetryAfter; d%time.Millisecond != 0 || d > 334*time.Millisecond || d < 333*time.Millisecond-elapsed {
+		t.Fatalf("retry after %v (%v after the first purchase), want whole ms up to 334ms", d, elapsed)
+	}
+	tat := rdb.HGet(ctx, keys.Item("w").PurchaseLimits(), "u").Val()
+	if _, frac, ok := strings.Cut(tat, "."); !ok || frac == "" {
+		t.Fatalf("stored TAT %q: want its fraction kept (first + 2 * 333.33 ms)", tat)
+	}
+	if ttl := rdb.PTTL(ctx, keys.Item("w").PurchaseLimits()).Val(); ttl <= 0 || ttl > 668*time.Millisecond {
+		t.Fatalf("rate-limit hash TTL %v, want at most the time to refill (667 ms) + 1", ttl)
+	}
+}
+
+// TestReplayReturnsTheWholeOrder: a created order travels in the compact reply as its sequence
+// number alone (the api knows the user and quantity, the batch string the price and times),
+// but a replay (the same Idempotency-Key, in a later call) returns the earlier order whole: the
+// order as made, not the retry's quantity. A re-sent call (the same call record) answers the
+// recorded reply and makes nothing.
+func TestReplayReturnsTheWholeOrder(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 5, Period: time.Second, Burst: 5}})
+	newItem(t, s, "r", 10, 5)
+	req := inventory.PurchaseRequest{ItemID: "r", UserID: "alice", Quantity: 2, IdempotencyKey: "k1"}
+	made, err := s.Purchase(ctx, req)
+	if err != nil || made.Replayed || made.Limit == nil || !made.Limit.Allowed {
+		t.Fatalf("purchase: %+v %v", made, err)
+	}
+	stored, err := orders.Unpack(made.Order.ID, "r", rdb.HGet(ctx, keys.Item("r").Orders(), made.Order.ID).Val())
+	if err != nil || made.Order != stored || made.Order.UserID != "alice" || made.Order.Quantity != 2 ||
+		made.Order.PriceCents != 999 || made.Order.Status != orders.Reserved ||
+		made.Order.ExpiresAt.Sub(made.Order.CreatedAt) != inventory.DefaultReservationTTL {
+		t.Fatalf("created order %+v, the record holds %+v (%v)", made.Order, stored, err)
+	}
+	req.Quantity = 3 // a retry that says otherwise gets the order as it was made
+	again, err := s.Purchase(ctx, req)
+	if err != nil || !again.Replayed || again.Order != made.Order || again.Limit != nil {
+		t.Fatalf("replay: %+v %v, want %+v replayed", again, err, made.Order)
+	}
+
+	// The same call sent twice: the second send answers the recorded reply.
+	k := keys.Item("r")
+	ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(),
+		k.UserOrders("bob"), k.Hash(), k.UserOrders("alice"), k.Idempotency("alice", "k1"), k.Hash() + ":call:resend"}
+	args := []any{600000, 86400000, 5, 1000, 5, "r", "bob", 1, "", "", "alice", 1, "k1", "", time.Now().Add(time.Minute).UnixMilli()}
+	first, err := rdb.EvalSha(ctx, inventory.PurchaseScript.Hash(), ks, args...).StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := rdb.EvalSha(ctx, inventory.PurchaseScript.Hash(), ks, args...).StringSlice()
+	if err != nil || !slices.Equal(first, second) || len(first) != 3 || first[0][0] != 'C' ||
+		first[1] != "R"+made.Order.ID+"|"+rdb.HGet(ctx, k.Orders(), made.Order.ID).Val() {
+		t.Fatalf("re-sent call: %q then %q (%v)", first, second, err)
+	}
+	if it, _ := s.Get(ctx, "r"); it.StockLeft != 7 {
+		t.Fatalf("stock left %d after orders of 2 and 1, want 7: the re-send made an order", it.StockLeft)
 	}
 }

@@ -35,7 +35,7 @@ type PurchaseResult struct {
 // and Limit the rate limit's verdict when it ran.
 type PurchaseError struct {
 	Err       error
-	StockLeft int64
+	StockLeft int64 // after the script call (batch) that refused it
 	Limit     *limits.Decision
 }
 
@@ -173,8 +173,9 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 	}
 	sent := time.Now() // when Redis was asked: the age of a sold-out answer (soldout.go)
 	res, err := purchaseScript.Run(context.Background(), s.rdb, keys, args...).Slice()
-	if err == nil && len(res) != len(calls) {
-		err = errNoReply
+	var b batchReply
+	if err == nil {
+		b, err = parseBatchReply(res, len(calls))
 	}
 	if err != nil {
 		err = fmt.Errorf("inventory: purchase %s: %w", item, err)
@@ -184,69 +185,115 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		return
 	}
 	for i, c := range calls {
-		c.done <- s.purchaseReply(item, res[i], sent)
+		c.done <- s.purchaseReply(item, c.req, res[i], b, sent)
 	}
 }
 
-// purchaseReply decodes one attempt's reply (purchase.lua):
-// "outcome|stock_left|rl_allowed|rl_remaining|rl_retry_ms|rl_reset_ms|order_id|packed_order".
-func (s *Store) purchaseReply(item string, v any, sent time.Time) purchaseReply {
-	reply, ok := v.(string)
+// batchReply is what purchase.lua's reply says once for the whole batch (its last string):
+// the stock left after it, and the price, creation and expiry every order it made shares.
+type batchReply struct {
+	left, price      int64
+	created, expires time.Time
+}
+
+// parseBatchReply checks a reply holds calls attempts and the batch's string, and reads the
+// latter: "stock_left|price_cents|created_ms|expires_ms".
+func parseBatchReply(res []any, calls int) (batchReply, error) {
+	if len(res) != calls+1 {
+		return batchReply{}, errNoReply
+	}
+	s, ok := res[calls].(string)
 	if !ok {
+		return batchReply{}, errNoReply
+	}
+	var n [4]int64
+	for i := range n {
+		var f string
+		if i < 3 {
+			if f, s, ok = strings.Cut(s, "|"); !ok {
+				return batchReply{}, errNoReply
+			}
+		} else {
+			f = s
+		}
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return batchReply{}, errNoReply
+		}
+		n[i] = v
+	}
+	return batchReply{left: n[0], price: n[1], created: time.UnixMilli(n[2]).UTC(), expires: time.UnixMilli(n[3]).UTC()}, nil
+}
+
+// outcomes are the sentinels of purchase.lua's refusal letters.
+var outcomes = [...]struct {
+	letter byte
+	err    error
+}{
+	{'N', ErrNotFound}, {'I', ErrInvalid}, {'S', ErrSaleNotStarted}, {'E', ErrSaleEnded},
+	{'Q', ErrQueueRequired}, {'L', limits.ErrRateLimited}, {'X', ErrLimitExceeded}, {'O', ErrSoldOut},
+}
+
+// purchaseReply decodes one attempt's reply (purchase.lua): an outcome letter and its value
+// ("C<seq>" created, "R<order id>|<packed order>" replayed, a refusal's letter alone), then
+// "|remaining|retry_ms|reset_ms" when the rate limiter ran. A created order is the request's
+// user and quantity with the batch's price and times.
+func (s *Store) purchaseReply(item string, req PurchaseRequest, v any, b batchReply, sent time.Time) purchaseReply {
+	reply, ok := v.(string)
+	if !ok || reply == "" {
 		return purchaseReply{err: errNoReply}
 	}
-	var f [8]string
-	for i := range 7 {
-		j := strings.IndexByte(reply, '|')
-		if j < 0 {
+	letter, rest := reply[0], reply[1:]
+	if letter == 'R' { // the packed order holds '|' itself; the limiter was not reached
+		oid, packed, ok := strings.Cut(rest, "|")
+		if !ok {
 			return purchaseReply{err: errNoReply}
 		}
-		f[i], reply = reply[:j], reply[j+1:]
-	}
-	f[7] = reply // the packed order, which holds '|' itself
-	left, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		return purchaseReply{err: errNoReply}
-	}
-	var dec *limits.Decision
-	if d, ran := limits.ParseReply(s.opt.PurchaseLimit.Burst, f[2], f[3], f[4], f[5]); ran {
-		dec = &d
-	}
-	outcome := f[0]
-	if outcome == "created" || outcome == "replayed" {
-		o, err := orders.Unpack(f[6], item, f[7])
+		o, err := orders.Unpack(oid, item, packed)
 		if err != nil {
 			return purchaseReply{err: err}
 		}
-		if outcome == "created" && left == 0 {
+		return purchaseReply{res: PurchaseResult{Order: o, Replayed: true}}
+	}
+	value, rl, limited := strings.Cut(rest, "|")
+	var dec *limits.Decision
+	if limited {
+		remaining, rl, ok1 := strings.Cut(rl, "|")
+		retry, reset, ok2 := strings.Cut(rl, "|")
+		if !ok1 || !ok2 {
+			return purchaseReply{err: errNoReply}
+		}
+		allowed := "1"
+		if letter == 'L' {
+			allowed = "0"
+		}
+		d, _ := limits.ParseReply(s.opt.PurchaseLimit.Burst, allowed, remaining, retry, reset)
+		dec = &d
+	}
+	if letter == 'C' {
+		if _, err := strconv.ParseUint(value, 10, 64); err != nil || value == "" {
+			return purchaseReply{err: errNoReply}
+		}
+		if b.left == 0 {
 			s.markSoldOut(item, sent, s.saleEnd(item))
 		}
-		return purchaseReply{res: PurchaseResult{Order: o, Replayed: outcome == "replayed", Limit: dec}}
+		return purchaseReply{res: PurchaseResult{Order: orders.Order{
+			ID: item + "." + value, ItemID: item, UserID: req.UserID, Quantity: req.Quantity,
+			PriceCents: b.price, Status: orders.Reserved, CreatedAt: b.created, ExpiresAt: b.expires,
+		}, Limit: dec}}
 	}
 	var sentinel error
-	switch outcome {
-	case "not_found":
-		sentinel = ErrNotFound
-	case "invalid_request":
-		sentinel = ErrInvalid
-	case "sale_not_started":
-		sentinel = ErrSaleNotStarted
-	case "sale_ended":
-		sentinel = ErrSaleEnded
-	case "queue_required":
-		sentinel = ErrQueueRequired
-	case "rate_limited":
-		sentinel = limits.ErrRateLimited
-	case "limit_exceeded":
-		sentinel = ErrLimitExceeded
-	case "sold_out":
-		sentinel = ErrSoldOut
-	default:
-		return purchaseReply{err: fmt.Errorf("inventory: unknown purchase outcome %q", outcome)}
+	for _, o := range outcomes {
+		if o.letter == letter {
+			sentinel = o.err
+		}
+	}
+	if sentinel == nil || value != "" {
+		return purchaseReply{err: fmt.Errorf("inventory: unknown purchase outcome %q", reply)}
 	}
 	// These outcomes come after the sale-window checks, so no stock left means sold out now.
-	if left == 0 && (sentinel == ErrSoldOut || sentinel == ErrLimitExceeded || sentinel == limits.ErrRateLimited) {
+	if b.left == 0 && (sentinel == ErrSoldOut || sentinel == ErrLimitExceeded || sentinel == limits.ErrRateLimited) {
 		s.markSoldOut(item, sent, s.saleEnd(item))
 	}
-	return purchaseReply{err: &PurchaseError{Err: sentinel, StockLeft: left, Limit: dec}}
+	return purchaseReply{err: &PurchaseError{Err: sentinel, StockLeft: b.left, Limit: dec}}
 }

@@ -388,3 +388,71 @@ func TestFailClosed(t *testing.T) {
 		t.Fatalf("dead Redis: %+v %v, want an error", d, err)
 	}
 }
+
+// TestTATsAndWholeMilliseconds: with an emission interval that is no whole number of ms (3 per
+// second), the stored TAT keeps its fraction exactly (gcra.lua hands Redis the number, no
+// string.format), so a burst adds no rounding up; the reply's times are whole ms rounded up,
+// never less than the exact wait; a TAT an older version stored as '%.3f' reads the same.
+func TestTATsAndWholeMilliseconds(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	p := Policy{Rate: 3, Period: time.Second, Burst: 2}
+	key := keys.RateLimit("tat", "frac")
+	const emission = 1000.0 / 3
+	var first float64 // the server time of the first decision, ms
+	for i := range 3 {
+		pipe := rdb.TxPipeline()
+		tm := pipe.Time(ctx)
+		res := script.EvalSha(ctx, pipe, []string{key}, p.Rate, p.Period.Milliseconds(), p.Burst, 1)
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := res.Val().([]any)
+		now := float64(tm.Val().UnixMicro()) / 1000
+		if i == 0 {
+			first = now
+		}
+		stored, err := strconv.ParseFloat(rdb.Get(ctx, key).Val(), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The script ran a few µs after TIME: its TAT is first + (i+1) * emission, a little later.
+		want := first + float64(min(i+1, 2))*emission
+		if stored < want || stored > want+5 {
+			t.Fatalf("call %d: stored TAT %.4f, want %.4f (+ the µs between TIME and the script)", i+1, stored, want)
+		}
+		reset, err1 := strconv.ParseFloat(r[3].(string), 64)
+		retry, err2 := strconv.ParseFloat(r[2].(string), 64)
+		if err1 != nil || err2 != nil || reset != math.Floor(reset) || retry != math.Floor(retry) {
+			t.Fatalf("call %d: reply %q: retry and reset must be whole ms", i+1, r)
+		}
+		if reset < stored-now-1 || reset > stored-first+1 {
+			t.Fatalf("call %d: reset %v ms, the TAT is %.3f ms ahead", i+1, reset, stored-now)
+		}
+		if i < 2 && r[0] != "1" {
+			t.Fatalf("call %d of a burst of 2 refused: %q", i+1, r)
+		}
+		if i == 2 {
+			// Refused: the exact wait is TAT + emission - burst*emission - now, rounded up (now
+			// is TIME's, a few µs before the script's: 0.05 ms of slack).
+			exact := stored + emission - 2*emission - now
+			if r[0] != "0" || retry < exact-0.05 || retry > exact+1 {
+				t.Fatalf("refusal %q: retry %v ms, exact wait %.3f ms", r, retry, exact)
+			}
+		}
+	}
+
+	// A TAT as an older version wrote it ('%.3f'), a minute ahead: read, refused, not rewritten.
+	legacy := keys.RateLimit("tat", "legacy")
+	tm := rdb.Time(ctx).Val()
+	old := strconv.FormatFloat(float64(tm.UnixMicro())/1000+60000.5, 'f', 3, 64)
+	rdb.Set(ctx, legacy, old, time.Minute)
+	r, err := script.Run(ctx, rdb, []string{legacy}, 1, 60000, 1, 1).StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, _ := strconv.ParseFloat(r[2], 64)
+	if r[0] != "0" || retry < 60000 || retry > 60002 || rdb.Get(ctx, legacy).Val() != old {
+		t.Fatalf("legacy TAT %s: reply %q, stored now %s", old, r, rdb.Get(ctx, legacy).Val())
+	}
+}

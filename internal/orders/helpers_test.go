@@ -143,6 +143,16 @@ func (e *env) ledger(item string) ledger {
 		e.t.Fatal(err)
 	}
 	for _, m := range msgs {
+		if events.IsBatch(m.Values) && events.EntryItem(m.Values) == item {
+			evs, err := events.FromBatch(m.ID, m.Values)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			for _, ev := range evs {
+				l.Events[ev.OrderID] = append(l.Events[ev.OrderID], ev.Type)
+			}
+			continue
+		}
 		if id, ok := m.Values["order"].(string); ok && events.EntryItem(m.Values) == item {
 			l.Events[id] = append(l.Events[id], m.Values["type"].(string))
 		}

@@ -65,7 +65,8 @@ type Options struct {
 	// a new entry is read the moment it is written, and an idle stream costs one command per
 	// Block.
 	Block time.Duration
-	// ReadCount is the most entries one batch holds (default 500).
+	// ReadCount is the most entries one batch holds (default 500). An entry is one event, or a
+	// purchase batch's up to 256 order.reserved events.
 	ReadCount int64
 	// MaxBatchBytes is the most message bytes (keys and values) one Kafka write carries
 	// (default 1 MiB); a read holding more is published in several writes, in order.
@@ -81,9 +82,10 @@ type Options struct {
 	BacklogInterval time.Duration
 	// Max bounds the outbox: while every stream together holds more entries than this (Kafka
 	// unreachable for long), Admit refuses new purchases instead of letting Redis run out of
-	// memory. 0 = no bound.
+	// memory. 0 = no bound. A purchase batch's orders share one entry (about 20 bytes per
+	// order on top of the entry's own), so the bound counts entries, not orders.
 	Max int64
-	// AfterPublish, when set, runs after Kafka acknowledged a batch and before the entries are
+	// AfterPublish, when set, runs after Kafka acknowledged a batch (of published events) and before the entries are
 	// acknowledged in Redis; a non-nil error stops Run with it, leaving the entries pending
 	// as a crashed process would (tests use it to prove nothing is lost). It may be called
 	// from several goroutines at once (one per stream).
@@ -94,7 +96,7 @@ type Options struct {
 type Stats struct {
 	Published int64 // events published and acknowledged
 	Failures  int64 // failed publish attempts
-	Claimed   int64 // entries taken over from other consumers
+	Claimed   int64 // entries (not events) taken over from other consumers
 }
 
 // Relay moves outbox entries to Kafka: one goroutine per stream (each shard's and the ranking
@@ -318,10 +320,11 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// entry is one outbox entry read from a stream.
+// entry is one outbox entry read from a stream and its Kafka messages: one, or one per order
+// of a purchase batch.
 type entry struct {
-	id  string
-	msg kafka.Message
+	id   string
+	msgs []kafka.Message
 }
 
 // pollStream does one round on one stream: make sure the group exists, take the entries of a
@@ -378,11 +381,13 @@ func (r *Relay) pollStream(ctx context.Context, st *stream) (int, error) {
 	return published, nil
 }
 
-// chunk returns how many leading entries fit in maxBytes (at least one).
+// chunk returns how many leading entries' messages fit in maxBytes (at least one entry).
 func chunk(batch []entry, maxBytes int) int {
 	size := 0
 	for i, e := range batch {
-		size += len(e.msg.Key) + len(e.msg.Value)
+		for _, m := range e.msgs {
+			size += len(m.Key) + len(m.Value)
+		}
 		if size > maxBytes && i > 0 {
 			return i
 		}
@@ -415,9 +420,18 @@ func (r *Relay) publish(st *stream, batch []entry, confirmed bool) error {
 			return fmt.Errorf("%w: %d events: the Redis replicas do not hold them yet: %w", errUnpublished, len(batch), err)
 		}
 	}
-	msgs := make([]kafka.Message, len(batch))
-	for i, e := range batch {
-		msgs[i] = e.msg
+	var msgs []kafka.Message
+	if len(batch) == 1 {
+		msgs = batch[0].msgs
+	} else {
+		n := 0
+		for _, e := range batch {
+			n += len(e.msgs)
+		}
+		msgs = make([]kafka.Message, 0, n)
+		for _, e := range batch {
+			msgs = append(msgs, e.msgs...)
+		}
 	}
 	// Not cut by Run's context (a shutdown lets the batch in hand finish), only by Abort.
 	pctx, cancel := context.WithTimeout(r.hard, r.opt.PublishTimeout)
@@ -428,10 +442,10 @@ func (r *Relay) publish(st *stream, batch []entry, confirmed bool) error {
 		// re-published (duplicates are absorbed downstream by event_id).
 		r.failures.Add(1)
 		metrics.RelayErrors.Inc()
-		return fmt.Errorf("%w: %d events: %w", errUnpublished, len(batch), summarize(err))
+		return fmt.Errorf("%w: %d events: %w", errUnpublished, len(msgs), summarize(err))
 	}
 	if r.opt.AfterPublish != nil {
-		if err := r.opt.AfterPublish(len(batch)); err != nil {
+		if err := r.opt.AfterPublish(len(msgs)); err != nil {
 			return &hookError{err}
 		}
 	}
@@ -440,16 +454,18 @@ func (r *Relay) publish(st *stream, batch []entry, confirmed bool) error {
 		n := min(len(batch), maxAckIDs)
 		args := make([]any, 0, n+1)
 		args = append(args, r.opt.Group)
+		acked := 0 // events
 		for _, e := range batch[:n] {
 			args = append(args, e.id)
+			acked += len(e.msgs)
 		}
 		if err := ackScript.Run(r.hard, r.rdb, []string{st.key}, args...).Err(); err != nil {
 			// Published but still in Redis: they will be published again (harmless duplicates).
 			st.retry = true
 			return fmt.Errorf("outbox: acknowledge: %w", err)
 		}
-		r.published.Add(int64(n))
-		metrics.RelayPublished.Add(float64(n))
+		r.published.Add(int64(acked))
+		metrics.RelayPublished.Add(float64(acked))
 		batch = batch[n:]
 	}
 	return nil
@@ -610,27 +626,50 @@ func (r *Relay) claim(ctx context.Context, st *stream) ([]entry, error) {
 	return out, nil
 }
 
-// entry turns a stream entry into its Kafka message. A malformed entry (a script bug) is still
-// published, as an envelope the consumer will park in its dead letters: it is never dropped
-// silently, and it cannot block the stream behind it.
+// entry turns a stream entry into its Kafka messages, all keyed by the entry's item: one
+// event, or a purchase batch's events, one per order (events.FromBatch), each with an
+// event_id of its own that is the same whenever the entry is read again. A malformed entry (a
+// script bug) is still published, as one envelope the consumer will park in its dead
+// letters: it is never dropped silently, and it cannot block the stream behind it.
 func (r *Relay) entry(st *stream, m redis.XMessage) entry {
-	key := events.EntryItem(m.Values)
+	key := []byte(events.EntryItem(m.Values))
 	var eventID string
 	if st.rank {
 		eventID = events.RatingEventID(m.ID)
 	} else {
-		eventID = events.ItemEventID(key, m.ID)
+		eventID = events.ItemEventID(string(key), m.ID)
 	}
-	var value []byte
-	ev, err := events.FromEntry(eventID, m.Values)
-	if err == nil {
-		value, err = ev.AppendJSON(make([]byte, 0, 320))
+	var err error
+	if !st.rank && events.IsBatch(m.Values) {
+		var evs []events.Event
+		if evs, err = events.FromBatch(m.ID, m.Values); err == nil {
+			msgs := make([]kafka.Message, len(evs))
+			// One buffer for every event's JSON: about 280 bytes each.
+			buf := make([]byte, 0, 300*len(evs))
+			for i, ev := range evs {
+				start := len(buf)
+				if buf, err = ev.AppendJSON(buf); err != nil {
+					break
+				}
+				msgs[i] = kafka.Message{Key: key, Value: buf[start:len(buf):len(buf)]}
+			}
+			if err == nil {
+				return entry{id: m.ID, msgs: msgs}
+			}
+		}
+	} else {
+		var ev events.Event
+		var value []byte
+		if ev, err = events.FromEntry(eventID, m.Values); err == nil {
+			value, err = ev.AppendJSON(make([]byte, 0, 320))
+		}
+		if err == nil {
+			return entry{id: m.ID, msgs: []kafka.Message{{Key: key, Value: value}}}
+		}
 	}
-	if err != nil {
-		slog.Error("outbox relay: malformed outbox entry; publishing it for the dead letters", "event_id", eventID, "err", err)
-		value, _ = json.Marshal(map[string]any{"event_id": eventID, "invalid_entry": m.Values, "error": err.Error()})
-	}
-	return entry{id: m.ID, msg: kafka.Message{Key: []byte(key), Value: value}}
+	slog.Error("outbox relay: malformed outbox entry; publishing it for the dead letters", "event_id", eventID, "err", err)
+	value, _ := json.Marshal(map[string]any{"event_id": eventID, "invalid_entry": m.Values, "error": err.Error()})
+	return entry{id: m.ID, msgs: []kafka.Message{{Key: key, Value: value}}}
 }
 
 // Backlog returns, as last measured, how many entries wait in the outbox streams (not yet published and

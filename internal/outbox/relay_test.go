@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/lua"
 )
 
 const topic = "flashsale.orders"
@@ -125,6 +127,16 @@ func (e *env) backlog() int64 {
 	var n int64
 	for _, k := range e.streams() {
 		n += e.rdb.XLen(context.Background(), k).Val()
+	}
+	return n
+}
+
+// streamEvents is the number of events the outbox streams hold (a purchase batch's entry
+// holds one per order).
+func (e *env) streamEvents() int {
+	n := 0
+	for _, k := range e.streams() {
+		n += len(testenv.StreamEvents(e.t, e.rdb, k))
 	}
 	return n
 }
@@ -318,7 +330,11 @@ func TestRelayCrashBetweenPublishAndAck(t *testing.T) {
 	e := newEnv(t, "a", "b")
 	e.sell(500, 8)
 	crash := errors.New("simulated crash")
-	doomed, _ := e.relay(outbox.Options{Consumer: "doomed", AfterPublish: func(int) error { return crash }})
+	var doomedEvents atomic.Int64 // what Kafka took from the doomed relay (entries hold one or more)
+	doomed, _ := e.relay(outbox.Options{Consumer: "doomed", AfterPublish: func(n int) error {
+		doomedEvents.Add(int64(n))
+		return crash
+	}})
 	if err := doomed.Run(context.Background()); !errors.Is(err, crash) {
 		t.Fatalf("Run returned %v, want the hook's error", err)
 	}
@@ -334,8 +350,8 @@ func TestRelayCrashBetweenPublishAndAck(t *testing.T) {
 	if heir.Stats().Claimed != pending {
 		t.Fatalf("heir claimed %d entries, %d were pending", heir.Stats().Claimed, pending)
 	}
-	if dups := e.checkTopic(false, false); int64(dups) != pending {
-		t.Fatalf("%d duplicates on the topic, want the %d re-published entries", dups, pending)
+	if dups := e.checkTopic(false, false); int64(dups) != doomedEvents.Load() {
+		t.Fatalf("%d duplicates on the topic, want the %d events of the %d re-published entries", dups, doomedEvents.Load(), pending)
 	}
 }
 
@@ -402,7 +418,7 @@ func TestOutboxBound(t *testing.T) {
 	e.waitDrained()
 
 	e.broker.Stop()
-	e.sell(bound+20, 4) // through the unguarded store: the outbox passes its bound
+	e.sell(4*bound+20, 4) // through the unguarded store: the outbox passes its bound (4 workers: batches of up to 4 share an entry)
 	deadline := time.Now().Add(30 * time.Second)
 	for r.Admit() == nil {
 		if time.Now().After(deadline) {
@@ -457,16 +473,21 @@ func TestOutboxBound(t *testing.T) {
 type recordingPublisher struct {
 	w      *kafka.Writer
 	mu     sync.Mutex
-	writes [][2]int // entries, bytes
+	writes [][3]int // entries (distinct stream positions), messages, bytes
 }
 
 func (p *recordingPublisher) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
 	size := 0
+	entries := map[events.Position]bool{} // positions of one write are of one stream
 	for _, m := range msgs {
 		size += len(m.Key) + len(m.Value)
+		if ev, err := events.Parse(m.Value); err == nil {
+			pos, _ := ev.Position()
+			entries[pos] = true
+		}
 	}
 	p.mu.Lock()
-	p.writes = append(p.writes, [2]int{len(msgs), size})
+	p.writes = append(p.writes, [3]int{len(entries), len(msgs), size})
 	p.mu.Unlock()
 	return p.w.WriteMessages(ctx, msgs...)
 }
@@ -486,19 +507,20 @@ func TestRelayBatchesAreBounded(t *testing.T) {
 	e.checkTopic(true, true)
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
-	var entries int
+	var entries, msgs int
 	for _, wr := range pub.writes {
 		entries += wr[0]
-		if wr[0] > maxEntries || (wr[1] > maxBytes && wr[0] > 1) {
-			t.Fatalf("a write of %d entries, %d bytes: over the bounds %d entries, %d bytes", wr[0], wr[1], maxEntries, maxBytes)
+		msgs += wr[1]
+		if wr[0] > maxEntries || (wr[2] > maxBytes && wr[0] > 1) {
+			t.Fatalf("a write of %d entries (%d events), %d bytes: over the bounds %d entries, %d bytes", wr[0], wr[1], wr[2], maxEntries, maxBytes)
 		}
 	}
 	// The bytes bound, not only the entries bound, cut some writes.
 	if len(pub.writes) <= entries/maxEntries+1 {
 		t.Fatalf("%d writes for %d entries: the bytes bound never cut a read", len(pub.writes), entries)
 	}
-	if entries != e.events {
-		t.Fatalf("published %d entries in %d writes, want %d", entries, len(pub.writes), e.events)
+	if msgs != e.events {
+		t.Fatalf("published %d events in %d writes, want %d", msgs, len(pub.writes), e.events)
 	}
 }
 
@@ -568,15 +590,19 @@ func TestStalledRelayHoldsOnlyItsOwnEntries(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := e.backlog(); n != int64(held) {
-		t.Errorf("streams hold %d entries with %d unacknowledged (%d events, all others published)", n, held, e.events)
+	heldEntries := e.pending() // the stalled relay's: the live one acknowledged all it read
+	if n := e.backlog(); n != heldEntries {
+		t.Errorf("streams hold %d entries with %d unacknowledged (%d events, all others published)", n, heldEntries, e.events)
+	}
+	if n := e.streamEvents(); n != held {
+		t.Errorf("streams hold %d events, want the stalled relay's %d", n, held)
 	}
 	total, err := live.MeasureBacklog(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if total != int64(held) {
-		t.Errorf("measured backlog %d, want the %d unpublished entries", total, held)
+	if total != heldEntries {
+		t.Errorf("measured backlog %d, want the %d unpublished entries", total, heldEntries)
 	}
 	if err := live.Admit(); err != nil {
 		t.Errorf("bound %d, %d entries unpublished: %v", bound, held, err)
@@ -620,13 +646,13 @@ func TestRelayCutOffFromKafkaLosesItsEntries(t *testing.T) {
 	cut := outbox.New(e.rdb, e.keys, pub, outbox.Options{Consumer: "cut"})
 	start(t, cut)
 	deadline := time.Now().Add(30 * time.Second)
-	for e.pending() < int64(e.events) || pub.fails.Load() == 0 {
+	for e.pending() < e.backlog() || pub.fails.Load() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the cut-off relay holds %d of %d entries", e.pending(), e.events)
+			t.Fatalf("the cut-off relay holds %d of %d entries", e.pending(), e.backlog())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	held := e.events
+	held := e.pending() // entries
 
 	// ClaimIdle above the cut-off relay's longest wait between retries (retryWait: 3 s).
 	live, _ := e.relay(outbox.Options{Consumer: "live", ClaimIdle: 4 * time.Second, ClaimInterval: 100 * time.Millisecond})
@@ -634,7 +660,7 @@ func TestRelayCutOffFromKafkaLosesItsEntries(t *testing.T) {
 	e.sell(100, 4)
 	e.waitDrained()
 	stopLive()
-	if got := live.Stats().Claimed; got != int64(held) {
+	if got := live.Stats().Claimed; got != held {
 		t.Fatalf("the live relay claimed %d entries, the cut-off one held %d", got, held)
 	}
 
@@ -685,4 +711,88 @@ func TestAbortCutsAHangingPublish(t *testing.T) {
 	start(t, next)
 	e.waitDrained()
 	e.checkTopic(true, true)
+}
+
+// TestBatchEntryRepublishedWithStableIDs: one purchase.lua call of five attempts writes one
+// outbox entry; the relay publishes it as five order.reserved events, one per order and each
+// complete (order, user, quantity, price, at, expires_at), keyed by the item. A relay that
+// crashes between Kafka's acknowledgement and its own re-publishes, through the relay that
+// claims the entry, the same five events with the same event ids: the consumer's
+// de-duplication on event_id absorbs them.
+func TestBatchEntryRepublishedWithStableIDs(t *testing.T) {
+	e := newEnv(t, "a")
+	ctx := context.Background()
+	k := e.keys.Item("a")
+	keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+	args := []any{600000, 86400000, 0, 0, 0, "a"}
+	for i := 1; i <= 5; i++ {
+		u := fmt.Sprint("u", i)
+		keys = append(keys, k.UserOrders(u), k.Hash())
+		args = append(args, u, i, "", "")
+	}
+	bare := lua.Bare("gcra.lua", "changed.lua", "purchase.lua")
+	res, err := bare.Run(ctx, e.rdb, keys, args...).StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res[:5] { // then the batch's own string
+		if !strings.HasPrefix(r, "C") {
+			t.Fatalf("attempt %d: %q", i+1, r)
+		}
+	}
+	e.events += 5
+	entries, err := e.rdb.XRange(ctx, k.Outbox(), "-", "+").Result()
+	if err != nil || len(entries) != 2 { // item.upserted, then the batch
+		t.Fatalf("outbox entries %v %v, want the item's and one for the batch", entries, err)
+	}
+	batchID := entries[1].ID
+
+	crash := errors.New("simulated crash")
+	var doomedEvents atomic.Int64
+	doomed, _ := e.relay(outbox.Options{Consumer: "doomed", AfterPublish: func(n int) error {
+		doomedEvents.Add(int64(n))
+		return crash
+	}})
+	if err := doomed.Run(ctx); !errors.Is(err, crash) {
+		t.Fatalf("Run returned %v, want the hook's error", err)
+	}
+	if doomedEvents.Load() != 6 || e.pending() != 2 {
+		t.Fatalf("the doomed relay published %d events and left %d entries pending, want 6 and 2", doomedEvents.Load(), e.pending())
+	}
+	heir, _ := e.relay(outbox.Options{Consumer: "heir", ClaimIdle: 200 * time.Millisecond, ClaimInterval: 50 * time.Millisecond})
+	stop, _ := start(t, heir)
+	e.waitDrained()
+	stop()
+	if got := heir.Stats().Published; got != 6 {
+		t.Fatalf("the heir published %d events, want 6", got)
+	}
+	if dups := e.checkTopic(false, false); dups != 6 {
+		t.Fatalf("%d duplicates, want the 6 events published twice", dups)
+	}
+	seen := map[string]int{}
+	for _, msgs := range readTopic(t, e.broker.Addr()) {
+		for _, m := range msgs {
+			ev, err := events.Parse(m.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[ev.EventID]++
+			if ev.Type != events.OrderReserved {
+				continue
+			}
+			seq, _ := strconv.Atoi(strings.TrimPrefix(ev.OrderID, "a."))
+			want := fmt.Sprintf("order a.%d of u%d, %d units at 100, expiring 600000 ms after it was made, id %s",
+				seq, seq, seq, events.OrderEventID(ev.OrderID, batchID))
+			got := fmt.Sprintf("order %s of %s, %d units at %d, expiring %d ms after it was made, id %s",
+				ev.OrderID, ev.UserID, *ev.Quantity, *ev.PriceCents, ev.ExpiresAt.Sub(ev.At).Milliseconds(), ev.EventID)
+			if got != want || string(m.Key) != "a" {
+				t.Errorf("event keyed %q: %s\nwant %s", m.Key, got, want)
+			}
+		}
+	}
+	for i := 1; i <= 5; i++ {
+		if id := events.OrderEventID(fmt.Sprint("a.", i), batchID); seen[id] != 2 {
+			t.Errorf("event %s on the topic %d times, want 2 (published, then re-published)", id, seen[id])
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/lua"
@@ -89,20 +89,35 @@ func DeletePrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
 }
 
 // OutboxEvents counts the events of one type (e.g. "item.upserted") in every shard's outbox
-// stream, by item.
+// stream, by item: a purchase batch's entry counts one event per order.
 func OutboxEvents(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space, typ string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for n := range keyspace.Shards {
-		entries, err := rdb.XRange(context.Background(), keys.Shard(n).Outbox(), "-", "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if e.Values["type"] == typ {
-				out[fmt.Sprint(e.Values["item"])]++
+		for _, e := range StreamEvents(t, rdb, keys.Shard(n).Outbox()) {
+			if e.Type == typ {
+				out[e.ItemID]++
 			}
 		}
+	}
+	return out
+}
+
+// StreamEvents returns the events an item outbox stream holds, as the relay would publish
+// them (a purchase batch's entry gives one event per order).
+func StreamEvents(t testing.TB, rdb redis.UniversalClient, stream string) []events.Event {
+	t.Helper()
+	entries, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []events.Event
+	for _, e := range entries {
+		evs, err := events.EntryEvents(e.ID, e.Values)
+		if err != nil {
+			t.Fatalf("outbox %s entry %s: %v", stream, e.ID, err)
+		}
+		out = append(out, evs...)
 	}
 	return out
 }
