@@ -6,18 +6,25 @@
 -- index, expiry index, idempotency key, outbox event) is written by this one script, so
 -- nothing is half-done.
 --
--- The writes to keys the whole batch shares (orders, allowances, rate-limit state, the expiry
--- index, the item) are gathered in tables and sent as one command each at the end: a command
--- called from Lua costs about as much as the work of a field, so only the user's order index,
--- the outbox entry (and the idempotency key and the waiting-room pass, when used) cost a
--- command per attempt. Later attempts of the batch read earlier ones' effects from the tables.
+-- The writes to keys the whole batch shares (orders, allowances, the users' order lists,
+-- rate-limit state, the expiry index, the item) are gathered in tables and sent as one command
+-- each at the end: a command called from Lua costs about as much as the work of a field, so only
+-- the outbox entry (and the idempotency key, the waiting-room pass and a user's first order of
+-- the item, when they occur) cost a command per attempt. Later attempts of the batch read
+-- earlier ones' effects from the tables.
+-- The batch's orders are created in this millisecond, expire together and have consecutive
+-- sequence numbers, so the expiry index gets ONE member for all of them, "<item>.<first>-<last>"
+-- ("<item>.<seq>" for a single order), not one per order (docs/design.md, "Per-batch index
+-- entries"); expire.lua expands it.
 --
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
 -- KEYS[8] the item's purchase rate-limit hash (user -> GCRA TAT)
 -- KEYS[9] the item's queue tickets hash (the waiting room)
--- then for attempt i (1-based): KEYS[8+2i] user's order index zset (the shard's),
---   KEYS[9+2i] idempotency key (any key of the item when the attempt has none: not touched)
+-- KEYS[10] the item's user orders hash (user -> the user's order seqs, "3,17,42")
+-- then for attempt i (1-based): KEYS[9+2i] user's item index zset (the shard's: item -> created
+--   ms of the user's first order of it), KEYS[10+2i] idempotency key (any key of the item when
+--   the attempt has none: not touched)
 -- ARGV[1] reservation ttl ms (integer 1..1e13)   ARGV[2] idempotency ttl ms (integer 1..1e13)
 -- ARGV[3] rate per period (0 = no limit)   ARGV[4] period ms   ARGV[5] burst
 -- ARGV[6] item id (for order ids and events)
@@ -50,7 +57,7 @@ local rate = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
 local item_id = ARGV[6]
-local n = (#KEYS - 9) / 2
+local n = (#KEYS - 10) / 2
 if n < 1 or n > 256 or n ~= math.floor(n) or #ARGV ~= 6 + 4 * n then
   return redis.error_reply('ERR purchase: KEYS/ARGV do not describe a batch')
 end
@@ -100,33 +107,36 @@ local function pass_ticket(user, pass)
 end
 -- ----------------------------------------------------------------------------------------
 
--- The batch's users' allowances and rate-limit TATs, one read each; the tables then carry
--- every change the batch makes, in attempt order.
-local held, tats = {}, {}
+-- The batch's users' allowances, order lists and rate-limit TATs, one read each; the tables
+-- then carry every change the batch makes, in attempt order.
+local held, tats, seqs = {}, {}, {}
 if exists then
   local users = {}
   for i = 1, n do
     users[i] = ARGV[3 + 4 * i]
   end
   local hv = redis.call('HMGET', KEYS[3], unpack(users))
+  local sv = redis.call('HMGET', KEYS[10], unpack(users))
   local tv = rate > 0 and redis.call('HMGET', KEYS[8], unpack(users)) or {}
   for i = 1, n do
     if held[users[i]] == nil then
       held[users[i]] = tonumber(hv[i]) or 0
+      seqs[users[i]] = sv[i]
       tats[users[i]] = tonumber(tv[i]) or false
     end
   end
 end
 local held_users, rl_users = {}, {} -- users whose allowance / TAT changed, once each
 local held_new, rl_new = {}, {}
-local orders_args, expiry_args, new_orders = {}, {}, {}
+local orders_args, new_orders = {}, {}
+local first_seq = seq + 1 -- the batch's orders are first_seq .. seq
 
 local function reply_of(outcome, rl, oid, packed)
   return outcome .. '|' .. string.format('%d', left) .. '|' .. rl .. '|' .. oid .. '|' .. packed
 end
 
 for i = 1, n do
-  local ukey, ikey = KEYS[8 + 2 * i], KEYS[9 + 2 * i]
+  local ukey, ikey = KEYS[9 + 2 * i], KEYS[10 + 2 * i]
   local user, qty, idem = ARGV[3 + 4 * i], tonumber(ARGV[4 + 4 * i]), ARGV[5 + 4 * i]
   local pass = ARGV[6 + 4 * i] -- waiting room (issue 17)
   local reply
@@ -175,14 +185,17 @@ for i = 1, n do
       new_orders[oid] = packed
       orders_args[#orders_args + 1] = oid
       orders_args[#orders_args + 1] = packed
-      expiry_args[#expiry_args + 1] = expires_s
-      expiry_args[#expiry_args + 1] = oid
       held[user] = held[user] + qty
       if not held_new[user] then
         held_new[user] = true
         held_users[#held_users + 1] = user
       end
-      redis.call('ZADD', ukey, now_s, oid)
+      if seqs[user] then
+        seqs[user] = seqs[user] .. ',' .. seq
+      else -- the user's first order of the item: the shard's index learns the item
+        seqs[user] = tostring(seq)
+        redis.call('ZADD', ukey, now_s, item_id)
+      end
       if idem ~= '' then
         redis.call('SET', ikey, oid, 'PX', idem_ttl)
       end
@@ -212,14 +225,21 @@ if #rl_users > 0 then
   end
 end
 if #orders_args > 0 then
-  local args = {}
-  for _, u in ipairs(held_users) do
+  local args, user_seqs = {}, {}
+  for _, u in ipairs(held_users) do -- held_users are exactly the users given an order
     args[#args + 1] = u
     args[#args + 1] = held[u]
+    user_seqs[#user_seqs + 1] = u
+    user_seqs[#user_seqs + 1] = seqs[u]
   end
   redis.call('HSET', KEYS[2], unpack(orders_args))
   redis.call('HSET', KEYS[3], unpack(args))
-  redis.call('ZADD', KEYS[4], unpack(expiry_args))
+  redis.call('HSET', KEYS[10], unpack(user_seqs))
+  local member = item_id .. '.' .. first_seq
+  if seq > first_seq then
+    member = member .. '-' .. seq
+  end
+  redis.call('ZADD', KEYS[4], expires_s, member)
   redis.call('HSET', KEYS[1], 'stock_left', left, 'reserved', reserved, 'seq', seq, 'version', version + 1)
   mark_changed(KEYS[6], KEYS[7], item_id)
 end

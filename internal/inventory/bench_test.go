@@ -34,7 +34,7 @@ func BenchmarkPurchase(b *testing.B) {
 			for pb.Next() {
 				u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
 				err := inventory.PurchaseScript.Run(ctx, rdb,
-					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(u), k.Idempotency(u, "")},
+					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(), k.UserItems(u), k.Idempotency(u, "")},
 					600000, 86400000, 0, 0, 0, "bench", u, 1, "", "").Err()
 				if err != nil {
 					b.Error(err)
@@ -76,11 +76,11 @@ func BenchmarkCallRecord(b *testing.B) {
 	const batch, batchesPerTurn, senders = 20, 400, 4
 	var n atomic.Int64
 	batchArgs := func() ([]string, []any) {
-		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 		args := []any{600000, 86400000, 0, 0, 0, "rec"}
 		for range batch {
 			u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
-			keys = append(keys, k.UserOrders(u), k.Idempotency(u, ""))
+			keys = append(keys, k.UserItems(u), k.Idempotency(u, ""))
 			args = append(args, u, 1, "", "")
 		}
 		return keys, args
@@ -118,7 +118,7 @@ func BenchmarkCallRecord(b *testing.B) {
 			side.cpu += redisCPU(b, rdb) - cpu0
 		}
 		// Keep the item's streams and indexes from growing across turns.
-		rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held())
+		rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.UserOrders())
 	}
 	purchases := float64(b.N * batchesPerTurn * batch)
 	for _, side := range sides {
@@ -150,8 +150,10 @@ func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 // sends it (batches of 25 of 20,000 shoppers, the purchase limit on, inside the call record),
 // and variants each without one part, in alternating turns on a private server. Each
 // variant's Redis CPU per purchase (INFO cpu) minus the full script's is that part's cost.
-// The variants are the embedded sources with one line taken out; a line that is no longer
-// there fails the benchmark rather than measuring nothing.
+// The variants are the embedded sources with lines taken out or replaced; a line that is no
+// longer there fails the benchmark rather than measuring nothing. The items' user orders hash
+// is emptied after each turn (a turn gives each shopper 3 orders), so about one order in three
+// is its shopper's first of the item and adds the item to the shopper's item index.
 // Run: go test -run=^$ -bench=PurchaseScriptParts -benchtime=6x ./internal/inventory/
 func BenchmarkPurchaseScriptParts(b *testing.B) {
 	rdb, keys, _ := testenv.PrivateRedis(b)
@@ -169,11 +171,19 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 	before, after, _ := strings.Cut(read("once.lua"), "--[[ script ]]")
 	libs := read("gcra.lua") + "\n" + read("changed.lua") + "\n"
 	purchase := read("purchase.lua")
-	without := func(line string) string {
-		if !strings.Contains(purchase, line) {
-			b.Fatalf("purchase.lua no longer has %q", line)
+	// without replaces old[i] by old[i+1] (pairs), or takes out a single line.
+	without := func(old ...string) string {
+		if len(old) == 1 {
+			old = append(old, "")
 		}
-		return strings.Replace(purchase, line, "", 1)
+		src := purchase
+		for i := 0; i+1 < len(old); i += 2 {
+			if !strings.Contains(src, old[i]) {
+				b.Fatalf("purchase.lua no longer has %q", old[i])
+			}
+			src = strings.Replace(src, old[i], old[i+1], 1)
+		}
+		return src
 	}
 	type variant struct {
 		name string
@@ -185,8 +195,11 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 	vs := []*variant{
 		{name: "full", src: purchase, rate: 5},
 		{name: "no-limit", src: purchase, rate: 0},
-		{name: "no-user-index", src: without("redis.call('ZADD', ukey, now_s, oid)"), rate: 5},
-		{name: "no-expiry-index", src: without("redis.call('ZADD', KEYS[4], unpack(expiry_args))"), rate: 5},
+		{name: "no-user-index", src: without(
+			"redis.call('HMGET', KEYS[10], unpack(users))", "{}",
+			"redis.call('ZADD', ukey, now_s, item_id)", "",
+			"redis.call('HSET', KEYS[10], unpack(user_seqs))", ""), rate: 5},
+		{name: "no-expiry-index", src: without("redis.call('ZADD', KEYS[4], expires_s, member)"), rate: 5},
 		{name: "no-outbox", src: without("redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'order', oid, 'o', packed)"), rate: 5},
 		{name: "no-call-record", src: purchase, rate: 5, bare: true},
 	}
@@ -204,11 +217,11 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 	const batch, batchesPerTurn, senders = 25, 400, 4
 	var n, calls atomic.Int64
 	args := func(v *variant) ([]string, []any) {
-		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 		args := []any{600000, 86400000, v.rate, 1000, 10, "parts"}
 		for range batch {
 			u := "u" + strconv.FormatInt(n.Add(1)%20000, 10)
-			keys = append(keys, k.UserOrders(u), k.Hash())
+			keys = append(keys, k.UserItems(u), k.Hash())
 			args = append(args, u, 1, "", "")
 		}
 		if !v.bare {
@@ -240,7 +253,7 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 			wg.Wait()
 			v.cpu += redisCPU(b, rdb) - cpu0
 		}
-		rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.PurchaseLimits())
+		rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.PurchaseLimits(), k.UserOrders())
 	}
 	purchases := float64(b.N * batchesPerTurn * batch)
 	for _, v := range vs {

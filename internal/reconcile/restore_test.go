@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"strconv"
@@ -12,21 +13,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
-// state is everything of one item that restore rebuilds.
+// state is everything of one item that restore rebuilds. The expiry index is compared by the
+// reserved orders it names (restore writes one entry per order where purchases wrote one per
+// batch), the user index by each user's item entry and order list.
 type state struct {
 	hash                 map[string]string
 	orders, held, paidBy map[string]string
-	expiry               []redis.Z
-	users                map[string][]redis.Z
+	expiry               map[string]float64 // reserved order id -> due ms of the entry naming it
+	users                map[string]string  // user -> "<item index score>|<order list>"
 }
 
 func (e *env) dump(item string, users []string) state {
@@ -36,27 +38,30 @@ func (e *env) dump(item string, users []string) state {
 		orders: e.rdb.HGetAll(e.ctx, k.Orders()).Val(),
 		held:   e.rdb.HGetAll(e.ctx, k.Held()).Val(),
 		paidBy: e.rdb.HGetAll(e.ctx, k.PaidBy()).Val(),
-		expiry: e.rdb.ZRangeWithScores(e.ctx, k.Expiry(), 0, -1).Val(),
-		users:  map[string][]redis.Z{},
+		expiry: map[string]float64{},
+		users:  map[string]string{},
 	}
+	for _, z := range e.rdb.ZRangeWithScores(e.ctx, k.Expiry(), 0, -1).Val() {
+		it, first, last, ok := keyspace.ExpiryEntry(z.Member.(string))
+		if !ok {
+			e.t.Errorf("malformed expiry entry %v", z.Member)
+			continue
+		}
+		for seq := first; it == item && seq <= last; seq++ {
+			id := keyspace.OrderID(item, strconv.FormatUint(seq, 10))
+			if strings.Contains(s.orders[id], "|reserved|") {
+				s.expiry[id] = z.Score
+			}
+		}
+	}
+	lists := e.rdb.HGetAll(e.ctx, k.UserOrders()).Val()
 	for _, u := range users {
-		if z := e.rdb.ZRangeWithScores(e.ctx, k.UserOrders(u), 0, -1).Val(); len(z) > 0 {
-			s.users[u] = z
+		score, err := e.rdb.ZScore(e.ctx, k.UserItems(u), item).Result()
+		if err == nil || lists[u] != "" {
+			s.users[u] = fmt.Sprintf("%v|%s", score, lists[u])
 		}
 	}
 	return s
-}
-
-func sameZ(a, b []redis.Z) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Member != b[i].Member || a[i].Score != b[i].Score {
-			return false
-		}
-	}
-	return true
 }
 
 func (e *env) sameState(item string, before, after state) {
@@ -72,11 +77,11 @@ func (e *env) sameState(item string, before, after state) {
 			e.t.Errorf("%s %s differ:\nbefore %v\nafter  %v", item, what, pair[0], pair[1])
 		}
 	}
-	if !sameZ(before.expiry, after.expiry) {
+	if !maps.Equal(before.expiry, after.expiry) {
 		e.t.Errorf("%s expiry: %v before, %v restored", item, before.expiry, after.expiry)
 	}
-	if !maps.EqualFunc(before.users, after.users, sameZ) {
-		e.t.Errorf("%s user indexes differ", item)
+	if !maps.Equal(before.users, after.users) {
+		e.t.Errorf("%s user indexes differ:\nbefore %v\nafter  %v", item, before.users, after.users)
 	}
 }
 
