@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,9 @@ func (e *env) dump(item string, users []string) state {
 		}
 		for seq := first; it == item && seq <= last; seq++ {
 			id := keyspace.OrderID(item, strconv.FormatUint(seq, 10))
+			if _, twice := s.expiry[id]; twice {
+				e.t.Errorf("%s: order %s named by two expiry entries", item, id)
+			}
 			if strings.Contains(s.orders[id], "|reserved|") {
 				s.expiry[id] = z.Score
 			}
@@ -156,6 +160,14 @@ func TestRestoreAfterFlush(t *testing.T) {
 	for id := range items {
 		before[id] = e.dump(id, users)
 	}
+	listed := map[string][]orders.Order{} // GET /api/orders of each user
+	for _, u := range users {
+		l, err := e.ord.List(e.ctx, u)
+		if err != nil || len(l) == 0 {
+			t.Fatalf("orders of %s before the loss: %v %v", u, l, err)
+		}
+		listed[u] = l
+	}
 	topBefore, _ := rank.TopRated(e.ctx, "", 10)
 	soldBefore, _ := rank.BestSellers(e.ctx, 10)
 
@@ -182,6 +194,13 @@ func TestRestoreAfterFlush(t *testing.T) {
 		}
 		for oid := range before[id].orders {
 			maxSeq[id] = max(maxSeq[id], seqOf(oid))
+		}
+	}
+	// Each user lists the same orders, newest first, from the rebuilt user index.
+	for _, u := range users {
+		l, err := e.ord.List(e.ctx, u)
+		if err != nil || !slices.Equal(l, listed[u]) {
+			t.Errorf("orders of %s after the restore: %v %v,\nbefore the loss %v", u, l, err, listed[u])
 		}
 	}
 	topAfter, _ := rank.TopRated(e.ctx, "", 10)
