@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/testenv"
 	"github.com/flashsale/flashsale/lua"
 )
@@ -151,16 +152,16 @@ func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 // and variants each without one part, in alternating turns on a private server. Each
 // variant's Redis CPU per purchase (INFO cpu) minus the full script's is that part's cost.
 // The variants are the embedded sources with lines taken out or replaced; a line that is no
-// longer there fails the benchmark rather than measuring nothing. The items' user orders hash
-// is emptied after each turn (a turn gives each shopper 3 orders), so about one order in three
-// is its shopper's first of the item and adds the item to the shopper's item index.
-// Run: go test -run=^$ -bench=PurchaseScriptParts -benchtime=6x ./internal/inventory/
+// longer there fails the benchmark rather than measuring nothing. Each variant buys its own
+// item with its own shoppers, so no variant's data grows another's structures; a turn gives
+// each shopper half an order of each item, and every 10 turns the item's user orders hash and
+// the shoppers' item indexes go (as the orders hash and the expiry index do each turn), so
+// about one order in five is its shopper's first of the item (a sale of 5 orders per shopper).
+// Run: go test -run=^$ -bench=PurchaseScriptParts -benchtime=20x ./internal/inventory/
 func BenchmarkPurchaseScriptParts(b *testing.B) {
 	rdb, keys, _ := testenv.PrivateRedis(b)
 	ctx := context.Background()
 	s := inventory.NewStore(rdb, keys, inventory.Options{})
-	newItem(b, s, "parts", 1_000_000_000_000, 1_000_000_000)
-	k := keys.Item("parts")
 	read := func(name string) string {
 		src, err := os.ReadFile("../../lua/" + name)
 		if err != nil {
@@ -191,6 +192,8 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		rate int
 		bare bool // without the call record
 		cpu  float64
+		item keyspace.Item
+		n    atomic.Int64 // the variant's purchases so far: its next shopper
 	}
 	vs := []*variant{
 		{name: "full", src: purchase, rate: 5},
@@ -205,6 +208,9 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 	}
 	scripts := make([]*redis.Script, len(vs))
 	for i, v := range vs {
+		id := "parts" + strconv.Itoa(i)
+		newItem(b, s, id, 1_000_000_000_000, 1_000_000_000)
+		v.item = keys.Item(id)
 		src := libs + v.src
 		if !v.bare {
 			src = before + src + "\n" + after
@@ -215,12 +221,14 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		}
 	}
 	const batch, batchesPerTurn, senders = 25, 400, 4
-	var n, calls atomic.Int64
+	const shoppers = 20_000
+	var calls atomic.Int64
 	args := func(v *variant) ([]string, []any) {
+		k := v.item
 		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
-		args := []any{600000, 86400000, v.rate, 1000, 10, "parts"}
+		args := []any{600000, 86400000, v.rate, 1000, 10, k.ID}
 		for range batch {
-			u := "u" + strconv.FormatInt(n.Add(1)%20000, 10)
+			u := "u" + strconv.FormatInt(v.n.Add(1)%shoppers, 10)
 			keys = append(keys, k.UserItems(u), k.Hash())
 			args = append(args, u, 1, "", "")
 		}
@@ -253,7 +261,20 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 			wg.Wait()
 			v.cpu += redisCPU(b, rdb) - cpu0
 		}
-		rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.PurchaseLimits(), k.UserOrders())
+		for _, v := range vs {
+			k := v.item
+			rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.PurchaseLimits())
+			if turn%10 == 9 {
+				rdb.Del(ctx, k.UserOrders())
+				pipe := rdb.Pipeline()
+				for u := range shoppers {
+					pipe.Unlink(ctx, k.UserItems("u"+strconv.Itoa(u)))
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
 	}
 	purchases := float64(b.N * batchesPerTurn * batch)
 	for _, v := range vs {
