@@ -187,17 +187,48 @@ func TestBatchEntryStaysWhileAnOrderIsOpen(t *testing.T) {
 	}
 }
 
-// TestExpireSplitsCallsAtTheBound: one item's due entries naming more than MaxExpireBatch
-// orders go out in several script calls, none naming more than the bound.
+// TestExpireSplitsCallsAtTheBound: one item's due entries naming more orders than the pass's
+// batch go out in several script calls, each naming at most the batch (or one whole purchase
+// batch's entry, when that is longer), never more than MaxExpireBatch.
 func TestExpireSplitsCallsAtTheBound(t *testing.T) {
 	e := newEnv(t, time.Hour)
 	ctx := context.Background()
 	e.seedDue("big", 2500) // 100 entries of 25 orders
 	r, err := e.ord.ExpireDue(ctx, "big", orders.MaxExpireBatch)
 	if err != nil || r != (orders.ExpireResult{Read: 100, Examined: 100, Expired: 2500, Units: 2500, Calls: 3}) {
-		t.Fatalf("expire: %+v %v, want 2,500 orders in 3 calls", r, err)
+		t.Fatalf("batch 1000: %+v %v, want 2,500 orders in 3 calls", r, err)
 	}
 	e.check("big")
+	e.seedDue("mid", 500) // 20 entries of 25 orders
+	r, err = e.ord.ExpireDue(ctx, "mid", 100)
+	if err != nil || r != (orders.ExpireResult{Read: 20, Examined: 20, Expired: 500, Units: 500, Calls: 5}) {
+		t.Fatalf("batch 100: %+v %v, want 500 orders in 5 calls of 100", r, err)
+	}
+	e.check("mid")
+	// An entry longer than the batch goes whole: calls of one entry each.
+	e.item("long", 1000, 1000)
+	users := make([]string, 200)
+	for i := range users {
+		users[i] = "u" + strconv.Itoa(i)
+	}
+	for range 2 {
+		e.dueEntry("long", e.entryOf("long", e.buyBatch("long", time.Hour, users...)[0]))
+	}
+	r, err = e.ord.ExpireDue(ctx, "long", 10)
+	if err != nil || r != (orders.ExpireResult{Read: 2, Examined: 2, Expired: 400, Units: 400, Calls: 2}) {
+		t.Fatalf("batch 10 over entries of 200: %+v %v, want 2 calls of 200", r, err)
+	}
+	e.check("long")
+}
+
+// entryOf is the expiry entry naming order id.
+func (e *env) entryOf(item, id string) string {
+	e.t.Helper()
+	entry := e.ledger(item).Expiry[id]
+	if entry == "" {
+		e.t.Fatalf("no expiry entry names %s", id)
+	}
+	return entry
 }
 
 // TestListAfterIndexChange: GET /api/orders's List finds a user's orders through the item

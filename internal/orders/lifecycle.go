@@ -18,8 +18,8 @@ var (
 	expireScript = lua.NewChange("expire", "release.lua", "changed.lua", "expire.lua")
 )
 
-// MaxExpireBatch bounds the orders one expire script call names (and the expiry entries one
-// pass reads), so a call holds Redis for milliseconds at most.
+// MaxExpireBatch bounds a pass's batch: the expiry entries it reads and the orders one expire
+// script call names (the script refuses more), so a call holds Redis for milliseconds at most.
 const MaxExpireBatch = 1000
 
 // Pay moves the caller's reserved order to paid. A malformed id or another user's order is
@@ -124,10 +124,11 @@ func (s *Store) ExpireDue(ctx context.Context, item string, batch int) (ExpireRe
 
 // ExpireShard expires the orders of up to batch (1..MaxExpireBatch) due expiry entries of one
 // shard: one ZRANGEBYSCORE of the shard's expiry index (by Redis's clock, read from this
-// host's: see redisClock), then per item among the due entries atomic script calls of at most
-// MaxExpireBatch orders each, which re-check each entry against Redis TIME and its orders. A
-// batch entry's orders that a payment or cancel already settled are skipped. With nothing due
-// it costs one command, whatever the number of items.
+// host's: see redisClock), then per item among the due entries atomic script calls naming at
+// most batch orders each (an entry is never split: one of a purchase batch's up to
+// keyspace.MaxExpiryRange orders may make a call that long), which re-check each entry against
+// Redis TIME and its orders. A batch entry's orders that a payment or cancel already settled
+// are skipped. With nothing due it costs one command, whatever the number of items.
 func (s *Store) ExpireShard(ctx context.Context, shard, batch int) (ExpireResult, error) {
 	return s.ExpireShardFrom(ctx, shard, 0, batch)
 }
@@ -150,7 +151,8 @@ func (s *Store) ExpireShardFrom(ctx context.Context, shard int, offset int64, ba
 	if err != nil {
 		return ExpireResult{}, fmt.Errorf("orders: expire shard %d: %w", shard, err)
 	}
-	// Each item's entries go out in calls naming at most MaxExpireBatch orders.
+	// Each item's entries go out in calls naming at most perCall orders.
+	perCall := uint64(batch)
 	type call struct {
 		entries []any
 		orders  uint64
@@ -171,7 +173,7 @@ func (s *Store) ExpireShardFrom(ctx context.Context, shard int, offset int64, ba
 			order = append(order, item)
 		}
 		named := last - first + 1
-		if len(calls) == 0 || calls[len(calls)-1].orders+named > MaxExpireBatch {
+		if len(calls) == 0 || calls[len(calls)-1].orders+named > perCall {
 			calls = append(calls, call{})
 		}
 		c := &calls[len(calls)-1]
