@@ -3,6 +3,7 @@ package orders_test
 import (
 	"context"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -304,4 +305,30 @@ func seqOf(id string) uint64 {
 	_, s, _ := strings.Cut(id, ".")
 	n, _ := strconv.ParseUint(s, 10, 64)
 	return n
+}
+
+// TestExpireScriptRefusesBadEntries: expire.lua refuses, before any write, an entry that is not
+// one of the item's (another item's, a malformed or reversed range, a range longer than a
+// purchase batch) and a call naming more than 1000 orders.
+func TestExpireScriptRefusesBadEntries(t *testing.T) {
+	e := newEnv(t, time.Hour)
+	ctx := context.Background()
+	e.item("bz", 100, 100)
+	e.dueEntry("bz", e.entryOf("bz", e.buyBatch("bz", time.Hour, "a", "b")[0]))
+	before := e.check("bz")
+	long := []string{"bz.1-256", "bz.257-512", "bz.513-768", "bz.769-1024"}
+	for _, entries := range [][]string{
+		{"other.1"}, {"bz.1-2", "other.1-2"}, {"bz.2-1"}, {"bz.1-"}, {"bz."}, {"bz.1-257"},
+		{"bz.1-2", "bz.x"}, {"bzz.1"}, long,
+	} {
+		if r, err := e.ord.ExpireEntries(ctx, "bz", entries...); err == nil {
+			t.Errorf("entries %v: accepted (%+v)", entries, r)
+		}
+	}
+	if after := e.check("bz"); !reflect.DeepEqual(before, after) {
+		t.Fatalf("refused calls wrote:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if r, err := e.ord.ExpireEntries(ctx, "bz", "bz.1-2"); err != nil || r.Expired != 2 {
+		t.Fatalf("the good entry: %+v %v", r, err)
+	}
 }
