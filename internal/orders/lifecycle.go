@@ -151,8 +151,8 @@ func (s *Store) ExpireShardFrom(ctx context.Context, shard int, offset int64, ba
 	if err != nil {
 		return ExpireResult{}, fmt.Errorf("orders: expire shard %d: %w", shard, err)
 	}
-	// Each item's entries go out in calls naming at most perCall orders.
-	perCall := uint64(batch)
+	// Each item's entries go out in calls naming at most batch orders (an entry naming more
+	// goes alone).
 	type call struct {
 		entries []any
 		orders  uint64
@@ -161,7 +161,7 @@ func (s *Store) ExpireShardFrom(ctx context.Context, shard int, offset int64, ba
 	var order []string
 	total := ExpireResult{Read: int64(len(due))}
 	for _, e := range due {
-		item, first, last, ok := keyspace.ExpiryEntry(e)
+		item, lo, hi, ok := keyspace.ExpiryEntry(e)
 		if !ok {
 			// Not an expiry entry (nothing writes one): drop it so it cannot clog the head.
 			s.rdb.ZRem(ctx, s.keys.Shard(shard).Expiry(), e)
@@ -172,8 +172,8 @@ func (s *Store) ExpireShardFrom(ctx context.Context, shard int, offset int64, ba
 		if calls == nil {
 			order = append(order, item)
 		}
-		named := last - first + 1
-		if len(calls) == 0 || calls[len(calls)-1].orders+named > perCall {
+		named := hi - lo + 1
+		if len(calls) == 0 || calls[len(calls)-1].orders+named > uint64(batch) {
 			calls = append(calls, call{})
 		}
 		c := &calls[len(calls)-1]
