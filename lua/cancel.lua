@@ -1,5 +1,7 @@
 -- cancel.lua: cancel one reserved order, atomically with its outbox event. (release.lua and
--- changed.lua are prepended.) Stock, the user's per-user allowance, the expiry entry and the order's status
+-- changed.lua are prepended.) Stock, the user's per-user allowance, the order's own expiry entry
+-- (a restore's single-order entry; a purchase batch's entry stays until it falls due, when
+-- expire.lua skips this settled order) and the order's status
 -- change together or not at all, in the item's slot, so a cancel racing a payment or an expiry
 -- leaves the order in exactly one terminal state. A reservation whose time already ran out is
 -- expired here (order.expired) and refused, like pay.lua does: after expires_ms an order's fate

@@ -1,37 +1,63 @@
 -- expire.lua: expire the given due reservations of ONE item. (release.lua and changed.lua are
 -- prepended.) The expiry index is the item's shard's, shared with the shard's other items, so
 -- the caller reads the due entries of the shard (ZRANGEBYSCORE, no script) and passes each
--- item's order ids here. Re-checking each entry's due time and its order, returning stock and
--- allowance, appending order.expired and removing the entry all happen in this one script, so
--- a crashed expirer loses nothing and several expirers (one per api instance) expire each
--- order exactly once. An entry whose order is no longer reserved (a payment or cancel won) is
--- just removed; an entry not due yet by Redis TIME (the caller's clock runs ahead) is left.
--- At most 1000 ids per call, so one call holds Redis for milliseconds.
+-- item's entries here. An entry is one purchase batch's orders, "<item>.<first>-<last>" (all
+-- created together, expiring together), or one order, "<item>.<seq>" (a batch of one, a
+-- restore). Re-checking each entry's due time, each of its orders' state and own expiry,
+-- returning stock and allowance, appending order.expired and removing the entry all happen in
+-- this one script, so a crashed expirer loses nothing and several expirers (one per api
+-- instance) expire each order exactly once. A batch entry stays in the index until it falls
+-- due whatever its orders do (pay.lua and cancel.lua remove only a single-order entry): here
+-- its orders no longer reserved (a payment or cancel won) are skipped, the others expired, and
+-- the entry removed, as every order it names is then settled. An entry not due yet by Redis
+-- TIME (the caller's clock runs ahead) is left, and so is one with a reserved order whose own
+-- expiry is still ahead (a restore rewrote it; nothing else can).
+-- At most 1000 orders (entries expanded) per call, so one call holds Redis for milliseconds.
 --
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
--- ARGV[1] item id   ARGV[2..] order ids of this item (1..1000 of them)
+-- ARGV[1] item id   ARGV[2..] expiry index entries of this item (naming 1..1000 orders in all;
+--   a range at most 256)
 --
--- Reply: {examined, expired, units_returned}
+-- Reply: {examined, expired, units_returned, expired order id...}
 --   examined: of the given entries, those no longer in the index: taken off by this call or,
 --   since the caller read them, by another (0 while the item hash is missing, as during a
 --   restore: nothing is written then). The others are still there, at the index's head.
---   expired: orders moved reserved -> expired   units_returned: their summed quantity
+--   expired: orders moved reserved -> expired (their ids follow)   units_returned: their
+--   summed quantity
 -- A malformed argument is an error reply and writes nothing.
 
 local item_id = ARGV[1]
-local n = #ARGV - 1
 if not item_id or item_id == '' then
   return redis.error_reply('ERR expire: missing item id')
 end
-if n < 1 or n > 1000 then
-  return redis.error_reply('ERR expire: between 1 and 1000 order ids are needed')
+if #ARGV < 2 then
+  return redis.error_reply('ERR expire: no entries')
 end
 local prefix = item_id .. '.'
+local firsts, lasts = {}, {}
+local named = 0
 for i = 2, #ARGV do
-  if string.sub(ARGV[i], 1, #prefix) ~= prefix then
-    return redis.error_reply('ERR expire: order id ' .. ARGV[i] .. ' is not of item ' .. item_id)
+  local e = ARGV[i]
+  local a, b
+  if string.sub(e, 1, #prefix) == prefix then
+    local rest = string.sub(e, #prefix + 1)
+    a = string.match(rest, '^(%d+)$')
+    if a then
+      b = a
+    else
+      a, b = string.match(rest, '^(%d+)%-(%d+)$')
+    end
   end
+  local first, last = tonumber(a), tonumber(b)
+  if not first or not last or last < first or last - first >= 256 then
+    return redis.error_reply('ERR expire: ' .. e .. ' is not an expiry entry of item ' .. item_id)
+  end
+  firsts[i], lasts[i] = first, last
+  named = named + last - first + 1
+end
+if named > 1000 then
+  return redis.error_reply('ERR expire: the entries name more than 1000 orders')
 end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -43,20 +69,40 @@ end
 
 local now = now_int_ms()
 local examined, expired, units = 0, 0, 0
+local out = {0, 0, 0}
 for i = 2, #ARGV do
-  local oid = ARGV[i]
-  local due = tonumber(redis.call('ZSCORE', KEYS[4], oid))
+  local e = ARGV[i]
+  local due = tonumber(redis.call('ZSCORE', KEYS[4], e))
   if not due then
-    -- Another expirer (or a payment's cancel of the entry) took it off since the caller read it.
+    -- Another expirer (or a payment's or cancel's removal of a single-order entry) took it off
+    -- since the caller read it.
     examined = examined + 1
   elseif due <= now then
-    local o = unpack_order(redis.call('HGET', KEYS[2], oid))
-    if o and o.status == 'reserved' then
-      units = units + release_order(KEYS[2], KEYS[3], KEYS[5], item_id, oid, o, 'expired', now)
-      expired = expired + 1
+    local oids = {e} -- a single order's entry is its id, as written
+    if lasts[i] > firsts[i] then
+      oids = {}
+      for s = firsts[i], lasts[i] do
+        oids[#oids + 1] = item_id .. '.' .. string.format('%d', s)
+      end
     end
-    redis.call('ZREM', KEYS[4], oid)
-    examined = examined + 1
+    local recs = redis.call('HMGET', KEYS[2], unpack(oids))
+    local open = false
+    for j, oid in ipairs(oids) do
+      local o = unpack_order(recs[j])
+      if o and o.status == 'reserved' then
+        if o.expires <= now then
+          units = units + release_order(KEYS[2], KEYS[3], KEYS[5], item_id, oid, o, 'expired', now)
+          expired = expired + 1
+          out[#out + 1] = oid
+        else
+          open = true
+        end
+      end
+    end
+    if not open then
+      redis.call('ZREM', KEYS[4], e)
+      examined = examined + 1
+    end
   end
 end
 if expired > 0 then
@@ -65,4 +111,5 @@ if expired > 0 then
   redis.call('HINCRBY', KEYS[1], 'version', 1)
   mark_changed(KEYS[6], KEYS[7], item_id)
 end
-return {examined, expired, units}
+out[1], out[2], out[3] = examined, expired, units
+return out

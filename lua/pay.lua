@@ -15,6 +15,10 @@
 -- was already expired or cancelled and the payment is to be refunded (refund_payment.lua
 -- finishes that after the provider refunded).
 --
+-- The expiry index entry is removed only when it is the order's own (a restore's single-order
+-- entry): a purchase batch's entry names other orders too and stays until it falls due, when
+-- expire.lua skips this settled order.
+--
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] paidby hash
 -- KEYS[5] shard expiry zset   KEYS[6] shard outbox stream   KEYS[7] shard change log
 -- KEYS[8] shard clock   KEYS[9] item payments hash

@@ -7,18 +7,25 @@
 -- nothing is half-done. The batch's orders share one outbox entry (the relay publishes one
 -- order.reserved event per order).
 --
--- The writes to keys the whole batch shares (orders, allowances, rate-limit state, the expiry
--- index, the item) are gathered in tables and sent as one command each at the end: a command
--- called from Lua costs about as much as the work of a field, so only the user's order index
--- (and the idempotency key and the waiting-room pass, when used) cost a command per attempt.
--- Later attempts of the batch read earlier ones' effects from the tables.
+-- The writes to keys the whole batch shares (orders, allowances, the users' order lists,
+-- rate-limit state, the expiry index, the outbox, the item) are gathered in tables and sent as
+-- one command each at the end: a command called from Lua costs about as much as the work of a
+-- field, so only the idempotency key, the waiting-room pass and a user's first order of the
+-- item, when they occur, cost a command per attempt. Later attempts of the batch read earlier
+-- ones' effects from the tables.
+-- The batch's orders are created in this millisecond, expire together and have consecutive
+-- sequence numbers, so the expiry index gets ONE member for all of them, "<item>.<first>-<last>"
+-- ("<item>.<seq>" for a single order), not one per order (docs/design.md, "Per-batch index
+-- entries"); expire.lua expands it.
 --
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
 -- KEYS[8] the item's purchase rate-limit hash (user -> GCRA TAT)
 -- KEYS[9] the item's queue tickets hash (the waiting room)
--- then for attempt i (1-based): KEYS[8+2i] user's order index zset (the shard's),
---   KEYS[9+2i] idempotency key (any key of the item when the attempt has none: not touched)
+-- KEYS[10] the item's user orders hash (user -> the user's order seqs, "3,17,42")
+-- then for attempt i (1-based): KEYS[9+2i] user's item index zset (the shard's: item -> created
+--   ms of the user's first order of it), KEYS[10+2i] idempotency key (any key of the item when
+--   the attempt has none: not touched)
 -- ARGV[1] reservation ttl ms (integer 1..1e13)   ARGV[2] idempotency ttl ms (integer 1..1e13)
 -- ARGV[3] rate per period (0 = no limit)   ARGV[4] period ms   ARGV[5] burst
 -- ARGV[6] item id (for order ids and events)
@@ -57,7 +64,7 @@ local rate = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
 local item_id = ARGV[6]
-local n = (#KEYS - 9) / 2
+local n = (#KEYS - 10) / 2
 if n < 1 or n > 256 or n ~= math.floor(n) or #ARGV ~= 6 + 4 * n then
   return redis.error_reply('ERR purchase: KEYS/ARGV do not describe a batch')
 end
@@ -107,33 +114,36 @@ local function pass_ticket(user, pass)
 end
 -- ----------------------------------------------------------------------------------------
 
--- The batch's users' allowances and rate-limit TATs, one read each; the tables then carry
--- every change the batch makes, in attempt order.
-local held, tats = {}, {}
+-- The batch's users' allowances, order lists and rate-limit TATs, one read each; the tables
+-- then carry every change the batch makes, in attempt order.
+local held, tats, seqs = {}, {}, {}
 if exists then
   local users = {}
   for i = 1, n do
     users[i] = ARGV[3 + 4 * i]
   end
   local hv = redis.call('HMGET', KEYS[3], unpack(users))
+  local sv = redis.call('HMGET', KEYS[10], unpack(users))
   local tv = rate > 0 and redis.call('HMGET', KEYS[8], unpack(users)) or {}
   for i = 1, n do
     if held[users[i]] == nil then
       held[users[i]] = tonumber(hv[i]) or 0
+      seqs[users[i]] = sv[i]
       tats[users[i]] = tonumber(tv[i]) or false
     end
   end
 end
 local held_users, rl_users = {}, {} -- users whose allowance / TAT changed, once each
 local held_new, rl_new = {}, {}
-local orders_args, expiry_args, new_orders = {}, {}, {}
+local orders_args, new_orders = {}, {}
+local first_seq = seq + 1 -- the batch's orders are first_seq .. seq
 -- The outbox: one order.reserved entry for the whole batch (events.FromBatch), not one per
 -- order: what its orders share (item, price, created, expires) is written once, then each
--- order's user and quantity; their sequence numbers run on from batch_first.
-local batch_first, batch_list = nil, {}
+-- order's user and quantity; their sequence numbers run on from first_seq.
+local batch_list = {}
 
 for i = 1, n do
-  local ukey, ikey = KEYS[8 + 2 * i], KEYS[9 + 2 * i]
+  local ukey, ikey = KEYS[9 + 2 * i], KEYS[10 + 2 * i]
   local user, qty, idem = ARGV[3 + 4 * i], tonumber(ARGV[4 + 4 * i]), ARGV[5 + 4 * i]
   local pass = ARGV[6 + 4 * i] -- waiting room (issue 17)
   local reply
@@ -182,19 +192,21 @@ for i = 1, n do
       new_orders[oid] = packed
       orders_args[#orders_args + 1] = oid
       orders_args[#orders_args + 1] = packed
-      expiry_args[#expiry_args + 1] = expires_s
-      expiry_args[#expiry_args + 1] = oid
       held[user] = held[user] + qty
       if not held_new[user] then
         held_new[user] = true
         held_users[#held_users + 1] = user
       end
-      redis.call('ZADD', ukey, now_s, oid)
+      if seqs[user] then
+        seqs[user] = seqs[user] .. ',' .. seq
+      else -- the user's first order of the item: the shard's index learns the item
+        seqs[user] = tostring(seq)
+        redis.call('ZADD', ukey, now_s, item_id)
+      end
       if idem ~= '' then
         redis.call('SET', ikey, oid, 'PX', idem_ttl)
       end
       -- The batch's outbox entry (written once, below) lists it: user|quantity.
-      batch_first = batch_first or seq
       batch_list[#batch_list + 1] = user
       batch_list[#batch_list + 1] = qty
       if queued then -- waiting room (issue 17): the pass is spent and frees its place
@@ -221,19 +233,24 @@ if #rl_users > 0 then
     redis.call('PEXPIRE', KEYS[8], keep)
   end
 end
-if batch_first then
-  redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id, 'seq', batch_first,
-    'p', price, 'c', now_s, 'e', expires_s, 'b', table.concat(batch_list, '|'))
-end
 if #orders_args > 0 then
-  local args = {}
-  for _, u in ipairs(held_users) do
+  redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id, 'seq', first_seq,
+    'p', price, 'c', now_s, 'e', expires_s, 'b', table.concat(batch_list, '|'))
+  local args, user_seqs = {}, {}
+  for _, u in ipairs(held_users) do -- held_users are exactly the users given an order
     args[#args + 1] = u
     args[#args + 1] = held[u]
+    user_seqs[#user_seqs + 1] = u
+    user_seqs[#user_seqs + 1] = seqs[u]
   end
   redis.call('HSET', KEYS[2], unpack(orders_args))
   redis.call('HSET', KEYS[3], unpack(args))
-  redis.call('ZADD', KEYS[4], unpack(expiry_args))
+  redis.call('HSET', KEYS[10], unpack(user_seqs))
+  local member = item_id .. '.' .. first_seq
+  if seq > first_seq then
+    member = member .. '-' .. seq
+  end
+  redis.call('ZADD', KEYS[4], expires_s, member)
   redis.call('HSET', KEYS[1], 'stock_left', left, 'reserved', reserved, 'seq', seq, 'version', version + 1)
   mark_changed(KEYS[6], KEYS[7], item_id)
 end

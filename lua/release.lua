@@ -9,8 +9,9 @@
 -- release_order(k_orders, k_held, k_outbox, item_id, oid, o, status, now) -> qty
 --   Writes the order's new status (cancelled | expired), gives qty back to the user's allowance
 --   (the held field is deleted at zero) and appends order.<status> to the outbox. The caller
---   adds qty to stock_left, takes it off reserved, bumps version and removes the expiry entry:
---   the expire script does those once per batch.
+--   adds qty to stock_left, takes it off reserved, bumps version and removes the order's own
+--   expiry entry, if it has one (a purchase batch's entry is expire.lua's to remove): the
+--   expire script does those once per call.
 
 local function unpack_order(packed)
   if not packed then

@@ -5,7 +5,7 @@
 -- deletes anything a newer restorer wrote, and so an item that was sold after the restorer
 -- found it idle is refused before its live orders are deleted (the idle check runs long
 -- before this: the settle wait and the Postgres reads lie between). (changed.lua is prepended.)
--- The shard-wide keys (expiry index, users' order indexes, outbox) are shared with the shard's
+-- The shard-wide keys (expiry index, users' item indexes, outbox) are shared with the shard's
 -- other items, so they are not deleted: restore_put.lua removes this item's entries one by one.
 --
 -- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] orders hash   KEYS[4] held hash
@@ -13,6 +13,7 @@
 -- KEYS[8] shard clock   KEYS[9] the item's restoring mark (set here, deleted by restore_finish.lua:
 --         meanwhile upsert_item.lua refuses to create the item, which would sell it at seq 0
 --         beside the orders being restored, under their ids)
+-- KEYS[10] the item's user orders hash (user -> the user's order seqs)
 -- ARGV[1] fencing number (integer 1..2^53 - 1)
 -- ARGV[2] the item's version the idle check saw ('' for no item hash), or '*' (forced: any)
 -- ARGV[3] the shard outbox's last id the idle check saw published ("<ms>-<seq>"; ignored
@@ -53,6 +54,6 @@ redis.call('SET', KEYS[9], n)
 local f = redis.call('HMGET', KEYS[2], 'version', 'seq')
 -- UNLINK: the same at once for every later command, but an item of a million orders is freed
 -- in the background instead of blocking Redis while this script runs.
-redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[10])
 mark_changed(KEYS[7], KEYS[8], item_id)
 return {'ok', tonumber(f[1]) or 0, tonumber(f[2]) or 0}

@@ -1,17 +1,19 @@
 -- restore_put.lua: write one bounded chunk of an item's rebuilt state (orders, allowances,
--- paid units, expiry index, users' order indexes), only for the restorer holding the item's
--- fence. One script so the fence check and the writes are atomic: a stale restorer writes
--- nothing once a newer one began.
+-- paid units, expiry index, users' order lists and item indexes), only for the restorer holding
+-- the item's fence. One script so the fence check and the writes are atomic: a stale restorer
+-- writes nothing once a newer one began.
 --
 -- KEYS[1] the item's restore fence   KEYS[2] orders hash   KEYS[3] held hash
--- KEYS[4] paidby hash   KEYS[5] shard expiry zset   then one user order-index zset (the
--- shard's) per 'user' or 'drop' entry, in entry order
+-- KEYS[4] paidby hash   KEYS[5] shard expiry zset   KEYS[6] the item's user orders hash
+-- then one user item-index zset (the shard's) per 'uitem' or 'drop' entry, in entry order
 -- ARGV[1] fencing number   then entries of three: kind, a, b
 --   order: a = order id, b = packed order       held: a = user, b = units (integer >= 1)
 --   paid:  a = user, b = units (integer >= 1)   exp:  a = order id, b = expires ms
---   user:  a = order id, b = created ms
---   drop:  a = order id of the live state being replaced, b ignored: removed from the user's
---          index and the expiry index (both shared with the shard's other items)
+--   useqs: a = user, b = the user's order sequence numbers of the item, "3,17,42"
+--   uitem: a = item id, b = created ms of the user's first order of it (the user's index)
+--   drop:  a = item id, b ignored: removed from the user's item index (shared with the shard's
+--          other items), for the users of the live state being replaced
+--   unexp: a = an expiry index member of the live state, b ignored: removed
 --   Numbers are plain decimal digits (at most 2^53 - 1).
 -- Reply: {'ok', entries written} | {'fenced', the fencing number stored}
 -- Bad arguments: an error reply, nothing written.
@@ -24,10 +26,10 @@ end
 local users = 0
 for i = 0, entries - 1 do
   local kind, a, b = ARGV[2 + 3 * i], ARGV[3 + 3 * i], ARGV[4 + 3 * i]
-  if kind == 'user' or kind == 'drop' then
+  if kind == 'uitem' or kind == 'drop' then
     users = users + 1
   end
-  if kind == 'held' or kind == 'paid' or kind == 'exp' or kind == 'user' then
+  if kind == 'held' or kind == 'paid' or kind == 'exp' or kind == 'uitem' then
     -- Plain decimal digits, exactly representable: tonumber also reads 'inf' (held inf would
     -- bar the user for good, exp inf never expires), '1e3', '0x10' and ' 5', which HSET would
     -- store as such (HINCRBY, and so every later cancel or expiry of the user's orders, then
@@ -41,22 +43,28 @@ for i = 0, entries - 1 do
     if a == '' or not string.match(b, '^[^|]+|%d+|%d+|%a+|%d+|%d+$') then
       return redis.error_reply('ERR restore_put: bad order in entry ' .. (i + 1))
     end
-  elseif kind == 'drop' then
+  elseif kind == 'useqs' then
+    -- Decimal numbers joined by single commas: readers split it on ','.
+    if a == '' or not string.match(b, '^%d[%d,]*$') or string.sub(b, -1) == ','
+        or string.find(b, ',,', 1, true) then
+      return redis.error_reply('ERR restore_put: bad order list in entry ' .. (i + 1))
+    end
+  elseif kind == 'drop' or kind == 'unexp' then
     if a == '' then
-      return redis.error_reply('ERR restore_put: bad order in entry ' .. (i + 1))
+      return redis.error_reply('ERR restore_put: bad id in entry ' .. (i + 1))
     end
   else
     return redis.error_reply('ERR restore_put: unknown kind in entry ' .. (i + 1))
   end
 end
-if #KEYS ~= 5 + users then
+if #KEYS ~= 6 + users then
   return redis.error_reply('ERR restore_put: one key per user entry is needed')
 end
 local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
 if stored ~= n then
   return {'fenced', stored}
 end
-local u = 5
+local u = 6
 for i = 0, entries - 1 do
   local kind, a, b = ARGV[2 + 3 * i], ARGV[3 + 3 * i], ARGV[4 + 3 * i]
   if kind == 'order' then
@@ -67,12 +75,15 @@ for i = 0, entries - 1 do
     redis.call('HSET', KEYS[4], a, b)
   elseif kind == 'exp' then
     redis.call('ZADD', KEYS[5], b, a)
-  elseif kind == 'user' then
+  elseif kind == 'useqs' then
+    redis.call('HSET', KEYS[6], a, b)
+  elseif kind == 'uitem' then
     u = u + 1
     redis.call('ZADD', KEYS[u], b, a)
-  else
+  elseif kind == 'drop' then
     u = u + 1
     redis.call('ZREM', KEYS[u], a)
+  else
     redis.call('ZREM', KEYS[5], a)
   end
 end

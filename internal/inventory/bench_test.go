@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/testenv"
 	"github.com/flashsale/flashsale/lua"
 )
@@ -34,7 +35,7 @@ func BenchmarkPurchase(b *testing.B) {
 			for pb.Next() {
 				u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
 				err := inventory.PurchaseScript.Run(ctx, rdb,
-					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(u), k.Idempotency(u, "")},
+					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(), k.UserItems(u), k.Idempotency(u, "")},
 					600000, 86400000, 0, 0, 0, "bench", u, 1, "", "").Err()
 				if err != nil {
 					b.Error(err)
@@ -76,11 +77,11 @@ func BenchmarkCallRecord(b *testing.B) {
 	const batch, batchesPerTurn, senders = 20, 400, 4
 	var n atomic.Int64
 	batchArgs := func() ([]string, []any) {
-		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 		args := []any{600000, 86400000, 0, 0, 0, "rec"}
 		for range batch {
 			u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
-			keys = append(keys, k.UserOrders(u), k.Idempotency(u, ""))
+			keys = append(keys, k.UserItems(u), k.Idempotency(u, ""))
 			args = append(args, u, 1, "", "")
 		}
 		return keys, args
@@ -118,7 +119,7 @@ func BenchmarkCallRecord(b *testing.B) {
 			side.cpu += redisCPU(b, rdb) - cpu0
 		}
 		// Keep the item's streams and indexes from growing across turns.
-		rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held())
+		rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.UserOrders())
 	}
 	purchases := float64(b.N * batchesPerTurn * batch)
 	for _, side := range sides {
@@ -150,26 +151,27 @@ func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 // sends it (batches of 25 of 20,000 shoppers, the purchase limit on, inside the call record),
 // and variants each without one part, in alternating turns on a private server. Each
 // variant's Redis CPU per purchase (INFO cpu) minus the full script's is that part's cost.
-// The variants are the embedded sources with one line taken out; a line that is no longer
-// there fails the benchmark rather than measuring nothing.
-// FLASHSALE_BENCH_BASE_LUA, when set, names a directory holding another version's once.lua,
-// gcra.lua, changed.lua and purchase.lua (e.g. git show <rev>:lua/purchase.lua), whose
-// full, no-limit, no-outbox and no-call-record variants join the same run as base-*: a
-// before/after comparison the machine's load falls on equally. (Its outbox line is the one
-// below or the per-order XADD purchase.lua had before one entry per batch.)
-// Run: go test -run=^$ -bench=PurchaseScriptParts -benchtime=6x ./internal/inventory/
+// The variants are the embedded sources with lines taken out or replaced; a line that is no
+// longer there fails the benchmark rather than measuring nothing. Each variant buys its own
+// item with its own shoppers, so no variant's data grows another's structures; a turn gives
+// each shopper half an order of each item, and every 10 turns the item's user orders hash and
+// the shoppers' item indexes go (as the orders hash and the expiry index do each turn), so
+// about one order in five is its shopper's first of the item (a sale of 5 orders per shopper).
+// (Another version's scripts can be compared only with the same KEYS layout: copy them over
+// lua/ in a scratch checkout and run both there.)
+// Run: go test -run=^$ -bench=PurchaseScriptParts -benchtime=20x ./internal/inventory/
 func BenchmarkPurchaseScriptParts(b *testing.B) {
 	rdb, keys, _ := testenv.PrivateRedis(b)
 	ctx := context.Background()
 	s := inventory.NewStore(rdb, keys, inventory.Options{})
-	newItem(b, s, "parts", 1_000_000_000_000, 1_000_000_000)
-	k := keys.Item("parts")
 	type variant struct {
 		name string
 		src  string
 		rate int
 		bare bool // without the call record
 		cpu  float64
+		item keyspace.Item
+		n    atomic.Int64 // the variant's purchases so far: its next shopper
 	}
 	type source struct{ once, libs, purchase string }
 	read := func(dir string) source {
@@ -183,49 +185,36 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		}
 		return source{once: out[0], libs: out[1] + "\n" + out[2] + "\n", purchase: out[3]}
 	}
-	// without returns purchase without the first of lines it has.
-	without := func(purchase string, lines ...string) string {
-		for _, line := range lines {
-			if strings.Contains(purchase, line) {
-				return strings.Replace(purchase, line, "", 1)
+	// without replaces old[i] by old[i+1] in purchase (pairs).
+	without := func(purchase string, old ...string) string {
+		for i := 0; i+1 < len(old); i += 2 {
+			if !strings.Contains(purchase, old[i]) {
+				b.Fatalf("purchase.lua no longer has %q", old[i])
 			}
+			purchase = strings.Replace(purchase, old[i], old[i+1], 1)
 		}
-		b.Fatalf("purchase.lua no longer has %q", lines[0])
-		return ""
+		return purchase
 	}
-	outbox := []string{
-		"redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id, 'seq', batch_first,\n    'p', price, 'c', now_s, 'e', expires_s, 'b', table.concat(batch_list, '|'))",
-		"redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'order', oid, 'o', packed)", // before one entry per batch
-	}
+	outbox := "redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id, 'seq', first_seq,\n    'p', price, 'c', now_s, 'e', expires_s, 'b', table.concat(batch_list, '|'))"
 	cur := read("../../lua/")
-	srcs := map[string]source{}
 	vs := []*variant{
 		{name: "full", src: cur.purchase, rate: 5},
 		{name: "no-limit", src: cur.purchase, rate: 0},
-		{name: "no-user-index", src: without(cur.purchase, "redis.call('ZADD', ukey, now_s, oid)"), rate: 5},
-		{name: "no-expiry-index", src: without(cur.purchase, "redis.call('ZADD', KEYS[4], unpack(expiry_args))"), rate: 5},
-		{name: "no-outbox", src: without(cur.purchase, outbox...), rate: 5},
+		{name: "no-user-index", src: without(cur.purchase,
+			"redis.call('HMGET', KEYS[10], unpack(users))", "{}",
+			"redis.call('ZADD', ukey, now_s, item_id)", "",
+			"redis.call('HSET', KEYS[10], unpack(user_seqs))", ""), rate: 5},
+		{name: "no-expiry-index", src: without(cur.purchase, "redis.call('ZADD', KEYS[4], expires_s, member)", ""), rate: 5},
+		{name: "no-outbox", src: without(cur.purchase, outbox, ""), rate: 5},
 		{name: "no-call-record", src: cur.purchase, rate: 5, bare: true},
 	}
-	for _, v := range vs {
-		srcs[v.name] = cur
-	}
-	if dir := os.Getenv("FLASHSALE_BENCH_BASE_LUA"); dir != "" {
-		base := read(dir + "/")
-		for _, v := range []*variant{
-			{name: "base-full", src: base.purchase, rate: 5},
-			{name: "base-no-limit", src: base.purchase, rate: 0},
-			{name: "base-no-outbox", src: without(base.purchase, outbox...), rate: 5},
-			{name: "base-no-call-record", src: base.purchase, rate: 5, bare: true},
-		} {
-			vs = append(vs, v)
-			srcs[v.name] = base
-		}
-	}
+	before, after, _ := strings.Cut(cur.once, "--[[ script ]]")
 	scripts := make([]*redis.Script, len(vs))
 	for i, v := range vs {
-		before, after, _ := strings.Cut(srcs[v.name].once, "--[[ script ]]")
-		src := srcs[v.name].libs + v.src
+		id := "parts" + strconv.Itoa(i)
+		newItem(b, s, id, 1_000_000_000_000, 1_000_000_000)
+		v.item = keys.Item(id)
+		src := cur.libs + v.src
 		if !v.bare {
 			src = before + src + "\n" + after
 		}
@@ -235,13 +224,15 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		}
 	}
 	const batch, batchesPerTurn, senders = 25, 400, 4
-	var n, calls atomic.Int64
+	const shoppers = 20_000
+	var calls atomic.Int64
 	args := func(v *variant) ([]string, []any) {
-		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
-		args := []any{600000, 86400000, v.rate, 1000, 10, "parts"}
+		k := v.item
+		keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
+		args := []any{600000, 86400000, v.rate, 1000, 10, k.ID}
 		for range batch {
-			u := "u" + strconv.FormatInt(n.Add(1)%20000, 10)
-			keys = append(keys, k.UserOrders(u), k.Hash())
+			u := "u" + strconv.FormatInt(v.n.Add(1)%shoppers, 10)
+			keys = append(keys, k.UserItems(u), k.Hash())
 			args = append(args, u, 1, "", "")
 		}
 		if !v.bare {
@@ -273,7 +264,20 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 			wg.Wait()
 			v.cpu += redisCPU(b, rdb) - cpu0
 		}
-		rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.PurchaseLimits())
+		for _, v := range vs {
+			k := v.item
+			rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.PurchaseLimits())
+			if turn%10 == 9 {
+				rdb.Del(ctx, k.UserOrders())
+				pipe := rdb.Pipeline()
+				for u := range shoppers {
+					pipe.Unlink(ctx, k.UserItems("u"+strconv.Itoa(u)))
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
 	}
 	purchases := float64(b.N * batchesPerTurn * batch)
 	for _, v := range vs {
@@ -291,9 +295,6 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 // Run: go test -run=^$ -bench=PurchaseMemory -benchtime=1x ./internal/inventory/
 func BenchmarkPurchaseMemory(b *testing.B) {
 	dirs := map[string]string{"current": "../../lua/"}
-	if dir := os.Getenv("FLASHSALE_BENCH_BASE_LUA"); dir != "" {
-		dirs["base"] = dir + "/"
-	}
 	for name, dir := range dirs {
 		var src [4]string
 		for i, f := range []string{"once.lua", "gcra.lua", "changed.lua", "purchase.lua"} {
@@ -314,11 +315,11 @@ func BenchmarkPurchaseMemory(b *testing.B) {
 			const batch, batches = 25, 400
 			var made int
 			for i := range b.N * batches {
-				ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+				ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 				args := []any{600000, 86400000, 5, 1000, 10, "mem"}
 				for j := range batch {
 					u := "u" + strconv.Itoa((i*batch+j)%20000)
-					ks = append(ks, k.UserOrders(u), k.Hash())
+					ks = append(ks, k.UserItems(u), k.Hash())
 					args = append(args, u, 1, "", "")
 				}
 				ks = append(ks, k.Hash()+":call:"+strconv.Itoa(i))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -145,8 +146,20 @@ func TestNoOversell(t *testing.T) {
 			if len(recs) != len(ids) || recQty != sold {
 				t.Fatalf("order records: %d (qty %d), successes %d (qty %d)", len(recs), recQty, len(ids), sold)
 			}
-			if n := rdb.ZCard(ctx, k.Expiry()).Val(); n != int64(len(ids)) {
-				t.Fatalf("expiry index has %d, want %d", n, len(ids))
+			// The expiry entries (one per script call) name each order exactly once, and the
+			// user index lists each user's orders.
+			if named := expiryOrders(t, rdb, k); !maps.Equal(named, ids) {
+				t.Fatalf("expiry index names %d orders, want the %d made", len(named), len(ids))
+			}
+			listed := userIndexOrders(t, rdb, k)
+			for id := range ids {
+				o, _ := orders.Unpack(id, "hot", recs[id])
+				if listed[id] != o.UserID {
+					t.Fatalf("order %s of %s: user index says %q", id, o.UserID, listed[id])
+				}
+			}
+			if len(listed) != len(ids) {
+				t.Fatalf("user index lists %d orders, want %d", len(listed), len(ids))
 			}
 			// One order.reserved event per order (batches share an entry), each with its own
 			// event id, plus item.upserted.
@@ -485,10 +498,10 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	ctx := context.Background()
 	newItem(t, s, "m", 5, 5)
 	k := keys.Item("m")
-	base := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+	base := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 	// Each attempt's keys (purchase.lua).
-	per := []string{k.UserOrders("u"), k.Idempotency("u", "")}
-	idem := []string{k.UserOrders("u"), k.Idempotency("u", "k1")}
+	per := []string{k.UserItems("u"), k.Idempotency("u", "")}
+	idem := []string{k.UserItems("u"), k.Idempotency("u", "k1")}
 	cases := []struct {
 		name string
 		keys []string
@@ -531,7 +544,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 		t.Fatalf("malformed calls changed state: %+v", it)
 	}
 	// Nor did they leave half an attempt behind (an order without its stock taken).
-	for _, key := range []string{k.Orders(), k.Held(), k.Expiry(), k.UserOrders("u"), k.Idempotency("u", "k1"), k.PurchaseLimits()} {
+	for _, key := range []string{k.Orders(), k.Held(), k.Expiry(), k.UserOrders(), k.UserItems("u"), k.Idempotency("u", "k1"), k.PurchaseLimits()} {
 		if n := rdb.Exists(ctx, key).Val(); n != 0 {
 			t.Errorf("malformed calls wrote %s", key)
 		}
@@ -551,10 +564,10 @@ func TestBatchSeesItsOwnWrites(t *testing.T) {
 	k := keys.Item("b")
 	run := func(rate, period, burst int, attempts ...[]string) []string {
 		t.Helper()
-		ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+		ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 		args := []any{600000, 86400000, rate, period, burst, "b"}
 		for _, a := range attempts { // user, idempotency key
-			ks = append(ks, k.UserOrders(a[0]), k.Idempotency(a[0], a[1]))
+			ks = append(ks, k.UserItems(a[0]), k.Idempotency(a[0], a[1]))
 			args = append(args, a[0], 1, a[1], "")
 		}
 		res, err := inventory.PurchaseScript.Run(ctx, rdb, ks, args...).StringSlice()
@@ -590,8 +603,12 @@ func TestBatchSeesItsOwnWrites(t *testing.T) {
 	if len(held) != 3 || held["u1"] != "1" || held["u2"] != "1" || held["u4"] != "1" {
 		t.Fatalf("held: %v", held)
 	}
-	if n := rdb.HLen(ctx, k.Orders()).Val(); n != 3 || rdb.ZCard(ctx, k.Expiry()).Val() != 3 {
-		t.Fatalf("orders %d, expiry index %d, want 3 each", n, rdb.ZCard(ctx, k.Expiry()).Val())
+	// Two calls made the 3 orders: one expiry entry per call, b.1-2 and b.3.
+	if n := rdb.HLen(ctx, k.Orders()).Val(); n != 3 || !slices.Equal(rdb.ZRange(ctx, k.Expiry(), 0, -1).Val(), []string{"b.1-2", "b.3"}) {
+		t.Fatalf("orders %d, expiry index %v, want 3 orders and b.1-2, b.3", n, rdb.ZRange(ctx, k.Expiry(), 0, -1).Val())
+	}
+	if uo := rdb.HGetAll(ctx, k.UserOrders()).Val(); !maps.Equal(uo, map[string]string{"u1": "1", "u2": "2", "u4": "3"}) {
+		t.Fatalf("user orders hash: %v", uo)
 	}
 	if it, _ := s.Get(ctx, "b"); it.StockLeft != 7 || it.Reserved != 3 {
 		t.Fatalf("item: %+v", it)
@@ -1046,7 +1063,7 @@ func TestReplayReturnsTheWholeOrder(t *testing.T) {
 	// The same call sent twice: the second send answers the recorded reply.
 	k := keys.Item("r")
 	ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(),
-		k.UserOrders("bob"), k.Hash(), k.UserOrders("alice"), k.Idempotency("alice", "k1"), k.Hash() + ":call:resend"}
+		k.UserOrders(), k.UserItems("bob"), k.Hash(), k.UserItems("alice"), k.Idempotency("alice", "k1"), k.Hash() + ":call:resend"}
 	args := []any{600000, 86400000, 5, 1000, 5, "r", "bob", 1, "", "", "alice", 1, "k1", "", time.Now().Add(time.Minute).UnixMilli()}
 	first, err := rdb.EvalSha(ctx, inventory.PurchaseScript.Hash(), ks, args...).StringSlice()
 	if err != nil {
@@ -1060,4 +1077,45 @@ func TestReplayReturnsTheWholeOrder(t *testing.T) {
 	if it, _ := s.Get(ctx, "r"); it.StockLeft != 7 {
 		t.Fatalf("stock left %d after orders of 2 and 1, want 7: the re-send made an order", it.StockLeft)
 	}
+}
+
+// expiryOrders expands the item's entries of its shard's expiry index to the order ids they
+// name; an order named twice fails the test.
+func expiryOrders(t *testing.T, rdb redis.UniversalClient, k keyspace.Item) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, e := range rdb.ZRange(context.Background(), k.Expiry(), 0, -1).Val() {
+		item, first, last, ok := keyspace.ExpiryEntry(e)
+		if !ok {
+			t.Fatalf("expiry entry %q is malformed", e)
+		}
+		if item != k.ID {
+			continue
+		}
+		for seq := first; seq <= last; seq++ {
+			id := keyspace.OrderID(item, strconv.FormatUint(seq, 10))
+			if out[id] {
+				t.Fatalf("order %s named twice in the expiry index", id)
+			}
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// userIndexOrders reads the item's user orders hash (order id -> user), checking that each of
+// its users has the item in their item index.
+func userIndexOrders(t *testing.T, rdb redis.UniversalClient, k keyspace.Item) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for user, list := range rdb.HGetAll(ctx, k.UserOrders()).Val() {
+		if _, err := rdb.ZScore(ctx, k.UserItems(user), k.ID).Result(); err != nil {
+			t.Fatalf("user %s has orders of %s but not the item in the item index: %v", user, k.ID, err)
+		}
+		for _, seq := range strings.Split(list, ",") {
+			out[keyspace.OrderID(k.ID, seq)] = user
+		}
+	}
+	return out
 }

@@ -155,10 +155,10 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		return
 	}
 	k := s.keys.Item(item)
-	keys := make([]string, 0, 9+2*len(calls))
+	keys := make([]string, 0, 10+2*len(calls))
 	hash := k.Hash()
 	keys = append(keys, hash, k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(),
-		k.PurchaseLimits(), k.QueueTickets())
+		k.PurchaseLimits(), k.QueueTickets(), k.UserOrders())
 	lim := s.opt.PurchaseLimit
 	args := make([]any, 0, 6+4*len(calls))
 	args = append(args, s.opt.ReservationTTL.Milliseconds(), s.opt.IdempotencyTTL.Milliseconds(),
@@ -168,7 +168,7 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		if c.req.IdempotencyKey != "" {
 			idem = k.Idempotency(c.req.UserID, c.req.IdempotencyKey)
 		}
-		keys = append(keys, k.UserOrders(c.req.UserID), idem)
+		keys = append(keys, k.UserItems(c.req.UserID), idem)
 		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey, c.req.QueuePass)
 	}
 	sent := time.Now() // when Redis was asked: the age of a sold-out answer (soldout.go)

@@ -63,11 +63,13 @@ type Shard struct {
 // Outbox is the shard's outbox stream: every event of its items, in the order written.
 func (s Shard) Outbox() string { return s.base + "outbox" }
 
-// Expiry is the shard's expiry index: reserved order id -> expires ms.
+// Expiry is the shard's expiry index: one member per purchase batch ("<item>.<first>-<last>")
+// or per order ("<item>.<seq>") -> expires ms (see ExpiryEntry).
 func (s Shard) Expiry() string { return s.base + "expiry" }
 
-// UserOrders is the user's order index over the shard's items: order id -> created ms.
-func (s Shard) UserOrders(user string) string { return s.base + "user:" + user }
+// UserItems is the user's item index over the shard's items: item id -> created ms of the
+// user's first order of it. The user's orders of one item are in that item's UserOrders.
+func (s Shard) UserItems(user string) string { return s.base + "uitems:" + user }
 
 // Changed is the shard's change log: item id -> the shard clock at its latest change, so a
 // reader that remembers the highest clock it saw asks for exactly the items changed since.
@@ -98,6 +100,10 @@ func (k Item) Orders() string { return k.base + "orders" }
 func (k Item) Held() string   { return k.base + "held" }
 func (k Item) PaidBy() string { return k.base + "paidby" }
 
+// UserOrders is the item's hash user -> the user's order sequence numbers of the item,
+// comma-separated, ascending ("3,17,42"), written once per purchase batch.
+func (k Item) UserOrders() string { return k.base + "uorders" }
+
 // Payments is the item's hash order id -> "payment id|state|event id": the order's one payment
 // at the provider and how far it got (open, paid, refunding, refunded; see lua/pay.lua).
 func (k Item) Payments() string { return k.base + "payments" }
@@ -108,8 +114,8 @@ func (k Item) Outbox() string  { return k.Shard.Outbox() }
 func (k Item) Changed() string { return k.Shard.Changed() }
 func (k Item) Clock() string   { return k.Shard.Clock() }
 
-// UserOrders is the user's order index of the item's shard (shared with the shard's other items).
-func (k Item) UserOrders(user string) string { return k.Shard.UserOrders(user) }
+// UserItems is the user's item index of the item's shard (shared with the shard's other items).
+func (k Item) UserItems(user string) string { return k.Shard.UserItems(user) }
 
 // Idempotency is where an idempotency key's order id is kept.
 func (k Item) Idempotency(user, key string) string { return k.base + "idem:" + user + ":" + key }
@@ -135,6 +141,46 @@ func ItemOfOrder(orderID string) (string, bool) {
 		}
 	}
 	return item, true
+}
+
+// MaxExpiryRange is the most orders one expiry index member names: a purchase batch's
+// attempts (the purchase script's bound).
+const MaxExpiryRange = 256
+
+// ExpiryEntry parses a member of a shard's expiry index: "<item>.<seq>" (one order) or
+// "<item>.<first>-<last>" (the orders first..last of one purchase batch, at most
+// MaxExpiryRange). ok is false for anything else.
+func ExpiryEntry(member string) (item string, first, last uint64, ok bool) {
+	item, rest, found := strings.Cut(member, ".")
+	if !found || !ValidID(item) {
+		return "", 0, 0, false
+	}
+	a, b, isRange := strings.Cut(rest, "-")
+	first, ok = parseSeq(a)
+	if !ok {
+		return "", 0, 0, false
+	}
+	last = first
+	if isRange {
+		if last, ok = parseSeq(b); !ok || last < first || last-first >= MaxExpiryRange {
+			return "", 0, 0, false
+		}
+	}
+	return item, first, last, true
+}
+
+// parseSeq reads an order sequence number: 1..20 decimal digits.
+func parseSeq(s string) (uint64, bool) {
+	if s == "" || len(s) > 20 {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
 }
 
 // RankOutbox is the ranking slot's outbox stream (rating.set events).

@@ -273,8 +273,8 @@ func TestExpireBacklog(t *testing.T) {
 }
 
 // seedDue writes n due reservations of quantity 1 for item, of exactly the shape the purchase
-// script writes (record, allowance, user index, expiry index, order.reserved event), pipelined:
-// a fast way to a large backlog.
+// script writes in batches of 25 (records, allowances, user indexes, one expiry entry per batch,
+// order.reserved events), pipelined: a fast way to a large backlog.
 func (e *env) seedDue(item string, n int) {
 	e.t.Helper()
 	ctx := context.Background()
@@ -285,18 +285,28 @@ func (e *env) seedDue(item string, n int) {
 	}
 	created := now.UnixMilli() - 60_000
 	held := map[string]int64{}
-	const users = 1000
+	lists := map[string]string{}
+	const users, batch = 1000, 25
 	for lo := 1; lo <= n; lo += 1000 {
 		pipe := e.rdb.Pipeline()
 		var recs []any
 		var zs []redis.Z
 		for i := lo; i < lo+1000 && i <= n; i++ {
 			id, user := item+"."+strconv.Itoa(i), "u"+strconv.Itoa(i%users)
-			expires := created + int64(i%5000)
+			first := i - (i-1)%batch // the batch's first sequence number
+			expires := created + int64(first%5000)
 			recs = append(recs, id, fmt.Sprintf("%s|1|100|reserved|%d|%d", user, created, expires))
-			zs = append(zs, redis.Z{Score: float64(expires), Member: id})
+			if i == first {
+				last := min(first+batch-1, n)
+				zs = append(zs, redis.Z{Score: float64(expires), Member: fmt.Sprintf("%s.%d-%d", item, first, last)})
+			}
 			held[user]++
-			pipe.ZAdd(ctx, k.UserOrders(user), redis.Z{Score: float64(created), Member: id})
+			if lists[user] == "" {
+				lists[user] = strconv.Itoa(i)
+				pipe.ZAdd(ctx, k.UserItems(user), redis.Z{Score: float64(created), Member: item})
+			} else {
+				lists[user] += "," + strconv.Itoa(i)
+			}
 			pipe.XAdd(ctx, &redis.XAddArgs{Stream: k.Outbox(), Values: []any{"type", "order.reserved",
 				"at", created, "item", item, "order", id, "user", user, "quantity", 1, "price_cents", 100}})
 		}
@@ -306,12 +316,14 @@ func (e *env) seedDue(item string, n int) {
 			e.t.Fatal(err)
 		}
 	}
-	var h []any
+	var h, uo []any
 	for u, q := range held {
 		h = append(h, u, q)
+		uo = append(uo, u, lists[u])
 	}
 	pipe := e.rdb.Pipeline()
 	pipe.HSet(ctx, k.Held(), h...)
+	pipe.HSet(ctx, k.UserOrders(), uo...)
 	pipe.HSet(ctx, k.Hash(), "name", "bulk", "category", "c", "price_cents", 100, "stock_total", n+10,
 		"stock_left", 10, "reserved", n, "paid", 0, "per_user_limit", n, "starts_at", 0, "ends_at", 0,
 		"seq", n, "version", 1)

@@ -61,7 +61,9 @@ func (e *env) buy(item, user string, qty int64) orders.Order {
 }
 
 // backdate moves an order's expires_at one second into the past (record and index), so a test
-// sees an overdue reservation without sleeping.
+// sees an overdue reservation without sleeping. An order of a purchase batch's expiry entry
+// gets an entry of its own first (the batch entry is split into single-order entries, the form
+// a restore writes), so the batch's other orders keep their expiry.
 func (e *env) backdate(o orders.Order) {
 	e.t.Helper()
 	ctx := context.Background()
@@ -80,7 +82,32 @@ func (e *env) backdate(o orders.Order) {
 	if err := e.rdb.HSet(ctx, k.Orders(), o.ID, strings.Join(f, "|")).Err(); err != nil {
 		e.t.Fatal(err)
 	}
+	e.splitEntry(o)
 	if err := e.rdb.ZAddXX(ctx, k.Expiry(), redis.Z{Score: float64(past), Member: o.ID}).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// splitEntry replaces the purchase batch entry naming o (if any) by one entry per order.
+func (e *env) splitEntry(o orders.Order) {
+	e.t.Helper()
+	ctx := context.Background()
+	k := e.keys.Item(o.ItemID)
+	entry := e.ledger(o.ItemID).Expiry[o.ID]
+	if entry == "" || entry == o.ID {
+		return
+	}
+	due, err := e.rdb.ZScore(ctx, k.Expiry(), entry).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	item, first, last, _ := keyspace.ExpiryEntry(entry)
+	pipe := e.rdb.TxPipeline()
+	pipe.ZRem(ctx, k.Expiry(), entry)
+	for seq := first; seq <= last; seq++ {
+		pipe.ZAdd(ctx, k.Expiry(), redis.Z{Score: due, Member: keyspace.OrderID(item, strconv.FormatUint(seq, 10))})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -90,7 +117,9 @@ type ledger struct {
 	Total, Left, Reserved, Paid, Version int64
 	Orders                               map[string]orders.Order
 	Held, PaidBy                         map[string]int64
-	Expiry                               map[string]bool
+	Expiry                               map[string]string   // order id -> the expiry entry naming it
+	Entries                              map[string]bool     // the item's expiry entries
+	UserOrders                           map[string][]string // order id -> users whose order list has it
 	Events                               map[string][]string // order id -> event types, in order
 }
 
@@ -107,7 +136,8 @@ func (e *env) ledger(item string) ledger {
 		Total: num(h["stock_total"]), Left: num(h["stock_left"]), Reserved: num(h["reserved"]),
 		Paid: num(h["paid"]), Version: num(h["version"]),
 		Orders: map[string]orders.Order{}, Held: map[string]int64{}, PaidBy: map[string]int64{},
-		Expiry: map[string]bool{}, Events: map[string][]string{},
+		Expiry: map[string]string{}, Entries: map[string]bool{}, UserOrders: map[string][]string{},
+		Events: map[string][]string{},
 	}
 	recs, err := e.rdb.HGetAll(ctx, k.Orders()).Result()
 	if err != nil {
@@ -129,13 +159,39 @@ func (e *env) ledger(item string) ledger {
 			m[u] = num(v)
 		}
 	}
-	ids, err := e.rdb.ZRange(ctx, k.Expiry(), 0, -1).Result()
+	entries, err := e.rdb.ZRange(ctx, k.Expiry(), 0, -1).Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	for _, id := range ids {
-		if strings.HasPrefix(id, item+".") { // the index is the shard's: keep this item's
-			l.Expiry[id] = true
+	for _, entry := range entries {
+		it, first, last, ok := keyspace.ExpiryEntry(entry)
+		if !ok {
+			e.t.Errorf("malformed expiry entry %q", entry)
+			continue
+		}
+		if it != item { // the index is the shard's: keep this item's
+			continue
+		}
+		l.Entries[entry] = true
+		for seq := first; seq <= last; seq++ {
+			id := keyspace.OrderID(item, strconv.FormatUint(seq, 10))
+			if prev := l.Expiry[id]; prev != "" {
+				e.t.Errorf("%s: order %s named by expiry entries %s and %s", item, id, prev, entry)
+			}
+			l.Expiry[id] = entry
+		}
+	}
+	lists, err := e.rdb.HGetAll(ctx, k.UserOrders()).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for user, list := range lists {
+		if _, err := e.rdb.ZScore(ctx, k.UserItems(user), item).Result(); err != nil {
+			e.t.Errorf("%s: user %s has orders of it but not it in their item index (%v)", item, user, err)
+		}
+		for _, seq := range strings.Split(list, ",") {
+			id := keyspace.OrderID(item, seq)
+			l.UserOrders[id] = append(l.UserOrders[id], user)
 		}
 	}
 	msgs, err := e.rdb.XRange(ctx, k.Outbox(), "-", "+").Result()
@@ -163,9 +219,11 @@ func (e *env) ledger(item string) ledger {
 // check asserts every invariant of an item's orders and counters and returns the ledger:
 // stock_left + reserved + paid == stock_total; reserved and paid are the sums over orders in
 // those states; each user's allowance (held) is their reserved + paid units and paidby their
-// paid units (no zero or negative entries); the expiry index holds exactly the reserved
-// orders; each order has its order.reserved event and, once settled, exactly one terminal
-// event naming its final state.
+// paid units (no zero or negative entries); the expiry index names every reserved order exactly
+// once, a settled order only in a purchase batch's entry (its own entry goes when it settles),
+// and no order that does not exist; each order is in exactly its user's order list; each order
+// has its order.reserved event and, once settled, exactly one terminal event naming its final
+// state.
 func (e *env) check(item string) ledger {
 	e.t.Helper()
 	l := e.ledger(item)
@@ -180,7 +238,7 @@ func (e *env) check(item string) ledger {
 		case orders.Reserved:
 			reserved += o.Quantity
 			held[o.UserID] += o.Quantity
-			if !l.Expiry[id] {
+			if l.Expiry[id] == "" {
 				e.t.Errorf("%s: reserved order %s missing from the expiry index", item, id)
 			}
 		case orders.Paid:
@@ -193,8 +251,11 @@ func (e *env) check(item string) ledger {
 		default:
 			e.t.Errorf("%s: order %s has status %q", item, id, o.Status)
 		}
-		if o.Status != orders.Reserved && l.Expiry[id] {
-			e.t.Errorf("%s: settled order %s (%s) still in the expiry index", item, id, o.Status)
+		if o.Status != orders.Reserved && l.Expiry[id] == id {
+			e.t.Errorf("%s: settled order %s (%s) still has its own expiry entry", item, id, o.Status)
+		}
+		if u := l.UserOrders[id]; len(u) != 1 || u[0] != o.UserID {
+			e.t.Errorf("%s: order %s of %s is in the order lists of %v", item, id, o.UserID, u)
 		}
 		if fmt.Sprint(l.Events[id]) != fmt.Sprint(want) {
 			e.t.Errorf("%s: order %s (%s) has events %v, want %v", item, id, o.Status, l.Events[id], want)
@@ -203,8 +264,15 @@ func (e *env) check(item string) ledger {
 	if reserved != l.Reserved || paid != l.Paid {
 		e.t.Errorf("%s: counters reserved %d paid %d, orders say reserved %d paid %d", item, l.Reserved, l.Paid, reserved, paid)
 	}
-	if len(l.Expiry) != countStatus(l, orders.Reserved) {
-		e.t.Errorf("%s: expiry index has %d entries for %d reserved orders", item, len(l.Expiry), countStatus(l, orders.Reserved))
+	for id, entry := range l.Expiry {
+		if _, ok := l.Orders[id]; !ok {
+			e.t.Errorf("%s: expiry entry %s names order %s, which does not exist", item, entry, id)
+		}
+	}
+	for id := range l.UserOrders {
+		if _, ok := l.Orders[id]; !ok {
+			e.t.Errorf("%s: the order lists name order %s, which does not exist", item, id)
+		}
 	}
 	sameMap(e.t, item+" held", l.Held, held)
 	sameMap(e.t, item+" paidby", l.PaidBy, paidBy)

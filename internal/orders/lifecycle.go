@@ -18,7 +18,8 @@ var (
 	expireScript = lua.NewChange("expire", "release.lua", "changed.lua", "expire.lua")
 )
 
-// MaxExpireBatch bounds one expire script call, so it holds Redis for milliseconds at most.
+// MaxExpireBatch bounds a pass's batch: the expiry entries it reads and the orders one expire
+// script call names (the script refuses more), so a call holds Redis for milliseconds at most.
 const MaxExpireBatch = 1000
 
 // Pay moves the caller's reserved order to paid. A malformed id or another user's order is
@@ -102,7 +103,8 @@ func (s *Store) Cancel(ctx context.Context, user, id string) (Order, error) {
 	return Order{}, fmt.Errorf("orders: cancel %s: unknown outcome %q: %w", id, outcome, errReply)
 }
 
-// ExpireResult is what one expire pass did.
+// ExpireResult is what one expire pass did. Entries are expiry index members: one per
+// purchase batch (naming up to 256 orders) or per single order (see keyspace.ExpiryEntry).
 type ExpireResult struct {
 	Read     int64 // due index entries read; == batch means more may be due
 	Examined int64 // due index entries taken off (Read less those left: see ExpireShardFrom)
@@ -111,8 +113,8 @@ type ExpireResult struct {
 	Calls    int64 // expire script calls made (none while nothing is due)
 }
 
-// ExpireDue expires up to batch (1..MaxExpireBatch) due reservations of the item's shard
-// (the item's own and those of the shard's other items): see ExpireShard.
+// ExpireDue expires the orders of up to batch (1..MaxExpireBatch) due expiry entries of the
+// item's shard (the item's own and those of the shard's other items): see ExpireShard.
 func (s *Store) ExpireDue(ctx context.Context, item string, batch int) (ExpireResult, error) {
 	if !keyspace.ValidID(item) {
 		return ExpireResult{}, fmt.Errorf("orders: expire: bad item id %q", item)
@@ -120,12 +122,13 @@ func (s *Store) ExpireDue(ctx context.Context, item string, batch int) (ExpireRe
 	return s.ExpireShard(ctx, keyspace.ShardOf(item), batch)
 }
 
-// ExpireShard expires up to batch (1..MaxExpireBatch) due reservations of one shard: one
-// ZRANGEBYSCORE of the shard's expiry index (by Redis's clock, read from this host's: see
-// redisClock), then one atomic script
-// call per item among the due entries, which re-checks each entry against Redis TIME and its
-// order. Entries whose order a payment or cancel already settled are dropped. With nothing due
-// it costs one command, whatever the number of items.
+// ExpireShard expires the orders of up to batch (1..MaxExpireBatch) due expiry entries of one
+// shard: one ZRANGEBYSCORE of the shard's expiry index (by Redis's clock, read from this
+// host's: see redisClock), then per item among the due entries atomic script calls naming at
+// most batch orders each (an entry is never split: one of a purchase batch's up to
+// keyspace.MaxExpiryRange orders may make a call that long), which re-check each entry against
+// Redis TIME and its orders. A batch entry's orders that a payment or cancel already settled
+// are skipped. With nothing due it costs one command, whatever the number of items.
 func (s *Store) ExpireShard(ctx context.Context, shard, batch int) (ExpireResult, error) {
 	return s.ExpireShardFrom(ctx, shard, 0, batch)
 }
@@ -148,61 +151,85 @@ func (s *Store) ExpireShardFrom(ctx context.Context, shard int, offset int64, ba
 	if err != nil {
 		return ExpireResult{}, fmt.Errorf("orders: expire shard %d: %w", shard, err)
 	}
-	byItem := map[string][]any{}
+	// Each item's entries go out in calls naming at most batch orders (an entry naming more
+	// goes alone).
+	type call struct {
+		entries []any
+		orders  uint64
+	}
+	byItem := map[string][]call{}
 	var order []string
 	total := ExpireResult{Read: int64(len(due))}
-	for _, id := range due {
-		item, ok := keyspace.ItemOfOrder(id)
+	for _, e := range due {
+		item, lo, hi, ok := keyspace.ExpiryEntry(e)
 		if !ok {
-			// Not an order id (nothing writes one): drop it so it cannot clog the head.
-			s.rdb.ZRem(ctx, s.keys.Shard(shard).Expiry(), id)
+			// Not an expiry entry (nothing writes one): drop it so it cannot clog the head.
+			s.rdb.ZRem(ctx, s.keys.Shard(shard).Expiry(), e)
 			total.Examined++
 			continue
 		}
-		if byItem[item] == nil {
+		calls := byItem[item]
+		if calls == nil {
 			order = append(order, item)
 		}
-		byItem[item] = append(byItem[item], id)
+		named := hi - lo + 1
+		if len(calls) == 0 || calls[len(calls)-1].orders+named > uint64(batch) {
+			calls = append(calls, call{})
+		}
+		c := &calls[len(calls)-1]
+		c.entries = append(c.entries, e)
+		c.orders += named
+		byItem[item] = calls
 	}
 	var first error
 	for _, item := range order {
-		r, err := s.expireOrders(ctx, item, byItem[item])
-		if err != nil {
-			if first == nil {
-				first = err
+		for _, c := range byItem[item] {
+			r, err := s.expireOrders(ctx, item, c.entries)
+			if err != nil {
+				if first == nil {
+					first = err
+				}
+				continue
 			}
-			continue
+			total.Calls++
+			total.Examined += r.Examined
+			total.Expired += r.Expired
+			total.Units += r.Units
 		}
-		total.Calls++
-		total.Examined += r.Examined
-		total.Expired += r.Expired
-		total.Units += r.Units
 	}
 	return total, first
 }
 
-// expireOrders runs the expire script on some due order ids of one item.
-func (s *Store) expireOrders(ctx context.Context, item string, ids []any) (ExpireResult, error) {
+// expireOrders runs the expire script on some due expiry entries of one item.
+func (s *Store) expireOrders(ctx context.Context, item string, entries []any) (ExpireResult, error) {
 	k := s.keys.Item(item)
 	res, err := expireScript.Run(ctx, s.rdb,
 		[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()},
-		append([]any{item}, ids...)...).Int64Slice()
+		append([]any{item}, entries...)...).Slice()
 	if err != nil {
 		return ExpireResult{}, fmt.Errorf("orders: expire %s: %w", item, err)
 	}
-	if len(res) != 3 {
+	if len(res) < 3 {
 		return ExpireResult{}, fmt.Errorf("orders: expire %s: %w", item, errReply)
 	}
-	r := ExpireResult{Examined: res[0], Expired: res[1], Units: res[2]}
+	var r ExpireResult
+	r.Examined, _ = res[0].(int64)
+	r.Expired, _ = res[1].(int64)
+	r.Units, _ = res[2].(int64)
+	expired := make([]string, 0, len(res)-3)
+	for _, v := range res[3:] {
+		if id, ok := v.(string); ok {
+			expired = append(expired, id)
+		}
+	}
+	if int64(len(expired)) != r.Expired {
+		return ExpireResult{}, fmt.Errorf("orders: expire %s: %w", item, errReply)
+	}
 	if r.Units > 0 {
 		s.stockReturned(item)
 	}
-	if r.Expired > 0 && s.Hooks.Released != nil {
-		released := make([]string, len(ids))
-		for i, id := range ids {
-			released[i], _ = id.(string)
-		}
-		s.Hooks.Released(item, released)
+	if len(expired) > 0 && s.Hooks.Released != nil {
+		s.Hooks.Released(item, expired)
 	}
 	return r, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -89,33 +90,52 @@ func (s *Store) Get(ctx context.Context, user, id string) (Order, error) {
 	return o, nil
 }
 
-// List returns the user's orders, newest first: one pipelined ZRANGE of the user's index in
-// every shard, then one pipelined HMGET of the records per item that has some. Its Redis work
-// grows with the shards and the caller's orders, never with the catalogue. On a cluster each
-// pipeline is split by node, and every key of one command shares a slot.
+// List returns the user's orders, newest first: one pipelined ZRANGE of the user's item index
+// in every shard, then one pipelined HGET of the user's order list per item it names, then one
+// pipelined HMGET of the records (and payments) per item. Its Redis work grows with the shards
+// and the caller's orders and items, never with the catalogue. On a cluster each pipeline is
+// split by node, and every key of one command shares a slot.
 func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
 	pipe := s.rdb.Pipeline()
 	idx := make([]*redis.StringSliceCmd, keyspace.Shards)
 	for n := range keyspace.Shards {
-		idx[n] = pipe.ZRange(ctx, s.keys.Shard(n).UserOrders(user), 0, -1)
+		idx[n] = pipe.ZRange(ctx, s.keys.Shard(n).UserItems(user), 0, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("orders: list index: %w", err)
 	}
-	byItem := map[string][]string{}
 	var items []string
 	for _, cmd := range idx {
-		for _, id := range cmd.Val() {
-			item, ok := keyspace.ItemOfOrder(id)
-			if !ok {
-				continue
-			}
-			if byItem[item] == nil {
+		for _, item := range cmd.Val() {
+			if keyspace.ValidID(item) {
 				items = append(items, item)
 			}
-			byItem[item] = append(byItem[item], id)
 		}
 	}
+	if len(items) == 0 {
+		return []Order{}, nil
+	}
+	pipe = s.rdb.Pipeline()
+	lists := make([]*redis.StringCmd, len(items))
+	for i, item := range items {
+		lists[i] = pipe.HGet(ctx, s.keys.Item(item).UserOrders(), user)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("orders: list order lists: %w", err)
+	}
+	byItem := map[string][]string{}
+	kept := items[:0]
+	for i, item := range items {
+		for seq := range strings.SplitSeq(lists[i].Val(), ",") {
+			if _, err := strconv.ParseUint(seq, 10, 64); err == nil {
+				byItem[item] = append(byItem[item], keyspace.OrderID(item, seq))
+			}
+		}
+		if byItem[item] != nil {
+			kept = append(kept, item)
+		}
+	}
+	items = kept
 	out := []Order{}
 	if len(items) == 0 {
 		return out, nil
@@ -175,8 +195,8 @@ type Hooks struct {
 	StockReturned func(item string)
 	// PaidChanged is called with an item's total paid units after a payment.
 	PaidChanged func(ctx context.Context, item string, paidTotal int64)
-	// Released is called with order ids of one item after a cancel or an expiry moved some of
-	// them out of reserved (the expirer passes every due id it examined), so their open
-	// payments can be cancelled at the provider. It must not block.
+	// Released is called with order ids of one item after a cancel or an expiry moved them out
+	// of reserved (the expirer passes the ids its call expired), so their open payments can be
+	// cancelled at the provider. It must not block.
 	Released func(item string, ids []string)
 }

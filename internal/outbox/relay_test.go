@@ -723,11 +723,11 @@ func TestBatchEntryRepublishedWithStableIDs(t *testing.T) {
 	e := newEnv(t, "a")
 	ctx := context.Background()
 	k := e.keys.Item("a")
-	keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets()}
+	keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 	args := []any{600000, 86400000, 0, 0, 0, "a"}
 	for i := 1; i <= 5; i++ {
 		u := fmt.Sprint("u", i)
-		keys = append(keys, k.UserOrders(u), k.Hash())
+		keys = append(keys, k.UserItems(u), k.Hash())
 		args = append(args, u, i, "", "")
 	}
 	bare := lua.Bare("gcra.lua", "changed.lua", "purchase.lua")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -151,19 +152,27 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	}
 	orders := it.Orders
 
-	// 4. Derive the state. The live state's orders leave the users' order indexes and the
-	// expiry index (shared with the shard's other items) first, then the record's go in, so
-	// no stale id survives.
+	// 4. Derive the state. The item leaves the live state's users' item indexes (shared with
+	// the shard's other items) first, then the record's users' go in, so no stale entry
+	// survives; the item's expiry entries are dropped the same way after restore_begin.lua
+	// (below). The item's user orders hash goes with its other hashes in restore_begin.lua.
 	stale, err := r.scanOrders(ctx, id)
 	if err != nil {
 		return out, err
 	}
 	var puts []entry
-	for oid, o := range stale {
-		if o.user != "" {
-			puts = append(puts, entry{kind: "drop", a: oid, key: k.UserOrders(o.user)})
+	staleUsers := map[string]bool{}
+	for _, o := range stale {
+		if o.user != "" && !staleUsers[o.user] {
+			staleUsers[o.user] = true
+			puts = append(puts, entry{kind: "drop", a: id, key: k.UserItems(o.user)})
 		}
 	}
+	type userOrders struct {
+		first int64   // created ms of the user's first order
+		seqs  []int64 // sequence numbers of the user's orders
+	}
+	byUser := map[string]*userOrders{}
 	held := map[string]int64{}
 	paidBy := map[string]int64{}
 	var maxSeq, maxMs int64 = 0, max(it.AttrMs, it.StMs)
@@ -175,14 +184,20 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 			expires = o.Expires.UnixMilli() // its own expiry, not a new one
 		}
 		maxMs = max(maxMs, o.Updated.UnixMilli(), created)
+		u := byUser[o.User]
+		if u == nil {
+			u = &userOrders{first: created}
+			byUser[o.User] = u
+		}
+		u.first = min(u.first, created)
 		if _, seqS, ok := strings.Cut(o.ID, "."); ok {
 			if s, err := strconv.ParseInt(seqS, 10, 64); err == nil {
 				maxSeq = max(maxSeq, s)
+				u.seqs = append(u.seqs, s)
 			}
 		}
 		packed := fmt.Sprintf("%s|%d|%d|%s|%d|%d", o.User, o.Qty, o.Price, o.Status, created, expires)
-		puts = append(puts, entry{kind: "order", a: o.ID, b: packed},
-			entry{kind: "user", a: o.ID, b: strconv.FormatInt(created, 10), key: k.UserOrders(o.User)})
+		puts = append(puts, entry{kind: "order", a: o.ID, b: packed})
 		switch o.Status {
 		case "reserved":
 			out.Reserved += o.Qty
@@ -193,6 +208,18 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 			held[o.User] += o.Qty
 			paidBy[o.User] += o.Qty
 		}
+	}
+	for user, u := range byUser {
+		if len(u.seqs) == 0 {
+			continue
+		}
+		slices.Sort(u.seqs)
+		list := make([]string, len(u.seqs))
+		for i, s := range u.seqs {
+			list[i] = strconv.FormatInt(s, 10)
+		}
+		puts = append(puts, entry{kind: "useqs", a: user, b: strings.Join(list, ",")},
+			entry{kind: "uitem", a: id, b: strconv.FormatInt(u.first, 10), key: k.UserItems(user)})
 	}
 	for u, q := range held {
 		puts = append(puts, entry{kind: "held", a: u, b: strconv.FormatInt(q, 10)})
@@ -213,7 +240,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	if r.opt.beforeBegin != nil {
 		r.opt.beforeBegin(ctx, id)
 	}
-	reply, err := restoreBegin.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}, n, expected, pos, id).Slice()
+	reply, err := restoreBegin.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring(), k.UserOrders()}, n, expected, pos, id).Slice()
 	if err != nil {
 		return out, err
 	}
@@ -229,6 +256,13 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 		r.opt.afterBegin(ctx, id)
 	}
 	out.Seq = max(maxSeq, oldSeq)
+	// The item's live expiry entries (batch entries name no single order, so they are found by
+	// their prefix) leave first: nothing adds one while the item hash is missing.
+	drops, err := r.expiryEntries(ctx, k)
+	if err != nil {
+		return out, err
+	}
+	puts = append(drops, puts...)
 	for i := 0; i < len(puts); i += restoreChunk {
 		if err := r.put(ctx, k, n, puts[i:min(i+restoreChunk, len(puts))]); err != nil {
 			return out, err
@@ -266,11 +300,30 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	return out, nil
 }
 
-// entry is one write of restore_put; key is the user's order index for user and drop.
+// entry is one write of restore_put; key is the user's item index for uitem and drop.
 type entry struct{ kind, a, b, key string }
 
+// expiryEntries returns an "unexp" entry for each of the item's members of its shard's expiry
+// index ("<item>.<seq>" and "<item>.<first>-<last>"; item ids hold no glob character).
+func (r *Reconciler) expiryEntries(ctx context.Context, k keyspace.Item) ([]entry, error) {
+	var out []entry
+	var cursor uint64
+	for {
+		kv, next, err := r.rdb.ZScan(ctx, k.Expiry(), cursor, k.ID+".*", 1000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: expiry entries of %s: %w", k.ID, err)
+		}
+		for i := 0; i < len(kv); i += 2 { // member, score
+			out = append(out, entry{kind: "unexp", a: kv[i]})
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
 func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries []entry) error {
-	keys := []string{k.RestoreFence(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry()}
+	keys := []string{k.RestoreFence(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.UserOrders()}
 	args := make([]any, 0, 1+3*len(entries))
 	args = append(args, n)
 	for _, e := range entries {

@@ -23,7 +23,7 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	rdb.HSet(ctx, k.Hash(), "stock_total", 5)
 	rdb.HSet(ctx, k.Orders(), "r.1", "u|1|1|paid|1|2")
 
-	beginKeys := []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}
+	beginKeys := []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring(), k.UserOrders()}
 	for _, n := range []string{"inf", "nan", "1.5", "0", "x", "1e300", "9007199254740992"} {
 		if err := restoreBegin.Run(ctx, rdb, beginKeys, n, "*", "", "r").Err(); err == nil {
 			t.Errorf("restore_begin, fence %q: script accepted it", n)
@@ -36,18 +36,20 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 		t.Fatalf("a refused restore_begin cleared the item")
 	}
 
-	putKeys := []string{k.RestoreFence(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry()}
+	putKeys := []string{k.RestoreFence(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.UserOrders()}
 	for _, e := range [][]any{
 		{"held", "u", 0}, {"held", "u", "inf"}, {"paid", "u", 0}, {"paid", "u", "1.5"},
 		{"exp", "r.1", "inf"}, {"exp", "r.1", -1},
 		{"held", "u", "1e3"}, {"paid", "u", "0x10"}, {"held", "u", " 5"}, {"exp", "r.1", "1e3"},
 		{"held", "u", "99999999999999999999"},
+		// An order list readers could not split into sequence numbers.
+		{"useqs", "u", ""}, {"useqs", "u", "1,"}, {"useqs", "u", ",1"}, {"useqs", "u", "1,,2"}, {"useqs", "u", "1,x"},
 	} {
 		if err := restorePut.Run(ctx, rdb, putKeys, append([]any{3}, e...)...).Err(); err == nil {
 			t.Errorf("restore_put %v: script accepted it", e)
 		}
 	}
-	if n := rdb.Exists(ctx, k.Held(), k.PaidBy(), k.Expiry()).Val(); n != 0 {
+	if n := rdb.Exists(ctx, k.Held(), k.PaidBy(), k.Expiry(), k.UserOrders()).Val(); n != 0 {
 		t.Fatalf("refused restore_put calls wrote %d keys", n)
 	}
 }
@@ -122,7 +124,7 @@ func TestRestoreBeginReplies(t *testing.T) {
 			}
 			before := rdb.Exists(ctx, k.Hash(), k.Orders(), k.Held()).Val()
 			got, err := restoreBegin.Run(ctx, rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(),
-				k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}, 5, c.expected, pos, k.ID).Slice()
+				k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring(), k.UserOrders()}, 5, c.expected, pos, k.ID).Slice()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +149,7 @@ func TestRestoreBeginReplies(t *testing.T) {
 	k := keys.Item("b")
 	rdb.HSet(ctx, k.Hash(), "version", 1)
 	if err := restoreBegin.Run(ctx, rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(),
-		k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}, 5).Err(); err == nil {
+		k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring(), k.UserOrders()}, 5).Err(); err == nil {
 		t.Fatal("restore_begin without the expected version: accepted")
 	}
 	if rdb.Exists(ctx, k.Hash()).Val() != 1 || rdb.Exists(ctx, k.RestoreFence()).Val() != 0 {

@@ -3,8 +3,10 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,21 +14,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
-// state is everything of one item that restore rebuilds.
+// state is everything of one item that restore rebuilds. The expiry index is compared by the
+// reserved orders it names (restore writes one entry per order where purchases wrote one per
+// batch), the user index by each user's item entry and order list.
 type state struct {
 	hash                 map[string]string
 	orders, held, paidBy map[string]string
-	expiry               []redis.Z
-	users                map[string][]redis.Z
+	expiry               map[string]float64 // reserved order id -> due ms of the entry naming it
+	users                map[string]string  // user -> "<item index score>|<order list>"
 }
 
 func (e *env) dump(item string, users []string) state {
@@ -36,27 +39,33 @@ func (e *env) dump(item string, users []string) state {
 		orders: e.rdb.HGetAll(e.ctx, k.Orders()).Val(),
 		held:   e.rdb.HGetAll(e.ctx, k.Held()).Val(),
 		paidBy: e.rdb.HGetAll(e.ctx, k.PaidBy()).Val(),
-		expiry: e.rdb.ZRangeWithScores(e.ctx, k.Expiry(), 0, -1).Val(),
-		users:  map[string][]redis.Z{},
+		expiry: map[string]float64{},
+		users:  map[string]string{},
 	}
+	for _, z := range e.rdb.ZRangeWithScores(e.ctx, k.Expiry(), 0, -1).Val() {
+		it, first, last, ok := keyspace.ExpiryEntry(z.Member.(string))
+		if !ok {
+			e.t.Errorf("malformed expiry entry %v", z.Member)
+			continue
+		}
+		for seq := first; it == item && seq <= last; seq++ {
+			id := keyspace.OrderID(item, strconv.FormatUint(seq, 10))
+			if _, twice := s.expiry[id]; twice {
+				e.t.Errorf("%s: order %s named by two expiry entries", item, id)
+			}
+			if strings.Contains(s.orders[id], "|reserved|") {
+				s.expiry[id] = z.Score
+			}
+		}
+	}
+	lists := e.rdb.HGetAll(e.ctx, k.UserOrders()).Val()
 	for _, u := range users {
-		if z := e.rdb.ZRangeWithScores(e.ctx, k.UserOrders(u), 0, -1).Val(); len(z) > 0 {
-			s.users[u] = z
+		score, err := e.rdb.ZScore(e.ctx, k.UserItems(u), item).Result()
+		if err == nil || lists[u] != "" {
+			s.users[u] = fmt.Sprintf("%v|%s", score, lists[u])
 		}
 	}
 	return s
-}
-
-func sameZ(a, b []redis.Z) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Member != b[i].Member || a[i].Score != b[i].Score {
-			return false
-		}
-	}
-	return true
 }
 
 func (e *env) sameState(item string, before, after state) {
@@ -72,11 +81,11 @@ func (e *env) sameState(item string, before, after state) {
 			e.t.Errorf("%s %s differ:\nbefore %v\nafter  %v", item, what, pair[0], pair[1])
 		}
 	}
-	if !sameZ(before.expiry, after.expiry) {
+	if !maps.Equal(before.expiry, after.expiry) {
 		e.t.Errorf("%s expiry: %v before, %v restored", item, before.expiry, after.expiry)
 	}
-	if !maps.EqualFunc(before.users, after.users, sameZ) {
-		e.t.Errorf("%s user indexes differ", item)
+	if !maps.Equal(before.users, after.users) {
+		e.t.Errorf("%s user indexes differ:\nbefore %v\nafter  %v", item, before.users, after.users)
 	}
 }
 
@@ -151,6 +160,14 @@ func TestRestoreAfterFlush(t *testing.T) {
 	for id := range items {
 		before[id] = e.dump(id, users)
 	}
+	listed := map[string][]orders.Order{} // GET /api/orders of each user
+	for _, u := range users {
+		l, err := e.ord.List(e.ctx, u)
+		if err != nil || len(l) == 0 {
+			t.Fatalf("orders of %s before the loss: %v %v", u, l, err)
+		}
+		listed[u] = l
+	}
 	topBefore, _ := rank.TopRated(e.ctx, "", 10)
 	soldBefore, _ := rank.BestSellers(e.ctx, 10)
 
@@ -177,6 +194,13 @@ func TestRestoreAfterFlush(t *testing.T) {
 		}
 		for oid := range before[id].orders {
 			maxSeq[id] = max(maxSeq[id], seqOf(oid))
+		}
+	}
+	// Each user lists the same orders, newest first, from the rebuilt user index.
+	for _, u := range users {
+		l, err := e.ord.List(e.ctx, u)
+		if err != nil || !slices.Equal(l, listed[u]) {
+			t.Errorf("orders of %s after the restore: %v %v,\nbefore the loss %v", u, l, err, listed[u])
 		}
 	}
 	topAfter, _ := rank.TopRated(e.ctx, "", 10)
