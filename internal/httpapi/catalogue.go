@@ -59,6 +59,12 @@ type listBody struct {
 	plain  []byte
 	gzOnce sync.Once
 	gz     []byte
+	// The Content-Length header's values of plain and gz, made with them rather than per reply.
+	plainLen, gzLen []string
+}
+
+func newListBody(plain []byte) *listBody {
+	return &listBody{plain: plain, plainLen: []string{strconv.Itoa(len(plain))}}
 }
 
 // gzipMin: a list shorter than this goes plain even to a client that accepts gzip (it fits in
@@ -73,6 +79,7 @@ func (b *listBody) gzipped() []byte {
 		_, _ = zw.Write(b.plain)
 		_ = zw.Close()
 		b.gz = buf.Bytes()
+		b.gzLen = []string{strconv.Itoa(len(b.gz))}
 	})
 	return b.gz
 }
@@ -126,7 +133,7 @@ func (e *encodedCatalogue) page(q pageQuery) *listBody {
 		b = jsonx.AppendString(b, next)
 	}
 	b = append(b, '}')
-	body := &listBody{plain: b}
+	body := newListBody(b)
 	if e.npage.Add(1) <= maxCachedPages && e.reservePageBytes(len(b)) {
 		e.pages.Store(q, body)
 	}
@@ -220,7 +227,7 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time, 
 		list = append(list, one[len(`{"item":`):len(one)-1]...) // {"item":{...}} -> {...}
 	}
 	list = append(list, "]}"...)
-	e.list, e.full = list, &listBody{plain: list}
+	e.list, e.full = list, newListBody(list)
 	sum := sha256.Sum256(list)
 	e.etag = `"` + base64.RawURLEncoding.EncodeToString(sum[:12]) + `"`
 	e.etagHeader, e.weakEtagHeader = []string{e.etag}, []string{"W/" + e.etag}
@@ -305,10 +312,11 @@ func (s *Server) listItems(c *gin.Context) {
 	}
 	if gz {
 		h["Content-Encoding"] = gzipEncoding
-		writeJSON(c, http.StatusOK, body.gzipped())
+		gzipped := body.gzipped()
+		writeSized(c, http.StatusOK, gzipped, body.gzLen)
 		return
 	}
-	writeJSON(c, http.StatusOK, body.plain)
+	writeSized(c, http.StatusOK, body.plain, body.plainLen)
 }
 
 // acceptsGzip reports whether an Accept-Encoding header allows gzip (RFC 9110 12.5.3): named

@@ -33,6 +33,16 @@ func writeJSON(c *gin.Context, status int, body []byte) {
 	_, _ = c.Writer.Write(body)
 }
 
+// writeSized is writeJSON for a body whose Content-Length header value (length) was made with
+// it: a cached catalogue list, answered many times.
+func writeSized(c *gin.Context, status int, body []byte, length []string) {
+	h := c.Writer.Header()
+	h["Content-Type"] = jsonContentTypeValue
+	h["Content-Length"] = length
+	c.Writer.WriteHeader(status)
+	_, _ = c.Writer.Write(body)
+}
+
 // writeError answers {"error":{"code","message"}} and aborts the chain.
 func writeError(c *gin.Context, status int, code, msg string) {
 	bp := replyBufs.Get().(*[]byte)
