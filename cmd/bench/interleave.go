@@ -56,8 +56,9 @@ func (b *bench) measureTurns(ctx context.Context, prof string, api load, bases .
 			l.warmup, l.dur = turnWarm, b.opt.dur/time.Duration(rounds)
 			if r == 0 {
 				// The first turn warms up as a row always did (every shopper's token
-				// verified once, pools and caches filled); later turns only reconnect.
-				l.warmup = b.opt.warmup()
+				// verified once, pools and caches filled), for as long as it takes every
+				// request to be answered once; later turns only reconnect.
+				l.warmup, l.warmAll = b.opt.warmup(), true
 			}
 			res, err := l.run(ctx)
 			if err != nil {
