@@ -296,7 +296,7 @@ func (s *Server) listItems(c *gin.Context) {
 	if q != (pageQuery{}) {
 		body = e.page(q)
 	}
-	gz := len(body.plain) >= gzipMin && acceptsGzip(c.Request.Header.Get("Accept-Encoding"))
+	gz := len(body.plain) >= gzipMin && acceptsGzip(headerValue(c.Request, "Accept-Encoding"))
 	h := c.Writer.Header()
 	if gz {
 		h["Etag"] = e.weakEtagHeader
@@ -305,7 +305,7 @@ func (s *Server) listItems(c *gin.Context) {
 	}
 	h["Cache-Control"] = catalogueCacheControl
 	h["Vary"] = varyAcceptEncoding
-	if etagMatches(c.Request.Header.Get("If-None-Match"), e.etag) {
+	if etagMatches(headerValue(c.Request, "If-None-Match"), e.etag) {
 		c.Writer.WriteHeader(http.StatusNotModified)
 		c.Writer.WriteHeaderNow()
 		return
