@@ -72,6 +72,11 @@ func serveBaseline(mode string) error {
 			return err
 		}
 		r.POST("/purchase/:user", h)
+	case "replay":
+		// The api's own replies, recorded once and written byte for byte (replay.go).
+		if err := serveReplay(r); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("bench: unknown %s=%q", serveEnv, mode)
 	}

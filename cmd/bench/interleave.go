@@ -25,6 +25,13 @@ const interleaveRounds = 4
 // first turn, a short one on the later turns), and returns the merged
 // results. With -profile it takes one CPU profile of the api across all its turns.
 func (b *bench) measure(ctx context.Context, prof string, api load, bases ...load) (result, []result, error) {
+	res, got, _, err := b.measureTurns(ctx, prof, api, bases...)
+	return res, got, err
+}
+
+// measureTurns is measure that also returns every load's turns (turns[0] the api's, then the
+// baselines' in order), for rows whose goal holds turn by turn.
+func (b *bench) measureTurns(ctx context.Context, prof string, api load, bases ...load) (result, []result, [][]result, error) {
 	rounds := max(1, b.opt.rounds)
 	turnWarm := min(b.opt.warmup(), 300*time.Millisecond)
 	if b.opt.short {
@@ -49,12 +56,13 @@ func (b *bench) measure(ctx context.Context, prof string, api load, bases ...loa
 			l.warmup, l.dur = turnWarm, b.opt.dur/time.Duration(rounds)
 			if r == 0 {
 				// The first turn warms up as a row always did (every shopper's token
-				// verified once, pools and caches filled); later turns only reconnect.
-				l.warmup = b.opt.warmup()
+				// verified once, pools and caches filled), for as long as it takes every
+				// request to be answered once; later turns only reconnect.
+				l.warmup, l.warmAll = b.opt.warmup(), true
 			}
 			res, err := l.run(ctx)
 			if err != nil {
-				return result{}, nil, err
+				return result{}, nil, nil, err
 			}
 			parts[k] = append(parts[k], res)
 		}
@@ -69,7 +77,7 @@ func (b *bench) measure(ctx context.Context, prof string, api load, bases ...loa
 	if len(bases) > 0 && rounds > 1 {
 		progress(b.out, "%s: rate over the first baseline's, turn by turn: %s", prof, turnRatios(parts[0], parts[1]))
 	}
-	return merged[0], merged[1:], nil
+	return merged[0], merged[1:], parts, nil
 }
 
 // profile fetches a CPU profile of the api covering about d from now into the profile

@@ -41,7 +41,13 @@ type load struct {
 	// pace, when set, caps the requests per second over all connections (the latency row's
 	// 75% of peak); 0: closed loop.
 	pace float64
+	// warmAll extends the warm-up until every request has been answered once (each shopper's
+	// token verified once), however slow the machine is that moment.
+	warmAll bool
 }
+
+// warmAllLimit bounds warmAll's wait.
+const warmAllLimit = 60 * time.Second
 
 // pacer hands out send times pace apart across connections. A connection busy with its last
 // reply when its slot came may still take the slot late (so the rate holds), but not a slot
@@ -121,6 +127,13 @@ func (l load) run(ctx context.Context) (result, error) {
 		}()
 	}
 	sleepCtx(ctx, l.warmup)
+	if l.warmAll {
+		// next counts requests sent; once it passes every request and a round of the
+		// connections, each request has been answered at least once.
+		for end := time.Now().Add(warmAllLimit); next.Load() < int64(len(l.reqs)+l.conns) && time.Now().Before(end) && ctx.Err() == nil; {
+			sleepCtx(ctx, 10*time.Millisecond)
+		}
+	}
 	cpu0, redis0 := procCPU(l.pid), l.sampleRedis()
 	measure.Store(true)
 	start := time.Now()

@@ -7,8 +7,11 @@
 //   - purchase attempts/s with one replica and FLASHSALE_REDIS_ACK_REPLICAS=1 beside the same
 //     with 0 (replica.go: two apis on one private primary and its replica, in turns), and the
 //     primary's CPU time per purchase for both;
-//   - sold-out answers/s and catalogue/leaderboard reads/s beside a bare Gin hello handler
-//     (and, for sold-out answers, beside the same handler fed the very same POST bytes);
+//   - the purchase row beside the minimal service (minimal.go) turn by turn, and Redis's CPU
+//     time and memory per order made, the api's beside the minimal service's (issue 30);
+//   - sold-out answers/s and catalogue/leaderboard reads/s beside a bare Gin hello handler,
+//     and the sold-out answer and GET /api/items beside a bare Gin handler writing the api's
+//     very reply, recorded once, to the same request bytes (replay.go);
 //   - the reconciler's write path (internal/record) in rows/s beside pgx CopyFrom of the same
 //     rows;
 //   - purchase -> Postgres latency (request sent to row committed) at 75% of the purchase

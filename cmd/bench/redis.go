@@ -50,10 +50,13 @@ func (b *bench) privateRedis(ctx context.Context) (stop func(), err error) {
 }
 
 // redisSample is what the private redis-server has done so far: CPU time (INFO cpu:
-// used_cpu_sys + used_cpu_user) and calls and time by command (INFO commandstats, which counts
-// the commands scripts call too). minus and plus make it a window's and add windows up.
+// used_cpu_sys + used_cpu_user), calls and time by command (INFO commandstats, which counts
+// the commands scripts call too) and the memory it holds (INFO memory: used_memory). minus and
+// plus make it a window's and add windows up (mem then is the window's growth, which may be
+// negative).
 type redisSample struct {
 	cpu  time.Duration
+	mem  int64
 	cmds map[string]cmdStat
 }
 
@@ -63,7 +66,7 @@ type cmdStat struct {
 }
 
 func (s redisSample) minus(o redisSample) redisSample {
-	d := redisSample{cpu: max(s.cpu-o.cpu, 0), cmds: map[string]cmdStat{}}
+	d := redisSample{cpu: max(s.cpu-o.cpu, 0), mem: s.mem - o.mem, cmds: map[string]cmdStat{}}
 	for k, v := range s.cmds {
 		d.cmds[k] = cmdStat{v.calls - o.cmds[k].calls, v.usec - o.cmds[k].usec}
 	}
@@ -71,7 +74,7 @@ func (s redisSample) minus(o redisSample) redisSample {
 }
 
 func (s redisSample) plus(o redisSample) redisSample {
-	d := redisSample{cpu: s.cpu + o.cpu, cmds: map[string]cmdStat{}}
+	d := redisSample{cpu: s.cpu + o.cpu, mem: s.mem + o.mem, cmds: map[string]cmdStat{}}
 	for _, m := range []map[string]cmdStat{s.cmds, o.cmds} {
 		for k, v := range m {
 			d.cmds[k] = cmdStat{d.cmds[k].calls + v.calls, d.cmds[k].usec + v.usec}
@@ -112,12 +115,12 @@ func (b *bench) sampleRedis() redisSample {
 	return sampleRedisAt(b.redisInfo)
 }
 
-// sampleRedisAt reads one redis-server's INFO cpu and commandstats (zero when it does not
-// answer).
+// sampleRedisAt reads one redis-server's INFO cpu, memory and commandstats (zero when it does
+// not answer).
 func sampleRedisAt(c *redis.Client) redisSample {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	info, err := c.Info(ctx, "cpu", "commandstats").Result()
+	info, err := c.Info(ctx, "cpu", "memory", "commandstats").Result()
 	if err != nil {
 		return redisSample{}
 	}
@@ -132,6 +135,8 @@ func sampleRedisAt(c *redis.Client) redisSample {
 		case k == "used_cpu_sys" || k == "used_cpu_user":
 			f, _ := strconv.ParseFloat(v, 64)
 			cpu += f
+		case k == "used_memory":
+			s.mem, _ = strconv.ParseInt(v, 10, 64)
 		case strings.HasPrefix(k, "cmdstat_"):
 			var st cmdStat
 			for _, f := range strings.Split(v, ",") {

@@ -343,8 +343,12 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 		ReadTimeout: a.cfg.HTTPReadTimeout, WriteTimeout: a.cfg.HTTPWriteTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout}
 	// Shutdown waits for handlers to return, and a catalogue stream's returns only when told.
 	srv.RegisterOnShutdown(a.server.CloseStreams)
+	// The timeouts are enforced by a watch every tick (a tenth of the shortest, 5-100 ms)
+	// instead of a timer re-armed five times per request (httpapi.CoarseDeadlines).
+	tick := min(srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout) / 10
+	tick = max(5*time.Millisecond, min(tick, 100*time.Millisecond))
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(httpapi.CoarseDeadlines(ln, tick)) }()
 	slog.Info("api listening", "url", "http://"+ln.Addr().String()+"/")
 	fmt.Fprintf(os.Stderr, "flashsale api: http://%s/  (admin page: http://%s/admin)\n", ln.Addr(), ln.Addr())
 

@@ -192,7 +192,7 @@ func (a *Auth) isAdmin(token string) bool {
 }
 
 func bearer(c *gin.Context) string {
-	h := c.GetHeader("Authorization")
+	h := headerValue(c.Request, "Authorization")
 	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
 		return strings.TrimSpace(h[7:])
 	}

@@ -59,6 +59,12 @@ type listBody struct {
 	plain  []byte
 	gzOnce sync.Once
 	gz     []byte
+	// The Content-Length header's values of plain and gz, made with them rather than per reply.
+	plainLen, gzLen []string
+}
+
+func newListBody(plain []byte) *listBody {
+	return &listBody{plain: plain, plainLen: []string{strconv.Itoa(len(plain))}}
 }
 
 // gzipMin: a list shorter than this goes plain even to a client that accepts gzip (it fits in
@@ -73,6 +79,7 @@ func (b *listBody) gzipped() []byte {
 		_, _ = zw.Write(b.plain)
 		_ = zw.Close()
 		b.gz = buf.Bytes()
+		b.gzLen = []string{strconv.Itoa(len(b.gz))}
 	})
 	return b.gz
 }
@@ -126,7 +133,7 @@ func (e *encodedCatalogue) page(q pageQuery) *listBody {
 		b = jsonx.AppendString(b, next)
 	}
 	b = append(b, '}')
-	body := &listBody{plain: b}
+	body := newListBody(b)
 	if e.npage.Add(1) <= maxCachedPages && e.reservePageBytes(len(b)) {
 		e.pages.Store(q, body)
 	}
@@ -220,7 +227,7 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time, 
 		list = append(list, one[len(`{"item":`):len(one)-1]...) // {"item":{...}} -> {...}
 	}
 	list = append(list, "]}"...)
-	e.list, e.full = list, &listBody{plain: list}
+	e.list, e.full = list, newListBody(list)
 	sum := sha256.Sum256(list)
 	e.etag = `"` + base64.RawURLEncoding.EncodeToString(sum[:12]) + `"`
 	e.etagHeader, e.weakEtagHeader = []string{e.etag}, []string{"W/" + e.etag}
@@ -289,7 +296,7 @@ func (s *Server) listItems(c *gin.Context) {
 	if q != (pageQuery{}) {
 		body = e.page(q)
 	}
-	gz := len(body.plain) >= gzipMin && acceptsGzip(c.Request.Header.Get("Accept-Encoding"))
+	gz := len(body.plain) >= gzipMin && acceptsGzip(headerValue(c.Request, "Accept-Encoding"))
 	h := c.Writer.Header()
 	if gz {
 		h["Etag"] = e.weakEtagHeader
@@ -298,17 +305,18 @@ func (s *Server) listItems(c *gin.Context) {
 	}
 	h["Cache-Control"] = catalogueCacheControl
 	h["Vary"] = varyAcceptEncoding
-	if etagMatches(c.Request.Header.Get("If-None-Match"), e.etag) {
+	if etagMatches(headerValue(c.Request, "If-None-Match"), e.etag) {
 		c.Writer.WriteHeader(http.StatusNotModified)
 		c.Writer.WriteHeaderNow()
 		return
 	}
 	if gz {
 		h["Content-Encoding"] = gzipEncoding
-		writeJSON(c, http.StatusOK, body.gzipped())
+		gzipped := body.gzipped()
+		writeSized(c, http.StatusOK, gzipped, body.gzLen)
 		return
 	}
-	writeJSON(c, http.StatusOK, body.plain)
+	writeSized(c, http.StatusOK, body.plain, body.plainLen)
 }
 
 // acceptsGzip reports whether an Accept-Encoding header allows gzip (RFC 9110 12.5.3): named

@@ -81,7 +81,9 @@ var sentinels = []struct {
 // unavailable without internals.
 func fail(c *gin.Context, err error) {
 	if pe, ok := err.(*inventory.PurchaseError); ok && pe.Err == inventory.ErrSoldOut {
-		abort(c, http.StatusConflict, "sold_out", pe.Error()) // the answer a sale gives most
+		// The answer a sale gives most: its body's head is encoded once (writeSoldOut).
+		c.Errors = append(c.Errors, codeError("sold_out"))
+		writeSoldOut(c, pe.Error())
 		return
 	}
 	var ae *apiError

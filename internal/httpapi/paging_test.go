@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -88,6 +89,9 @@ func TestCatalogueGzip(t *testing.T) {
 		}
 		tag := plain.Header.Get("ETag")
 		small := len(plain.Raw) < 1400
+		if n := plain.Header.Get("Content-Length"); n != strconv.Itoa(len(plain.Raw)) {
+			t.Fatalf("GET %s: Content-Length %q for %d bytes", path, n, len(plain.Raw))
+		}
 		for ae, accepts := range map[string]bool{"gzip": true, "gzip, deflate, br, zstd": true, "br;q=1.0, gzip;q=0.8": true,
 			"*": true, "x-gzip": true, "gzip;q=0": false, "br": false, "*;q=0": false, "gzip;q=0, *": false, "identity": false} {
 			r := a.do("GET", path, "", nil, "Accept-Encoding", ae)
@@ -100,6 +104,9 @@ func TestCatalogueGzip(t *testing.T) {
 					t.Fatalf("GET %s (Accept-Encoding %s): Content-Encoding %q ETag %q, want it plain", path, ae, r.Header.Get("Content-Encoding"), r.Header.Get("ETag"))
 				}
 				continue
+			}
+			if n := r.Header.Get("Content-Length"); n != strconv.Itoa(len(r.Raw)) {
+				t.Fatalf("GET %s gzip: Content-Length %q for %d bytes", path, n, len(r.Raw))
 			}
 			if r.Header.Get("Content-Encoding") != "gzip" || r.Header.Get("ETag") != "W/"+tag {
 				t.Fatalf("GET %s (Accept-Encoding %s): Content-Encoding %q ETag %q, want gzip and W/%s", path, ae, r.Header.Get("Content-Encoding"), r.Header.Get("ETag"), tag)

@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
 
@@ -33,13 +35,53 @@ func writeJSON(c *gin.Context, status int, body []byte) {
 	_, _ = c.Writer.Write(body)
 }
 
+// writeSized is writeJSON for a body whose Content-Length header value (length) was made with
+// it: a cached catalogue list, answered many times.
+func writeSized(c *gin.Context, status int, body []byte, length []string) {
+	h := c.Writer.Header()
+	h["Content-Type"] = jsonContentTypeValue
+	h["Content-Length"] = length
+	c.Writer.WriteHeader(status)
+	_, _ = c.Writer.Write(body)
+}
+
 // writeError answers {"error":{"code","message"}} and aborts the chain.
 func writeError(c *gin.Context, status int, code, msg string) {
 	bp := replyBufs.Get().(*[]byte)
-	b := append((*bp)[:0], `{"error":{"code":`...)
+	finishError(c, status, appendErrorHead((*bp)[:0], code, msg), bp)
+}
+
+// appendErrorHead appends an error body up to its message: {"error":{"code":..,"message":..
+func appendErrorHead(b []byte, code, msg string) []byte {
+	b = append(b, `{"error":{"code":`...)
 	b = jsonx.AppendString(b, code)
 	b = append(b, `,"message":`...)
-	b = jsonx.AppendString(b, msg)
+	return jsonx.AppendString(b, msg)
+}
+
+// soldOutHead is the sold_out answer's body up to its request id, encoded once per message (the
+// purchase error's, which is always the same): the answer a sale gives most.
+var soldOutHead atomic.Pointer[errorHead]
+
+type errorHead struct {
+	msg  string
+	head []byte
+}
+
+// writeSoldOut is writeError(c, 409, "sold_out", msg).
+func writeSoldOut(c *gin.Context, msg string) {
+	h := soldOutHead.Load()
+	if h == nil || h.msg != msg {
+		h = &errorHead{msg: msg, head: appendErrorHead(nil, "sold_out", msg)}
+		soldOutHead.Store(h)
+	}
+	bp := replyBufs.Get().(*[]byte)
+	finishError(c, http.StatusConflict, append((*bp)[:0], h.head...), bp)
+}
+
+// finishError appends the request id to an error body's head b, answers it and aborts the
+// chain; bp (b's pooled buffer) goes back to the pool.
+func finishError(c *gin.Context, status int, b []byte, bp *[]byte) {
 	if id := requestIDOf(c); id != "" {
 		b = append(b, `,"request_id":`...)
 		b = jsonx.AppendString(b, id)

@@ -30,7 +30,7 @@ var (
 // body and every log line about the request. Its deferred recover turns a panic (a bug) into
 // the contract's error body with the id, logged with the stack, instead of an empty 500.
 func (s *Server) requestID(c *gin.Context) {
-	id := c.GetHeader("X-Request-Id")
+	id := headerValue(c.Request, "X-Request-Id")
 	if !validRequestID(id) {
 		var b [32]byte
 		id = string(strconv.AppendUint(append(b[:0], requestIDPrefix...), requestSeq.Add(1), 36))
@@ -55,6 +55,16 @@ func (s *Server) requestID(c *gin.Context) {
 }
 
 var nosniff = []string{"nosniff"}
+
+// headerValue is r.Header.Get(key) for a key already in canonical form, as net/http stores
+// received headers: a map lookup without canonicalising the key again (Header.Get checks and
+// copies every byte of it), on the paths every request takes.
+func headerValue(r *http.Request, key string) string {
+	if v := r.Header[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
 
 func validRequestID(id string) bool {
 	if len(id) < 1 || len(id) > 64 {
