@@ -1,6 +1,9 @@
 package reconcile
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetAfterStart makes Batch call f after it recorded the run's start (tests stall a runner).
 func SetAfterStart(o *Options, f func(ctx context.Context)) { o.afterStart = f }
@@ -24,3 +27,11 @@ func SetAfterRating(o *Options, f func(ctx context.Context, item, user string)) 
 // SetBeforeSettle makes a batch's first confirmation round call f after its snapshots, before
 // it waits for their events.
 func SetBeforeSettle(o *Options, f func(ctx context.Context)) { o.beforeSettle = f }
+
+// PrunePass runs one pruning pass with fencing number n without taking the lock (tests run two
+// at once, as a pruner that stalled past its lock would).
+func PrunePass(ctx context.Context, r *Reconciler, n int64) (PruneResult, error) {
+	var res PruneResult
+	err := r.prunePass(ctx, n, time.Now(), &res)
+	return res, err
+}

@@ -62,6 +62,14 @@ type Options struct {
 	// Payments, when set, is asked for the state of a payment the record does not account
 	// for exactly once.
 	Payments PaymentProvider
+	// Retention is how long a final order stays in Redis after it became final
+	// (FLASHSALE_ORDER_RETENTION; default DefaultOrderRetention); IdempotencyTTL the window
+	// since its creation within which it never leaves (default
+	// inventory.DefaultIdempotencyTTL). Batch expects an order Postgres holds final for longer
+	// than both to be absent from Redis.
+	Retention, IdempotencyTTL time.Duration
+	// PruneMax bounds the orders one pruning pass examines (default DefaultPruneMax).
+	PruneMax int
 
 	// hooks for tests
 	afterStart func(ctx context.Context)
@@ -112,6 +120,15 @@ func New(rdb redis.UniversalClient, keys keyspace.Space, db Record, opt Options)
 	}
 	if opt.QuietFor <= 0 {
 		opt.QuietFor = time.Second
+	}
+	if opt.Retention <= 0 {
+		opt.Retention = DefaultOrderRetention
+	}
+	if opt.IdempotencyTTL <= 0 {
+		opt.IdempotencyTTL = inventory.DefaultIdempotencyTTL
+	}
+	if opt.PruneMax <= 0 {
+		opt.PruneMax = DefaultPruneMax
 	}
 	return &Reconciler{rdb: rdb, keys: keys, db: db, locker: lock.New(rdb, keys), opt: opt}
 }

@@ -38,7 +38,7 @@ type RestoreOptions struct {
 // RestoredItem is what restore wrote for one item.
 type RestoredItem struct {
 	ID         string `json:"id"`
-	Orders     int    `json:"orders"`
+	Orders     int    `json:"orders"` // written to Redis (pruned orders stay out)
 	StockTotal int64  `json:"stock_total"`
 	StockLeft  int64  `json:"stock_left"`
 	Reserved   int64  `json:"reserved"`
@@ -180,9 +180,14 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 				maxSeq = max(maxSeq, s)
 			}
 		}
-		packed := fmt.Sprintf("%s|%d|%d|%s|%d|%d", o.User, o.Qty, o.Price, o.Status, created, expires)
-		puts = append(puts, entry{kind: "order", a: o.ID, b: packed},
-			entry{kind: "user", a: o.ID, b: strconv.FormatInt(created, 10), key: k.UserOrders(o.User)})
+		// An order the pruning pass removed stays out of Redis (only its units count, below):
+		// the record alone keeps it.
+		if !o.Pruned {
+			packed := fmt.Sprintf("%s|%d|%d|%s|%d|%d", o.User, o.Qty, o.Price, o.Status, created, expires)
+			puts = append(puts, entry{kind: "order", a: o.ID, b: packed},
+				entry{kind: "user", a: o.ID, b: strconv.FormatInt(created, 10), key: k.UserOrders(o.User)})
+			out.Orders++
+		}
 		switch o.Status {
 		case "reserved":
 			out.Reserved += o.Qty
@@ -200,7 +205,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	for u, q := range paidBy {
 		puts = append(puts, entry{kind: "paid", a: u, b: strconv.FormatInt(q, 10)})
 	}
-	out.Orders, out.StockTotal = len(orders), it.Total
+	out.StockTotal = it.Total
 	out.StockLeft = it.Total - out.Reserved - out.Paid
 	if out.StockLeft < 0 {
 		// The record says more was sold than loaded: sell nothing more rather than oversell.
