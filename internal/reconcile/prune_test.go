@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/testenv"
 )
 
 // Retention in these tests is an hour and the record's clock is moved back instead of waiting:
@@ -408,4 +411,65 @@ func TestPrunedOrdersAcrossBatchAndRestore(t *testing.T) {
 	if rep, err := e.reconciler(opt).Batch(e.ctx, reconcile.BatchOptions{}); err != nil || !rep.Clean() {
 		t.Fatalf("batch after restore: %v, drift %v", err, driftKeys(rep.Drift))
 	}
+}
+
+// Memory is bounded in time: after a sale of N orders, all made final and relayed, and a
+// pruning pass past the retention, Redis's used_memory returns to near where it started (what
+// stays by design is the paid users' allowances: held and paidby, a field each).
+func TestPruneMemoryReturns(t *testing.T) {
+	rdb, keys, _ := testenv.PrivateRedis(t)
+	e := newEnvOn(t, rdb, keys)
+	const n, users = 1500, 300
+	e.item("A", n, n)
+	e.drain()
+	start := usedMemory(t, e)
+	var ids []string
+	for i := range n {
+		o := e.buy("A", fmt.Sprintf("shopper-%04d", i%users), 1)
+		if i%2 == 0 {
+			e.pay(o)
+		} else {
+			e.cancel(o)
+		}
+		ids = append(ids, o.ID)
+	}
+	e.drain()
+	peak := usedMemory(t, e)
+	e.age(2*testRetention, ids...)
+	res, err := e.reconciler(reconcile.Options{Retention: testRetention, IdempotencyTTL: time.Millisecond}).Prune(e.ctx)
+	if err != nil || res.Pruned != n {
+		t.Fatalf("pass %+v %v: want all %d pruned", res, err, n)
+	}
+	// The scripts' call records live until their calls' deadlines pass (lua.CallDeadline).
+	goal := start + (peak-start)/10
+	deadline := time.Now().Add(60 * time.Second)
+	after := usedMemory(t, e)
+	for after > goal && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		after = usedMemory(t, e)
+	}
+	t.Logf("used_memory: start %d, after the sale %d (+%d B per order), after pruning %d (+%d B per order)",
+		start, peak, (peak-start)/n, after, (after-start)/n)
+	if after > goal {
+		t.Fatalf("used_memory %d after pruning, want at most %d: start %d + a tenth of the sale's %d", after, goal, start, peak-start)
+	}
+}
+
+func usedMemory(t *testing.T, e *env) int64 {
+	t.Helper()
+	info, err := e.rdb.Info(e.ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO memory")
+	return 0
 }
