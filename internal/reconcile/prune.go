@@ -143,7 +143,9 @@ func (r *Reconciler) prunePass(ctx context.Context, n int64, now time.Time, res 
 }
 
 // prunePage prunes one page of the record's prunable orders: prune.lua per item and chunk,
-// then the payment index entries of the orders it removed, then the record's marks.
+// then the payment index entries of the orders it removed, then the record's marks. What was
+// removed before an error is recorded too (a refused fence refuses that as well; the next pass
+// then finds those orders gone).
 func (r *Reconciler) prunePage(ctx context.Context, n int64, page []record.PrunableOrder, res *PruneResult) error {
 	byItem := map[string][]record.PrunableOrder{}
 	for _, o := range page {
@@ -156,58 +158,69 @@ func (r *Reconciler) prunePage(ctx context.Context, n int64, page []record.Pruna
 	sort.Strings(items)
 	var done []string    // orders Redis no longer holds
 	var index []lua.Call // their payment index entries
+	var err error
 	for _, item := range items {
-		if !keyspace.ValidID(item) {
-			continue // not an id the api makes: nothing of it is in Redis under this name
-		}
-		for chunk := range slices.Chunk(byItem[item], pruneChunk) {
-			outcomes, err := r.pruneChunk(ctx, n, item, chunk)
-			if err != nil {
-				return err
-			}
-			if outcomes == nil {
-				res.Restoring += len(chunk)
-				continue
-			}
-			for i, out := range outcomes {
-				oid := chunk[i].ID
-				switch kind, pid, _ := strings.Cut(out, "|"); kind {
-				case "pruned":
-					res.Pruned++
-					pruned.Add(1)
-					done = append(done, oid)
-					if pid != "" {
-						index = append(index, lua.Call{Keys: []string{r.keys.PaymentOrder(pid)}, Args: []any{oid}})
-					}
-				case "gone":
-					res.Gone++
-					done = append(done, oid)
-				case "open":
-					res.Open++
-				case "differs":
-					res.Differs++
-				case "young":
-					res.Young++
-				case "payment":
-					res.Payment++
-				default:
-					return fmt.Errorf("reconcile: prune %s: unknown outcome %q", oid, out)
-				}
-			}
+		if err = r.pruneItem(ctx, n, item, byItem[item], res, &done, &index); err != nil {
+			break
 		}
 	}
 	if len(index) > 0 {
 		for i, cmd := range prunePaymentScript.RunEach(ctx, r.rdb, index) {
-			if v, err := cmd.Int64(); err == nil {
+			if v, cerr := cmd.Int64(); cerr == nil {
 				res.PaymentIndex += int(v)
 			} else {
 				// Not fatal: the entry expires with its TTL (orders.paymentIndexTTL).
-				slog.Warn("order pruning: payment index entry not removed", "key", index[i].Keys[0], "err", err)
+				slog.Warn("order pruning: payment index entry not removed", "key", index[i].Keys[0], "err", cerr)
 			}
 		}
 	}
-	if err := r.db.MarkPruned(ctx, LockName, n, done, time.Now()); err != nil {
-		return fmt.Errorf("reconcile: prune: %w", err)
+	if merr := r.db.MarkPruned(ctx, LockName, n, done, time.Now()); merr != nil {
+		err = errors.Join(err, fmt.Errorf("reconcile: prune: %w", merr))
+	}
+	return err
+}
+
+// pruneItem runs prune.lua over one item's orders of the page, chunk by chunk, adding the
+// orders Redis no longer holds to done and their payment index entries to index.
+func (r *Reconciler) pruneItem(ctx context.Context, n int64, item string, orders []record.PrunableOrder,
+	res *PruneResult, done *[]string, index *[]lua.Call) error {
+	if !keyspace.ValidID(item) {
+		return nil // not an id the api makes: nothing of it is in Redis under this name
+	}
+	for chunk := range slices.Chunk(orders, pruneChunk) {
+		outcomes, err := r.pruneChunk(ctx, n, item, chunk)
+		if err != nil {
+			return err
+		}
+		if outcomes == nil {
+			res.Restoring += len(chunk)
+			continue
+		}
+		for i, out := range outcomes {
+			oid := chunk[i].ID
+			switch kind, pid, _ := strings.Cut(out, "|"); kind {
+			case "pruned":
+				res.Pruned++
+				pruned.Add(1)
+				*done = append(*done, oid)
+				if pid != "" {
+					*index = append(*index, lua.Call{Keys: []string{r.keys.PaymentOrder(pid)}, Args: []any{oid}})
+				}
+			case "gone":
+				res.Gone++
+				*done = append(*done, oid)
+			case "open":
+				res.Open++
+			case "differs":
+				res.Differs++
+			case "young":
+				res.Young++
+			case "payment":
+				res.Payment++
+			default:
+				return fmt.Errorf("reconcile: prune %s: unknown outcome %q", oid, out)
+			}
+		}
 	}
 	return nil
 }
