@@ -26,10 +26,10 @@ import (
 const (
 	retentionRowName = "Redis memory after retention"
 	retentionItem    = "retained"
-	// Short windows so the row takes seconds: reservations lapse after 2 s, the idempotency
-	// window and the retention are 3 s (the retention may not be shorter than the window).
-	retentionReservation = 2 * time.Second
-	retentionTTL         = 3 * time.Second
+	// Short windows so the row takes seconds: reservations lapse after 5 s, the idempotency
+	// window and the retention are 5 s (the retention may not be shorter than the window).
+	retentionReservation = 5 * time.Second
+	retentionTTL         = 5 * time.Second
 	// retentionLeft is the share of the sale's memory growth that may stay, apart from the paid
 	// shoppers' allowances: the goal.
 	retentionLeft = 0.05
@@ -119,13 +119,11 @@ func (b *bench) retention(ctx context.Context) error {
 		m, _ := b.rdb.MemoryUsage(ctx, key, 0).Result()
 		allowances += m
 	}
-	// The sale's call records expire recordLife after their calls.
+	// The sale's last call records (the pruning pass's) expire recordLife after their calls:
+	// the figure is taken once they have.
+	sleepCtx(ctx, recordLife+2*time.Second)
 	goal := start + int64(retentionLeft*float64(peak-start))
 	after := b.usedMemory(ctx) - allowances
-	for deadline := time.Now().Add(recordLife + 5*time.Second); after > goal && time.Now().Before(deadline); {
-		sleepCtx(ctx, 500*time.Millisecond)
-		after = b.usedMemory(ctx) - allowances
-	}
 	mb := func(x int64) string { return fmt.Sprintf("%.1f MB", float64(x)/1e6) }
 	perOrder := func(x int64) string { return fmt.Sprintf("%+d B per order", x/int64(len(ids))) }
 	b.rows = append(b.rows, row{
@@ -167,7 +165,12 @@ func (b *bench) retentionSale(ctx context.Context, addr string, n int) ([]string
 					}
 				}
 				if err == nil && i%2 == 0 {
-					_, err = post(ctx, client, "http://"+addr+"/api/orders/"+ids[i]+"/pay", tok, "", 200)
+					// On a busy machine a payment may come after the reservation lapsed: 409
+					// order_expired, a final order all the same.
+					if _, err = post(ctx, client, "http://"+addr+"/api/orders/"+ids[i]+"/pay", tok, "", 200); err != nil &&
+						strings.Contains(err.Error(), "order_expired") {
+						err = nil
+					}
 				}
 				if err != nil {
 					select {
