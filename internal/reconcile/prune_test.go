@@ -473,3 +473,32 @@ func usedMemory(t *testing.T, e *env) int64 {
 	t.Fatal("no used_memory in INFO memory")
 	return 0
 }
+
+// On a Redis Cluster every key of prune.lua's call is in its item's slot and the payment index
+// is removed in its own: a pass prunes paid orders with their payments, no CROSSSLOT.
+func TestPruneOnCluster(t *testing.T) {
+	rdb, keys := testenv.Cluster(t)
+	e := newEnvOn(t, rdb, keys)
+	var ids []string
+	for i, item := range []string{"A", "B", "C", "D"} {
+		e.item(item, 10, 5)
+		o := e.buy(item, fmt.Sprintf("u%d", i%2), 1)
+		pid := fmt.Sprintf("pi_%d", i)
+		if err := e.ord.IndexPayment(e.ctx, pid, o.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.ord.AttachPayment(e.ctx, o.UserID, o.ID, pid); err != nil {
+			t.Fatal(err)
+		}
+		if _, s, err := e.ord.SettlePayment(e.ctx, pid, "evt_"+pid); err != nil || s != orders.SettledPaid {
+			t.Fatalf("settle %s: %v %v", pid, s, err)
+		}
+		ids = append(ids, o.ID)
+	}
+	e.drain()
+	e.age(2*testRetention, ids...)
+	res, err := e.reconciler(reconcile.Options{Retention: testRetention, IdempotencyTTL: time.Millisecond}).Prune(e.ctx)
+	if err != nil || res.Pruned != len(ids) || res.PaymentIndex != len(ids) {
+		t.Fatalf("pass %+v %v: want %d orders and payment index entries pruned", res, err, len(ids))
+	}
+}
