@@ -3,6 +3,8 @@ package reconcile
 import (
 	"context"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/record"
 )
 
 // SetAfterStart makes Batch call f after it recorded the run's start (tests stall a runner).
@@ -34,4 +36,10 @@ func PrunePass(ctx context.Context, r *Reconciler, n int64) (PruneResult, error)
 	var res PruneResult
 	err := r.prunePass(ctx, n, time.Now(), &res)
 	return res, err
+}
+
+// PruneChunk runs prune.lua on orders of one item with fencing number n: one outcome per order,
+// nil when the item is being restored.
+func PruneChunk(ctx context.Context, r *Reconciler, n int64, item string, orders []record.PrunableOrder) ([]string, error) {
+	return r.pruneChunk(ctx, n, item, orders)
 }

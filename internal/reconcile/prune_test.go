@@ -15,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -500,5 +501,59 @@ func TestPruneOnCluster(t *testing.T) {
 	res, err := e.reconciler(reconcile.Options{Retention: testRetention, IdempotencyTTL: time.Millisecond}).Prune(e.ctx)
 	if err != nil || res.Pruned != len(ids) || res.PaymentIndex != len(ids) {
 		t.Fatalf("pass %+v %v: want %d orders and payment index entries pruned", res, err, len(ids))
+	}
+}
+
+// Every reply of prune.lua, called directly with what the record would send.
+func TestPruneScriptReplies(t *testing.T) {
+	e := newEnv(t)
+	e.item("A", 10, 5)
+	r := e.reconciler(reconcile.Options{Retention: testRetention, IdempotencyTTL: time.Millisecond})
+	open := e.buy("A", "u1", 1)
+	paid := e.buy("A", "u2", 2)
+	e.pay(paid)
+	as := func(o orders.Order, status string) record.PrunableOrder {
+		return record.PrunableOrder{ID: o.ID, Item: o.ItemID, User: o.UserID, Status: status, Qty: o.Quantity, Price: o.PriceCents}
+	}
+	otherQty := as(paid, "paid")
+	otherQty.Qty = 1
+	k := e.keys.Item("A")
+	for _, c := range []struct {
+		name   string
+		setup  func()
+		orders []record.PrunableOrder
+		want   []string // nil: the item is being restored
+		err    string
+	}{
+		{name: "open in Redis", orders: []record.PrunableOrder{as(open, "cancelled")}, want: []string{"open"}},
+		{name: "other content", orders: []record.PrunableOrder{otherQty}, want: []string{"differs"}},
+		{name: "other status", orders: []record.PrunableOrder{as(paid, "cancelled")}, want: []string{"differs"}},
+		{name: "no such order", orders: []record.PrunableOrder{{ID: "A.99", Item: "A", User: "u9", Status: "paid", Qty: 1, Price: 250}}, want: []string{"gone"}},
+		{name: "restoring", setup: func() { e.rdb.Set(e.ctx, k.Restoring(), 1, 0) }, orders: []record.PrunableOrder{as(paid, "paid")}, want: nil},
+		{name: "newer restore", setup: func() { e.rdb.Del(e.ctx, k.Restoring()); e.rdb.Set(e.ctx, k.RestoreFence(), 1000, 0) },
+			orders: []record.PrunableOrder{as(paid, "paid")}, err: "newer restore"},
+		{name: "another item's order", setup: func() { e.rdb.Del(e.ctx, k.RestoreFence()) },
+			orders: []record.PrunableOrder{{ID: "B.1", Item: "A", User: "u", Status: "paid", Qty: 1, Price: 1}}, err: "is not of item"},
+		{name: "bad record", orders: []record.PrunableOrder{{ID: "A.1", Item: "A", User: "", Status: "paid", Qty: 1, Price: 1}}, err: "bad record"},
+		{name: "pruned", orders: []record.PrunableOrder{as(paid, "paid"), as(open, "expired")}, want: []string{"pruned|", "open"}},
+	} {
+		if c.setup != nil {
+			c.setup()
+		}
+		got, err := reconcile.PruneChunk(e.ctx, r, 100, "A", c.orders)
+		switch {
+		case c.err != "":
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: %v %v, want an error saying %q", c.name, got, err, c.err)
+			}
+		case err != nil || fmt.Sprint(got) != fmt.Sprint(c.want) || (got == nil) != (c.want == nil):
+			t.Errorf("%s: %q %v, want %q", c.name, got, err, c.want)
+		}
+	}
+	if rec, idx := e.inRedis(paid); rec || idx {
+		t.Errorf("the pruned order is still in Redis (record %v, index %v)", rec, idx)
+	}
+	if rec, idx := e.inRedis(open); !rec || !idx {
+		t.Errorf("the open order left Redis (record %v, index %v)", rec, idx)
 	}
 }
