@@ -70,8 +70,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- USER INDEX ------------------------------------------------------------------------------
 -- Today's layout: the user's order index is the shard's zset per user (keyspace
 -- Shard.UserOrders), one member per order id. The one place pruning touches it (with
--- userIndexKey in prune.go, which names the key).
-local function drop_from_user_index(key, oid)
+-- userIndexKey in prune.go, which names the key); user is the order's user as the record
+-- holds it (for a pruned order also Redis's).
+local function drop_from_user_index(key, oid, user)
   redis.call('ZREM', key, oid)
 end
 -- -----------------------------------------------------------------------------------------
@@ -79,11 +80,12 @@ end
 local out = {'ok'}
 for i = 1, n do
   local oid, rec = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  local rec_user = string.match(rec, '^([^|]+)|')
   local packed = redis.call('HGET', KEYS[1], oid)
   local outcome
   if not packed then
     -- Pruned before (its index entry went with it) or lost: an index entry left names nothing.
-    drop_from_user_index(KEYS[4 + i], oid)
+    drop_from_user_index(KEYS[4 + i], oid, rec_user)
     outcome = 'gone'
   else
     local user, qty, price, status, created =
@@ -109,7 +111,7 @@ for i = 1, n do
         if pay then
           redis.call('HDEL', KEYS[2], oid)
         end
-        drop_from_user_index(KEYS[4 + i], oid)
+        drop_from_user_index(KEYS[4 + i], oid, user)
         outcome = 'pruned|' .. pid
       end
     end
