@@ -127,6 +127,7 @@ func run(ctx context.Context, opt options, out io.Writer) error {
 		{"queue", b.queueRows},
 		{"reconciler", b.reconciler},
 		{"latency", b.latency},
+		{"retention", b.retention},
 		{"scale", b.scale},
 		{"streams", b.streams},
 	}

@@ -34,6 +34,7 @@ var rowNames = []string{
 	apiCPURowName,
 	redisCPURowName,
 	redisMemRowName,
+	retentionRowName,
 	replicaRowName,
 	replicaCPURowName,
 	"GET /api/items reads/s",

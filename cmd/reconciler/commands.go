@@ -58,6 +58,8 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 	r := reconcile.New(rdb, keys, db, reconcile.Options{
 		Payments:       payments,
 		ReservationTTL: cfg.ReservationTTL,
+		Retention:      cfg.OrderRetention,
+		IdempotencyTTL: cfg.IdempotencyTTL,
 		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, kafkaconn.ConsumerGroup, transport),
 		Ranking: ranking.NewStore(rdb, keys, ranking.Options{
 			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,

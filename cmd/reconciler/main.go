@@ -1,8 +1,9 @@
 // Command reconciler keeps the PostgreSQL record of the sale: it consumes the event topic in a
 // consumer group and writes every event exactly once (by event_id).
 //
-//	reconciler            consume events into Postgres (applies migrations first), and run a
-//	                      batch reconciliation every FLASHSALE_RECONCILE_INTERVAL (when set)
+//	reconciler            consume events into Postgres (applies migrations first), prune final
+//	                      orders from Redis after FLASHSALE_ORDER_RETENTION, and run a batch
+//	                      reconciliation every FLASHSALE_RECONCILE_INTERVAL (when set)
 //	reconciler migrate    apply the migrations and exit
 //	reconciler batch      one reconciliation run of Redis against Postgres (see reconcile)
 //	reconciler restore    rebuild Redis from Postgres (see reconcile)
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 
 	"gorm.io/gorm"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/flashsale/flashsale/internal/crashpoint"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/shutdown"
 )
@@ -125,6 +128,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	slog.Info("migrations applied", "version", v)
 
 	metrics.RegisterReconciler()
+	metrics.OrdersPruned.From(reconcile.PrunedTotal)
 	stopAdmin, err := metrics.StartAdmin(cfg.AdminAddr) // /metrics and pprof; off when empty
 	if err != nil {
 		return err
@@ -165,27 +169,27 @@ func run(ctx context.Context, cfg config.Config) error {
 	return record.NewConsumer(db, opt).Run(ctx)
 }
 
-// startSchedule starts batch reconciliation every cfg.ReconcileInterval (none when 0) beside
-// the consumer; stop ends it and waits for it. Every instance may run it: the batch lock lets
-// one run at a time.
+// startSchedule starts the pruning passes (every reconcile.PruneInterval of
+// cfg.OrderRetention) and batch reconciliation every cfg.ReconcileInterval (none when 0)
+// beside the consumer; stop ends them and waits for them. Every instance may run them: the
+// shared lock lets one job run at a time.
 func startSchedule(ctx context.Context, cfg config.Config) (stop func(), err error) {
-	if cfg.ReconcileInterval <= 0 {
-		return func() {}, nil
-	}
 	r, closeAll, err := openReconciler(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("scheduled reconciliation: %w", err)
+		return nil, fmt.Errorf("scheduled jobs: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.RunEvery(ctx, cfg.ReconcileInterval)
-	}()
-	slog.Info("scheduled reconciliation on", "every", cfg.ReconcileInterval)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.PruneEvery(ctx, reconcile.PruneInterval(cfg.OrderRetention)) })
+	slog.Info("order pruning on", "retention", cfg.OrderRetention.String(),
+		"every", reconcile.PruneInterval(cfg.OrderRetention).String())
+	if cfg.ReconcileInterval > 0 {
+		wg.Go(func() { r.RunEvery(ctx, cfg.ReconcileInterval) })
+		slog.Info("scheduled reconciliation on", "every", cfg.ReconcileInterval)
+	}
 	return func() {
 		cancel()
-		<-done
+		wg.Wait()
 		closeAll()
 	}, nil
 }

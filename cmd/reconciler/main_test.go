@@ -89,3 +89,64 @@ func TestHelpStartsNothing(t *testing.T) {
 		t.Errorf("an unknown command: exit %d, want 2", code)
 	}
 }
+
+// `reconciler run` prunes by itself, every reconcile.PruneInterval of the retention, with no
+// batch schedule set: an order the record holds final for longer than the retention and that
+// Redis no longer has is recorded as pruned. What a pass checks is internal/reconcile's
+// TestPrune*.
+func TestRunPrunes(t *testing.T) {
+	cfg, err := config.Parse(func(k string) string {
+		return map[string]string{"FLASHSALE_RESERVATION_TTL": "100ms", "FLASHSALE_IDEMPOTENCY_TTL": "200ms",
+			"FLASHSALE_ORDER_RETENTION": "200ms"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, keys := testenv.Redis(t)
+	cfg.RedisAddrs = []string{testenv.RedisAddr()}
+	cfg.RedisPrefix = keys.Prefix
+	cfg.PostgresDSN = testenv.Postgres(t)
+	cfg.KafkaBrokers = []string{testenv.Kafka(t, cfg.KafkaTopic, 1).Addr()}
+
+	conn, err := pgx.Connect(context.Background(), cfg.PostgresDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `INSERT INTO orders (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at)
+		VALUES ('a.1', 'a', 'u', 1, 100, 'paid', now() - interval '1 hour', now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var pruned bool
+		if err := conn.QueryRow(context.Background(), `SELECT pruned_at IS NOT NULL FROM orders WHERE id = 'a.1'`).Scan(&pruned); err != nil {
+			t.Fatal(err)
+		}
+		if pruned {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned early: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no pruning pass recorded the order within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop within 30 s of its context ending")
+	}
+}

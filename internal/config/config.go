@@ -24,6 +24,7 @@ import (
 	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
@@ -74,6 +75,7 @@ type Config struct {
 	LimitLoginIP      limits.Policy
 	LimitReads        limits.Policy // order reads and waiting-room polls that reach Redis, per user, per api
 	ReconcileInterval time.Duration // 0 = batch only on demand
+	OrderRetention    time.Duration // how long a final order stays in Redis (the reconciler prunes it then)
 	ShutdownTimeout   time.Duration // SIGTERM to exit, the drain included
 	ShutdownDrain     time.Duration // /readyz answers 503 this long before the listener closes
 	HTTPReadTimeout   time.Duration // a whole request, body included (slow clients)
@@ -167,6 +169,7 @@ func parse(p *parser) (Config, error) {
 		LimitLoginIP:      p.limit("FLASHSALE_LIMIT_LOGIN_IP", "10/1m:10"),
 		LimitReads:        p.limit("FLASHSALE_LIMIT_READS", "10/1s:20"),
 		ReconcileInterval: p.duration("FLASHSALE_RECONCILE_INTERVAL", 0),
+		OrderRetention:    p.duration("FLASHSALE_ORDER_RETENTION", reconcile.DefaultOrderRetention),
 		ShutdownTimeout:   p.duration("FLASHSALE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		ShutdownDrain:     p.duration("FLASHSALE_SHUTDOWN_DRAIN", 0),
 		HTTPReadTimeout:   p.duration("FLASHSALE_HTTP_READ_TIMEOUT", 15*time.Second),
@@ -288,6 +291,11 @@ func parse(p *parser) (Config, error) {
 	// TTL would let a retry inside the payment window take stock a second time.
 	if c.IdempotencyTTL < c.ReservationTTL {
 		return Config{}, fmt.Errorf("config: FLASHSALE_IDEMPOTENCY_TTL (%s) must be at least FLASHSALE_RESERVATION_TTL (%s)", c.IdempotencyTTL, c.ReservationTTL)
+	}
+	// An idempotent replay must find its order for the whole window: a final order leaves
+	// Redis after the retention, so the retention may not be shorter.
+	if c.OrderRetention < c.IdempotencyTTL {
+		return Config{}, fmt.Errorf("config: FLASHSALE_ORDER_RETENTION (%s) must be at least FLASHSALE_IDEMPOTENCY_TTL (%s): a replay within the idempotency window must find its order", c.OrderRetention, c.IdempotencyTTL)
 	}
 	if c.HTTPReadTimeout < time.Millisecond || c.HTTPWriteTimeout < time.Millisecond || c.HTTPIdleTimeout < time.Millisecond {
 		return Config{}, fmt.Errorf("config: the HTTP read, write and idle timeouts must be at least 1ms")
@@ -497,6 +505,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("jwt_issuer", m.JWTIssuer), slog.String("jwt_audience", m.JWTAudience),
 		slog.String("reservation_ttl", m.ReservationTTL.String()),
 		slog.String("idempotency_ttl", m.IdempotencyTTL.String()), slog.Int("outbox_max", m.OutboxMax),
+		slog.String("order_retention", m.OrderRetention.String()),
 		slog.String("purchase_limit", m.LimitPurchase.String()), slog.Int("purchase_batch", m.PurchaseBatch),
 		slog.Int("purchase_in_flight", m.PurchaseInFlight), slog.String("reads_limit", m.LimitReads.String()),
 		slog.String("log_level", m.LogLevel.String()), slog.String("access_log_slow", m.AccessLogSlow.String()),

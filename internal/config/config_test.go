@@ -70,6 +70,7 @@ func TestInvalid(t *testing.T) {
 		"FLASHSALE_EXPIRY_BATCH":      "1000",
 		"FLASHSALE_SNAPSHOT_INTERVAL": "-1s",
 		"FLASHSALE_IDEMPOTENCY_TTL":   "1us",
+		"FLASHSALE_ORDER_RETENTION":   "forever",
 		"FLASHSALE_REDIS_ADDRS":       " , ",
 		"FLASHSALE_TRUSTED_PROXIES":   "10.0.0.0/8,not-an-ip",
 		"FLASHSALE_JWT_SECRET":        "short-secret",
@@ -89,6 +90,20 @@ func TestInvalid(t *testing.T) {
 	}
 	if _, err := Parse(env(map[string]string{"FLASHSALE_IDEMPOTENCY_TTL": "10m"})); err != nil {
 		t.Errorf("an idempotency TTL equal to the reservation TTL: %v", err)
+	}
+	// A final order that left Redis within the idempotency window: a replay would find its key
+	// but not its order. One line, naming both variables.
+	if _, err := Parse(env(map[string]string{"FLASHSALE_ORDER_RETENTION": "12h"})); err == nil ||
+		!strings.Contains(err.Error(), "FLASHSALE_ORDER_RETENTION (12h0m0s) must be at least FLASHSALE_IDEMPOTENCY_TTL (24h0m0s)") ||
+		strings.Contains(err.Error(), "\n") {
+		t.Errorf("a retention under the 24h idempotency TTL: %v", err)
+	}
+	if c, err := Parse(env(map[string]string{"FLASHSALE_ORDER_RETENTION": "1h", "FLASHSALE_IDEMPOTENCY_TTL": "1h"})); err != nil ||
+		c.OrderRetention != time.Hour {
+		t.Errorf("a retention equal to the idempotency TTL: %+v %v", c.OrderRetention, err)
+	}
+	if c, err := Parse(env(nil)); err != nil || c.OrderRetention != 720*time.Hour {
+		t.Errorf("default retention %s %v, want 720h", c.OrderRetention, err)
 	}
 	// The drain counts in the shutdown timeout and must leave requests in flight some of it.
 	if _, err := Parse(env(map[string]string{"FLASHSALE_SHUTDOWN_DRAIN": "10s"})); err == nil ||

@@ -120,6 +120,11 @@ var (
 	})
 )
 
+// Pruning (reconciler process): final orders the reconciler's pruning passes removed from Redis
+// after FLASHSALE_ORDER_RETENTION (reconcile.PrunedTotal, handed over with From).
+var OrdersPruned = newFuncCounter("flashsale_orders_pruned_total",
+	"Final orders the reconciler's pruning passes removed from Redis after FLASHSALE_ORDER_RETENTION (Postgres alone keeps them since).")
+
 // Expirer (api process). The expirer keeps its own count (orders.Expirer.Drained); main
 // hands it over with ExpirerDrained.From, so the orders package needs no Prometheus.
 var ExpirerDrained = newFuncCounter("flashsale_expirer_expired_orders_total",
@@ -184,7 +189,8 @@ var reconcilerOnce sync.Once
 // reconciler process calls it: in the api they would always read zero and suggest otherwise.
 func RegisterReconciler() {
 	reconcilerOnce.Do(func() {
-		Registry.MustRegister(ConsumerLag, ConsumerEvents, RecordConflicts, ReconcilerBatchSize, ReconcilerCommitDuration)
+		Registry.MustRegister(ConsumerLag, ConsumerEvents, RecordConflicts, ReconcilerBatchSize, ReconcilerCommitDuration,
+			OrdersPruned)
 	})
 }
 

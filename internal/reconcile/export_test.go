@@ -1,6 +1,11 @@
 package reconcile
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/record"
+)
 
 // SetAfterStart makes Batch call f after it recorded the run's start (tests stall a runner).
 func SetAfterStart(o *Options, f func(ctx context.Context)) { o.afterStart = f }
@@ -24,3 +29,17 @@ func SetAfterRating(o *Options, f func(ctx context.Context, item, user string)) 
 // SetBeforeSettle makes a batch's first confirmation round call f after its snapshots, before
 // it waits for their events.
 func SetBeforeSettle(o *Options, f func(ctx context.Context)) { o.beforeSettle = f }
+
+// PrunePass runs one pruning pass with fencing number n without taking the lock (tests run two
+// at once, as a pruner that stalled past its lock would).
+func PrunePass(ctx context.Context, r *Reconciler, n int64) (PruneResult, error) {
+	var res PruneResult
+	err := r.prunePass(ctx, n, time.Now(), &res)
+	return res, err
+}
+
+// PruneChunk runs prune.lua on orders of one item with fencing number n: one outcome per order,
+// nil when the item is being restored.
+func PruneChunk(ctx context.Context, r *Reconciler, n int64, item string, orders []record.PrunableOrder) ([]string, error) {
+	return r.pruneChunk(ctx, n, item, orders)
+}

@@ -22,6 +22,8 @@ type Record interface {
 	ItemState(ctx context.Context, item string, ids []string) (record.ItemCounters, map[string]record.OrderState, error)
 	Item(ctx context.Context, id string) (record.ItemRecord, bool, error)
 	Ratings(ctx context.Context, item string) ([]record.RatingRecord, error)
+	PrunableOrders(ctx context.Context, finalBefore, createdBefore time.Time, after record.PruneCursor, limit int) ([]record.PrunableOrder, record.PruneCursor, error)
+	MarkPruned(ctx context.Context, job string, n int64, ids []string, at time.Time) error
 }
 
 // pgOrder is an order as the record holds it.

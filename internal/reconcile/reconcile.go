@@ -1,8 +1,9 @@
 // Package reconcile proves that Redis (the live sale) and Postgres (the record the reconciler
 // consumer writes) agree, finds exactly where they don't, and fixes it: batch comparison per
 // item and order by order, repair by re-emitting events through the outbox, restore of Redis
-// from Postgres after data loss. Only one batch or restore runs at a time across instances
-// (a Redis lock), and every run's writes carry the lock's fencing number.
+// from Postgres after data loss, and pruning of final orders from Redis once Postgres has held
+// them for the retention (prune.go). Only one batch, restore or pruning pass runs at a time
+// across instances (a Redis lock), and every run's writes carry the lock's fencing number.
 package reconcile
 
 import (
@@ -20,13 +21,13 @@ import (
 	"github.com/flashsale/flashsale/internal/record"
 )
 
-// LockName is the one lock batch and restore share: they must never overlap.
+// LockName is the one lock batch, restore and pruning share: they must never overlap.
 const LockName = "reconcile"
 
 // Sentinel errors.
 var (
-	// ErrBusy means another batch or restore holds the lock; the error says who.
-	ErrBusy = errors.New("reconcile: another batch or restore is running")
+	// ErrBusy means another batch, restore or pruning pass holds the lock; the error says who.
+	ErrBusy = errors.New("reconcile: another batch, restore or pruning pass is running")
 	// ErrFenced means a newer runner has written since this one obtained the lock (this one
 	// stalled past its lock's TTL): its writes are refused.
 	ErrFenced = record.ErrFenced
@@ -62,6 +63,14 @@ type Options struct {
 	// Payments, when set, is asked for the state of a payment the record does not account
 	// for exactly once.
 	Payments PaymentProvider
+	// Retention is how long a final order stays in Redis after it became final
+	// (FLASHSALE_ORDER_RETENTION; default DefaultOrderRetention); IdempotencyTTL the window
+	// since its creation within which it never leaves (default
+	// inventory.DefaultIdempotencyTTL). Batch expects an order Postgres holds final for longer
+	// than both to be absent from Redis.
+	Retention, IdempotencyTTL time.Duration
+	// PruneMax bounds the orders one pruning pass examines (default DefaultPruneMax).
+	PruneMax int
 
 	// hooks for tests
 	afterStart func(ctx context.Context)
@@ -112,6 +121,15 @@ func New(rdb redis.UniversalClient, keys keyspace.Space, db Record, opt Options)
 	}
 	if opt.QuietFor <= 0 {
 		opt.QuietFor = time.Second
+	}
+	if opt.Retention <= 0 {
+		opt.Retention = DefaultOrderRetention
+	}
+	if opt.IdempotencyTTL <= 0 {
+		opt.IdempotencyTTL = inventory.DefaultIdempotencyTTL
+	}
+	if opt.PruneMax <= 0 {
+		opt.PruneMax = DefaultPruneMax
 	}
 	return &Reconciler{rdb: rdb, keys: keys, db: db, locker: lock.New(rdb, keys), opt: opt}
 }

@@ -78,6 +78,7 @@ type Report struct {
 	DurationMs    int64        `json:"duration_ms"`
 	Items         int          `json:"items"`
 	Orders        int          `json:"orders"`        // distinct order ids compared
+	Pruned        int          `json:"pruned_orders"` // final orders only Postgres keeps (FLASHSALE_ORDER_RETENTION): not compared
 	RowsCompared  int          `json:"rows_compared"` // Redis orders + Postgres orders + items of both sides
 	RowsPerSecond float64      `json:"rows_per_second"`
 	Rounds        int          `json:"settle_rounds"` // re-check rounds the candidates needed

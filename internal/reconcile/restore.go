@@ -39,7 +39,7 @@ type RestoreOptions struct {
 // RestoredItem is what restore wrote for one item.
 type RestoredItem struct {
 	ID         string `json:"id"`
-	Orders     int    `json:"orders"`
+	Orders     int    `json:"orders"` // written to Redis (pruned orders stay out)
 	StockTotal int64  `json:"stock_total"`
 	StockLeft  int64  `json:"stock_left"`
 	Reserved   int64  `json:"reserved"`
@@ -184,20 +184,29 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 			expires = o.Expires.UnixMilli() // its own expiry, not a new one
 		}
 		maxMs = max(maxMs, o.Updated.UnixMilli(), created)
-		u := byUser[o.User]
-		if u == nil {
-			u = &userOrders{first: created}
-			byUser[o.User] = u
-		}
-		u.first = min(u.first, created)
+		seq, hasSeq := int64(0), false
 		if _, seqS, ok := strings.Cut(o.ID, "."); ok {
 			if s, err := strconv.ParseInt(seqS, 10, 64); err == nil {
+				seq, hasSeq = s, true
 				maxSeq = max(maxSeq, s)
-				u.seqs = append(u.seqs, s)
 			}
 		}
-		packed := fmt.Sprintf("%s|%d|%d|%s|%d|%d", o.User, o.Qty, o.Price, o.Status, created, expires)
-		puts = append(puts, entry{kind: "order", a: o.ID, b: packed})
+		// An order the pruning pass removed stays out of Redis, its user's order list included
+		// (only its units count, below): the record alone keeps it.
+		if !o.Pruned {
+			u := byUser[o.User]
+			if u == nil {
+				u = &userOrders{first: created}
+				byUser[o.User] = u
+			}
+			u.first = min(u.first, created)
+			if hasSeq {
+				u.seqs = append(u.seqs, seq)
+			}
+			packed := fmt.Sprintf("%s|%d|%d|%s|%d|%d", o.User, o.Qty, o.Price, o.Status, created, expires)
+			puts = append(puts, entry{kind: "order", a: o.ID, b: packed})
+			out.Orders++
+		}
 		switch o.Status {
 		case "reserved":
 			out.Reserved += o.Qty
@@ -227,7 +236,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	for u, q := range paidBy {
 		puts = append(puts, entry{kind: "paid", a: u, b: strconv.FormatInt(q, 10)})
 	}
-	out.Orders, out.StockTotal = len(orders), it.Total
+	out.StockTotal = it.Total
 	out.StockLeft = it.Total - out.Reserved - out.Paid
 	if out.StockLeft < 0 {
 		// The record says more was sold than loaded: sell nothing more rather than oversell.

@@ -43,6 +43,17 @@ type OrderState struct {
 	Qty    int64
 	Price  int64 // price_cents
 	Status string
+	// Created is created_at, Updated the time of its newest change (for a final order: when
+	// it became final); Pruned says the pruning pass removed it from Redis (pruned_at is set).
+	Created, Updated time.Time
+	Pruned           bool
+}
+
+// orderStateCols selects an order's id and OrderState in scanOrderState's order.
+const orderStateCols = `id, user_id, quantity, price_cents, status, created_at, updated_at, pruned_at IS NOT NULL`
+
+func scanOrderState(row pgx.Row, id *string, o *OrderState) error {
+	return row.Scan(id, &o.User, &o.Qty, &o.Price, &o.Status, &o.Created, &o.Updated, &o.Pruned)
 }
 
 // ItemCounters are an item's stock figures derived from the record, with its attributes.
@@ -175,7 +186,7 @@ func (q *Queries) ItemTotal(ctx context.Context, id string) (int64, ItemAttrs, b
 
 // EachOrder streams the item's orders to f.
 func (q *Queries) EachOrder(ctx context.Context, item string, f func(id string, o OrderState)) error {
-	rows, err := q.db.Query(ctx, `SELECT id, user_id, quantity, price_cents, status FROM orders WHERE item_id = $1`, item)
+	rows, err := q.db.Query(ctx, `SELECT `+orderStateCols+` FROM orders WHERE item_id = $1`, item)
 	if err != nil {
 		return fmt.Errorf("record: orders of %s: %w", item, err)
 	}
@@ -183,7 +194,7 @@ func (q *Queries) EachOrder(ctx context.Context, item string, f func(id string, 
 	var id string
 	var o OrderState
 	for rows.Next() {
-		if err := rows.Scan(&id, &o.User, &o.Qty, &o.Price, &o.Status); err != nil {
+		if err := scanOrderState(rows, &id, &o); err != nil {
 			return fmt.Errorf("record: orders of %s: %w", item, err)
 		}
 		f(id, o)
@@ -213,7 +224,7 @@ func (q *Queries) ItemState(ctx context.Context, item string, ids []string) (Ite
 		if len(ids) == 0 {
 			return nil
 		}
-		rows, err := tx.Query(ctx, `SELECT id, user_id, quantity, price_cents, status FROM orders WHERE id = ANY($1)`, ids)
+		rows, err := tx.Query(ctx, `SELECT `+orderStateCols+` FROM orders WHERE id = ANY($1)`, ids)
 		if err != nil {
 			return err
 		}
@@ -221,7 +232,7 @@ func (q *Queries) ItemState(ctx context.Context, item string, ids []string) (Ite
 		for rows.Next() {
 			var id string
 			var o OrderState
-			if err := rows.Scan(&id, &o.User, &o.Qty, &o.Price, &o.Status); err != nil {
+			if err := scanOrderState(rows, &id, &o); err != nil {
 				return err
 			}
 			orders[id] = o
@@ -249,6 +260,7 @@ type OrderRecord struct {
 	Qty, Price       int64
 	Created, Updated time.Time
 	Expires          *time.Time // null for orders recorded before the column
+	Pruned           bool       // the pruning pass removed it from Redis: restore leaves it out
 }
 
 // Item reads one item and its orders; ok is false when the record has no such item.
@@ -263,11 +275,11 @@ func (q *Queries) Item(ctx context.Context, id string) (it ItemRecord, ok bool, 
 	if err != nil {
 		return it, false, fmt.Errorf("record: item %s: %w", id, err)
 	}
-	rows, _ := q.db.Query(ctx, `SELECT id, user_id, status, quantity, price_cents, created_at, updated_at, expires_at
-		FROM orders WHERE item_id = $1`, id)
+	rows, _ := q.db.Query(ctx, `SELECT id, user_id, status, quantity, price_cents, created_at, updated_at, expires_at,
+		pruned_at IS NOT NULL FROM orders WHERE item_id = $1`, id)
 	it.Orders, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (OrderRecord, error) {
 		var o OrderRecord
-		err := row.Scan(&o.ID, &o.User, &o.Status, &o.Qty, &o.Price, &o.Created, &o.Updated, &o.Expires)
+		err := row.Scan(&o.ID, &o.User, &o.Status, &o.Qty, &o.Price, &o.Created, &o.Updated, &o.Expires, &o.Pruned)
 		return o, err
 	})
 	if err != nil {
