@@ -57,15 +57,7 @@ func TestRunSchedulesReconciliation(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not stop within 30 s of its context ending")
-	}
+	stopRun(t, cancel, done)
 }
 
 // `--help` on every command exits 0 and starts nothing: the configuration points at servers
@@ -140,6 +132,12 @@ func TestRunPrunes(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	stopRun(t, cancel, done)
+}
+
+// stopRun ends a run's context and waits for it to return without an error.
+func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
 	cancel()
 	select {
 	case err := <-done:

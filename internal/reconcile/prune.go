@@ -94,17 +94,7 @@ func (r *Reconciler) Prune(ctx context.Context) (PruneResult, error) {
 // each pass's counts. Every reconciler instance may run it: the lock lets one pass run at a
 // time, and one that finds the lock held waits for its next turn.
 func (r *Reconciler) PruneEvery(ctx context.Context, interval time.Duration) {
-	if interval <= 0 {
-		return
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, interval, func() {
 		res, err := r.Prune(ctx)
 		switch {
 		case errors.Is(err, ErrBusy):
@@ -118,7 +108,7 @@ func (r *Reconciler) PruneEvery(ctx context.Context, interval time.Duration) {
 				"kept", res.Kept(), "open", res.Open, "differs", res.Differs, "young", res.Young,
 				"payment", res.Payment, "restoring", res.Restoring, "ms", res.DurationMs)
 		}
-	}
+	})
 }
 
 func (r *Reconciler) prunePass(ctx context.Context, n int64, now time.Time, res *PruneResult) error {
