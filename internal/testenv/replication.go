@@ -203,9 +203,12 @@ func (r *Replicated) WaitInSync(t testing.TB, primary *Server, n int) {
 }
 
 // WithSentinels starts count Sentinels (quorum: a majority) monitoring the primary as
-// r.MasterName, with a 1 s down-after and a 3 s failover timeout (a failover that found no
+// r.MasterName, with a 3 s down-after and a 3 s failover timeout (a failover that found no
 // replica fit to promote, one that sleeps, is tried again 6 s later), and waits until each of
 // them knows every replica and the other Sentinels. It returns their addresses.
+// The down-after is three of Sentinel's 1 s pings: with 1 s a single PING answered late (a
+// just promoted primary busy with the sale's retries and its old primary's full sync) made the
+// Sentinels fail the new primary over again, back to the old one, a second after promoting it.
 func (r *Replicated) WithSentinels(t testing.TB, count int) []string {
 	t.Helper()
 	host, port := hostPort(r.Primary.Addr)
@@ -217,7 +220,7 @@ func (r *Replicated) WithSentinels(t testing.TB, count int) []string {
 		conf := filepath.Join(dir, "sentinel.conf")
 		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndaemonize no\ndir %s\nlogfile %s\n"+
 			"sentinel monitor %s %s %s %d\n"+
-			"sentinel down-after-milliseconds %s 1000\n"+
+			"sentinel down-after-milliseconds %s 3000\n"+
 			"sentinel failover-timeout %s 3000\n"+
 			"sentinel parallel-syncs %s 1\n",
 			sport, dir, filepath.Join(dir, "sentinel.log"), r.MasterName, host, port, quorum,
