@@ -77,6 +77,18 @@ func main() {
 			delete(outputs, key)
 		}
 	}
+	// A test with output but no result was cut short: the test binary ended during it (a
+	// panic in another goroutine, a timeout, a signal). Its output is where the cause is.
+	unfinished := make([]string, 0, len(outputs))
+	for key := range outputs {
+		unfinished = append(unfinished, key)
+	}
+	sort.Strings(unfinished)
+	for _, key := range unfinished {
+		fmt.Printf("--- NO RESULT: %s (the test binary ended during it); its output:\n%s", key, outputs[key].String())
+		failed++
+		failedNames = append(failedNames, key)
+	}
 	sort.Strings(failedNames)
 	for _, n := range failedNames {
 		fmt.Println("FAILED:", n)
