@@ -82,8 +82,10 @@ func TestStreamHubIdleWithoutSubscribers(t *testing.T) {
 	if n := asked.Load(); n != 0 {
 		t.Fatalf("the hub asked for the catalogue %d times with no stream open", n)
 	}
-	sub, _ := h.subscribe()
+	// The catalogue changes before anyone subscribes: the hub, idle until then, must send it as
+	// it is when the subscriber joins (set after subscribe, the hub could read it first).
 	version.Store(1)
+	sub, _ := h.subscribe()
 	select {
 	case f := <-sub.queue:
 		if string(f.b) != "event: items\ndata: {\"items\":[{\"v\":1}]}\n\n" {
