@@ -16,15 +16,7 @@ import (
 // stops both when its context ends. What a run checks, and that runs of several instances
 // never overlap, is internal/reconcile's TestSchedule.
 func TestRunSchedulesReconciliation(t *testing.T) {
-	cfg, err := config.Parse(func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, keys := testenv.Redis(t)
-	cfg.RedisAddrs = []string{testenv.RedisAddr()}
-	cfg.RedisPrefix = keys.Prefix
-	cfg.PostgresDSN = testenv.Postgres(t)
-	cfg.KafkaBrokers = []string{testenv.Kafka(t, cfg.KafkaTopic, 1).Addr()}
+	cfg := testConfig(t, nil)
 	cfg.ReconcileInterval = 50 * time.Millisecond
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -87,18 +79,8 @@ func TestHelpStartsNothing(t *testing.T) {
 // Redis no longer has is recorded as pruned. What a pass checks is internal/reconcile's
 // TestPrune*.
 func TestRunPrunes(t *testing.T) {
-	cfg, err := config.Parse(func(k string) string {
-		return map[string]string{"FLASHSALE_RESERVATION_TTL": "100ms", "FLASHSALE_IDEMPOTENCY_TTL": "200ms",
-			"FLASHSALE_ORDER_RETENTION": "200ms"}[k]
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, keys := testenv.Redis(t)
-	cfg.RedisAddrs = []string{testenv.RedisAddr()}
-	cfg.RedisPrefix = keys.Prefix
-	cfg.PostgresDSN = testenv.Postgres(t)
-	cfg.KafkaBrokers = []string{testenv.Kafka(t, cfg.KafkaTopic, 1).Addr()}
+	cfg := testConfig(t, map[string]string{"FLASHSALE_RESERVATION_TTL": "100ms",
+		"FLASHSALE_IDEMPOTENCY_TTL": "200ms", "FLASHSALE_ORDER_RETENTION": "200ms"})
 
 	conn, err := pgx.Connect(context.Background(), cfg.PostgresDSN)
 	if err != nil {
@@ -147,4 +129,20 @@ func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not stop within 30 s of its context ending")
 	}
+}
+
+// testConfig is the configuration env parses to, on the test's own Redis key prefix, a
+// throw-away Postgres database and a kfake broker.
+func testConfig(t *testing.T, env map[string]string) config.Config {
+	t.Helper()
+	cfg, err := config.Parse(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, keys := testenv.Redis(t)
+	cfg.RedisAddrs = []string{testenv.RedisAddr()}
+	cfg.RedisPrefix = keys.Prefix
+	cfg.PostgresDSN = testenv.Postgres(t)
+	cfg.KafkaBrokers = []string{testenv.Kafka(t, cfg.KafkaTopic, 1).Addr()}
+	return cfg
 }
