@@ -24,11 +24,7 @@ func replicated(t *testing.T) (*testenv.Replicated, redis.UniversalClient, keysp
 	t.Helper()
 	r := testenv.ReplicatedRedis(t, 1)
 	ctx := context.Background()
-	rdb, err := redisconn.OpenWith(ctx, redisconn.Options{Addrs: []string{r.Primary.Addr}, AckReplicas: 1, AckTimeout: 250 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rdb.Close() })
+	rdb := r.AckClient(t, 1, 250 * time.Millisecond)
 	if err := lua.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}

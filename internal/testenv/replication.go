@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
 // Server is a private redis-server (or Sentinel) process of the test's own, which the test may
@@ -525,4 +527,16 @@ func (c *ReplicatedCluster) Healthy() bool {
 		}
 	}
 	return masters == 3
+}
+
+// AckClient is a client of the primary whose state changes are answered only once n replicas
+// hold them (FLASHSALE_REDIS_ACK_REPLICAS, waiting up to timeout); closed when the test ends.
+func (r *Replicated) AckClient(t testing.TB, n int, timeout time.Duration) redis.UniversalClient {
+	t.Helper()
+	rdb, err := redisconn.OpenWith(context.Background(), redisconn.Options{Addrs: []string{r.Primary.Addr}, AckReplicas: n, AckTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }
