@@ -24,7 +24,7 @@ func replicated(t *testing.T) (*testenv.Replicated, redis.UniversalClient, keysp
 	t.Helper()
 	r := testenv.ReplicatedRedis(t, 1)
 	ctx := context.Background()
-	rdb := r.AckClient(t, 1, 250 * time.Millisecond)
+	rdb := r.AckClient(t, 1, 250*time.Millisecond)
 	if err := lua.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func (discard) WriteMessages(context.Context, ...kafka.Message) error { return n
 func TestReadConfirmsOnlyWhatTheReplicasHold(t *testing.T) {
 	r := testenv.ReplicatedRedis(t, 1)
 	ctx := context.Background()
-	rdb := r.AckClient(t, 1, 100 * time.Millisecond)
+	rdb := r.AckClient(t, 1, 100*time.Millisecond)
 	testenv.WaitFor(t, "a live replica", 30*time.Second, func() bool { return redisconn.Ready(rdb) == nil })
 	plain := r.Primary.Client() // writes without waiting for the replica
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}

@@ -21,7 +21,7 @@ import (
 func TestRelayPublishesOnlyWhatTheReplicasHold(t *testing.T) {
 	r := testenv.ReplicatedRedis(t, 1)
 	ctx := context.Background()
-	rdb := r.AckClient(t, 1, 100 * time.Millisecond)
+	rdb := r.AckClient(t, 1, 100*time.Millisecond)
 	plain, err := redisconn.Open(ctx, []string{r.Primary.Addr}, 0) // writes without waiting for the replica
 	if err != nil {
 		t.Fatal(err)
