@@ -43,19 +43,21 @@
 -- write (never sooner than a TTL it already has): it then holds only TATs in the past, which
 -- read as none. A refusal writes nothing.
 --
--- Reply: one string per attempt, then one for the batch: flat values, and short, as once.lua
--- records the reply and the api decodes it. The api knows each attempt's item, user and
--- quantity, and the orders of a batch share price, creation and expiry, so a created order
--- is only its sequence number:
---   attempt i: an outcome letter, its value, then '|remaining|retry_ms|reset_ms' when the rate
---     limiter ran (whole ms, rounded up; refused only for L):
---     C<seq>  created: order <item>.<seq> of the attempt's user and quantity, status reserved,
---             price, creation and expiry as in the batch's string
---     R<order_id>|<packed_order>  replayed (an earlier order, whole: "user|quantity|
---             price_cents|status|created_ms|expires_ms"; the limiter is not reached)
---     N not_found   I invalid_request   S sale_not_started   E sale_ended   Q queue_required
---     L rate_limited   X limit_exceeded   O sold_out
---   n+1: stock_left|price_cents|created_ms|expires_ms (the stock left after the batch)
+-- Reply: four values per attempt, then one string for the batch. Numbers stay numbers (an
+-- integer reply; once.lua records them as such): the script formats nothing for the reply,
+-- a cost per attempt it used to pay three or four times. The api knows each attempt's item,
+-- user and quantity, and the orders of a batch share price, creation and expiry, so a created
+-- order is only its sequence number. Attempt i is out[4i-3 .. 4i]: letter, value, a, b:
+--     C  seq          created: order <item>.<seq> of the attempt's user and quantity, status
+--                     reserved, price, creation and expiry as in the batch's string
+--     R  order_id     replayed: a is the earlier order, packed ("user|quantity|price_cents|
+--                     status|created_ms|expires_ms"); the limiter is not reached (b is -1)
+--     N not_found  I invalid_request  S sale_not_started  E sale_ended  Q queue_required
+--     L rate_limited  X limit_exceeded  O sold_out: value 0
+--   a, b: the rate limiter's figures when it ran, whole ms rounded up: for L the retry and
+--   reset times (nothing remains), for C, X and O the requests remaining and the reset time;
+--   -1, -1 when it did not run.
+--   4n+1: stock_left|price_cents|created_ms|expires_ms (the stock left after the batch)
 -- A malformed batch (bad counts or shared ARGV) is an error reply and writes nothing.
 
 local ttl = tonumber(ARGV[1])
@@ -95,9 +97,12 @@ local reserved = tonumber(f[7]) or 0
 local version = tonumber(f[9]) or 0
 local now = now_ms()
 local now_int = math.floor(now)
--- Every order of the batch is created now and expires ttl later: formatted once, not per order.
+-- Every order of the batch is created now and expires ttl later: formatted once, not per order,
+-- and so is the part of the packed order after the user and quantity.
 local now_s = string.format('%d', now_int)
 local expires_s = string.format('%d', now_int + ttl)
+local order_tail = '|' .. price .. '|reserved|' .. now_s .. '|' .. expires_s
+local oid_prefix = item_id .. '.'
 local out = {}
 
 -- Waiting room (issue 17) ----------------------------------------------------------------
@@ -114,6 +119,26 @@ local function pass_ticket(user, pass)
 end
 -- ----------------------------------------------------------------------------------------
 
+-- Quantities as the api sent them, each checked once per batch (a batch rarely holds more than
+-- one): the checked string goes into the order and the outbox as it is, never reformatted.
+local quantities = {}
+local function quantity(s)
+  local q = quantities[s]
+  if q == nil then
+    q = tonumber(s)
+    if not (q and q >= 1 and q <= 1e9 and string.format('%d', q) == s) then
+      q = false
+    end
+    quantities[s] = q
+  end
+  return q
+end
+
+-- The limiter's step (gcra.lua's gcra_step, cost 1) with its figures kept as numbers.
+local t_step = rate > 0 and period / rate or 0
+local tau = t_step * burst
+local floor, ceil = math.floor, math.ceil
+
 -- The batch's users' allowances, order lists and rate-limit TATs, one read each; the tables
 -- then carry every change the batch makes, in attempt order.
 local held, tats, seqs = {}, {}, {}
@@ -126,50 +151,60 @@ if exists then
   local sv = redis.call('HMGET', KEYS[10], unpack(users))
   local tv = rate > 0 and redis.call('HMGET', KEYS[8], unpack(users)) or {}
   for i = 1, n do
-    if held[users[i]] == nil then
-      held[users[i]] = tonumber(hv[i]) or 0
-      seqs[users[i]] = sv[i]
-      tats[users[i]] = tonumber(tv[i]) or false
+    local u = users[i]
+    if held[u] == nil then
+      held[u] = tonumber(hv[i]) or 0
+      seqs[u] = sv[i]
+      tats[u] = tonumber(tv[i]) or false
     end
   end
 end
 local held_users, rl_users = {}, {} -- users whose allowance / TAT changed, once each
 local held_new, rl_new = {}, {}
-local orders_args, new_orders = {}, {}
+local orders_args = {}
 local first_seq = seq + 1 -- the batch's orders are first_seq .. seq
 -- The outbox: one order.reserved entry for the whole batch (events.FromBatch), not one per
 -- order: what its orders share (item, price, created, expires) is written once, then each
 -- order's user and quantity; their sequence numbers run on from first_seq.
 local batch_list = {}
 
+-- Each attempt's reply is four values, out[4i-3 .. 4i] (numbers stay numbers: nothing is
+-- formatted for the reply):
+--   letter, value, then the limiter's two figures (-1, -1 when it did not run)
 for i = 1, n do
-  local ukey, ikey = KEYS[9 + 2 * i], KEYS[10 + 2 * i]
-  local user, qty, idem = ARGV[3 + 4 * i], tonumber(ARGV[4 + 4 * i]), ARGV[5 + 4 * i]
-  local pass = ARGV[6 + 4 * i] -- waiting room (issue 17)
-  local reply
+  local a = 4 * i
+  local user, qty_s, idem, pass = ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
+  local qty = quantity(qty_s)
+  local letter, value, rl1, rl2 = 'C', 0, -1, -1
   local prev = false
   if idem ~= '' then
-    prev = redis.call('GET', ikey)
+    prev = redis.call('GET', KEYS[10 + 2 * i])
   end
   if prev then
-    reply = 'R' .. prev .. '|' .. (new_orders[prev] or redis.call('HGET', KEYS[2], prev) or '')
+    letter, value = 'R', prev
+    rl1 = orders_args[prev] or redis.call('HGET', KEYS[2], prev) or ''
   elseif not exists then
-    reply = 'N' -- left is 0
-  elseif not qty or qty < 1 or qty ~= math.floor(qty) or user == '' then
-    reply = 'I'
+    letter = 'N' -- left is 0
+  elseif not qty or user == '' then
+    letter = 'I'
   elseif now < starts then
-    reply = 'S'
+    letter = 'S'
   elseif ends > 0 and now >= ends then
-    reply = 'E'
+    letter = 'E'
   elseif queued and not pass_ticket(user, pass) then -- waiting room (issue 17)
-    reply = 'Q'
+    letter = 'Q'
   else
-    local ok, rl = true, ''
-    if rate > 0 then
-      local remaining, retry, reset, new_tat
-      ok, remaining, retry, reset, new_tat = gcra_step(tats[user] or nil, now, rate, period, burst, 1)
-      rl = '|' .. remaining .. '|' .. retry .. '|' .. reset -- integers
-      if ok then
+    if rate > 0 then -- gcra_step inline: the TAT after this attempt, or a refusal
+      local tat = tats[user]
+      if not tat or tat < now then
+        tat = now
+      end
+      local new_tat = tat + t_step
+      local diff = now - (new_tat - tau)
+      if diff < 0 then
+        letter, rl1, rl2 = 'L', ceil(-diff), ceil(tat - now)
+      else
+        rl1, rl2 = floor(diff / t_step), ceil(new_tat - now)
         tats[user] = new_tat
         if not rl_new[user] then
           rl_new[user] = true
@@ -177,19 +212,20 @@ for i = 1, n do
         end
       end
     end
-    if not ok then
-      reply = 'L' .. rl
+    if letter == 'L' then
+      -- refused by the limiter: nothing else is checked
     elseif held[user] + qty > per_user then
-      reply = 'X' .. rl
+      letter = 'X'
     elseif qty > left then
-      reply = 'O' .. rl
+      letter = 'O'
     else
       seq = seq + 1
       left = left - qty
       reserved = reserved + qty
-      local oid = item_id .. '.' .. seq
-      local packed = user .. '|' .. qty .. '|' .. price .. '|reserved|' .. now_s .. '|' .. expires_s
-      new_orders[oid] = packed
+      local seq_s = string.format('%d', seq)
+      local oid = oid_prefix .. seq_s
+      local packed = user .. '|' .. qty_s .. order_tail
+      orders_args[oid] = packed -- a later replay of this batch reads it here
       orders_args[#orders_args + 1] = oid
       orders_args[#orders_args + 1] = packed
       held[user] = held[user] + qty
@@ -198,28 +234,28 @@ for i = 1, n do
         held_users[#held_users + 1] = user
       end
       if seqs[user] then
-        seqs[user] = seqs[user] .. ',' .. seq
+        seqs[user] = seqs[user] .. ',' .. seq_s
       else -- the user's first order of the item: the shard's index learns the item
-        seqs[user] = tostring(seq)
-        redis.call('ZADD', ukey, now_s, item_id)
+        seqs[user] = seq_s
+        redis.call('ZADD', KEYS[9 + 2 * i], now_s, item_id)
       end
       if idem ~= '' then
-        redis.call('SET', ikey, oid, 'PX', idem_ttl)
+        redis.call('SET', KEYS[10 + 2 * i], oid, 'PX', idem_ttl)
       end
       -- The batch's outbox entry (written once, below) lists it: user|quantity.
       batch_list[#batch_list + 1] = user
-      batch_list[#batch_list + 1] = qty
+      batch_list[#batch_list + 1] = qty_s
       if queued then -- waiting room (issue 17): the pass is spent and frees its place
         local q = pass_ticket(user, pass)
         redis.call('HSET', qkey, user, 's|' .. q[1] .. '|' .. q[2] .. '|' .. q[3])
         redis.call('HINCRBY', qkey, '#spent', 1)
       end
-      reply = 'C' .. seq .. rl
+      value = seq
     end
   end
-  out[i] = reply
+  out[a - 3], out[a - 2], out[a - 1], out[a] = letter, value, rl1, rl2
 end
-out[n + 1] = string.format('%d', left) .. '|' .. price .. '|' .. now_s .. '|' .. expires_s
+out[4 * n + 1] = string.format('%d', left) .. '|' .. price .. '|' .. now_s .. '|' .. expires_s
 
 if #rl_users > 0 then
   local args = {}
@@ -233,13 +269,14 @@ if #rl_users > 0 then
     redis.call('PEXPIRE', KEYS[8], keep)
   end
 end
-if #orders_args > 0 then
-  redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id, 'seq', first_seq,
-    'p', price, 'c', now_s, 'e', expires_s, 'b', table.concat(batch_list, '|'))
+if #batch_list > 0 then
+  redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id,
+    'seq', string.format('%d', first_seq), 'p', price, 'c', now_s, 'e', expires_s,
+    'b', table.concat(batch_list, '|'))
   local args, user_seqs = {}, {}
   for _, u in ipairs(held_users) do -- held_users are exactly the users given an order
     args[#args + 1] = u
-    args[#args + 1] = held[u]
+    args[#args + 1] = string.format('%d', held[u])
     user_seqs[#user_seqs + 1] = u
     user_seqs[#user_seqs + 1] = seqs[u]
   end
@@ -251,7 +288,8 @@ if #orders_args > 0 then
     member = member .. '-' .. seq
   end
   redis.call('ZADD', KEYS[4], expires_s, member)
-  redis.call('HSET', KEYS[1], 'stock_left', left, 'reserved', reserved, 'seq', seq, 'version', version + 1)
+  redis.call('HSET', KEYS[1], 'stock_left', string.format('%d', left), 'reserved', string.format('%d', reserved),
+    'seq', string.format('%d', seq), 'version', string.format('%d', version + 1))
   mark_changed(KEYS[6], KEYS[7], item_id)
 end
 return out

@@ -5,11 +5,15 @@ package batch
 
 import "sync"
 
-// Batcher coalesces concurrent calls per key: while inFlight runs for a key are under way,
-// newcomers queue; the next run takes up to max of them. A lone call goes out at once, so
-// batching adds no latency when the shop is quiet. More than one run in flight keeps a hot
-// key's calls moving while a batch is in Redis; the caller's runs must then be correct in
-// either order (each script call is atomic and decides its calls on their own).
+// Batcher coalesces concurrent calls per key: while a run for a key is under way, newcomers
+// queue; the next run takes up to max of them. A lone call goes out at once, so batching adds
+// no latency when the shop is quiet. A further run (up to inFlight at once) starts only once
+// half a batch waits: it keeps a hot key's calls moving when a run takes long (a replica's
+// acknowledgement, a slow network), but a run is worth its cost (a script call costs Redis
+// about as much as several of its purchases) only when it carries many calls, so under a
+// steady load the calls wait for the running batch and ride in the next, big one. The
+// caller's runs must be correct in either order (each script call is atomic and decides its
+// calls on their own).
 type Batcher[T any] struct {
 	max      int
 	inFlight int
@@ -40,7 +44,7 @@ func (b *Batcher[T]) Submit(key string, c *T) {
 		b.queues[key] = q
 	}
 	q.pending = append(q.pending, c)
-	start := q.running < b.inFlight
+	start := q.running == 0 || q.running < b.inFlight && 2*len(q.pending) >= b.max
 	if start {
 		q.running++
 	}

@@ -8,10 +8,10 @@ import (
 
 type call struct{ n int }
 
-// TestInFlight: at most inFlight runs of one key at once; a newcomer goes out at once while
-// fewer are running, else waits and rides in the next run with everyone else who queued
-// meanwhile; every call runs exactly once. The runs are held open by the test, so what is
-// asserted is the schedule, not timing.
+// TestInFlight: a lone call goes out at once; while a run is under way newcomers queue, and a
+// second run (at most inFlight at once) starts only once half a batch waits; the rest ride in
+// the next run with everyone else who queued meanwhile; every call runs exactly once. The runs
+// are held open by the test, so what is asserted is the schedule, not timing.
 func TestInFlight(t *testing.T) {
 	type run struct {
 		calls   []*call
@@ -21,7 +21,7 @@ func TestInFlight(t *testing.T) {
 	var mu sync.Mutex
 	running, most := 0, 0
 	seen := map[*call]int{}
-	b := New(64, 2, func(key string, calls []*call) {
+	b := New(4, 2, func(key string, calls []*call) {
 		mu.Lock()
 		running++
 		most = max(most, running)
@@ -46,24 +46,33 @@ func TestInFlight(t *testing.T) {
 			return run{}
 		}
 	}
-	c1, c2, c3, c4 := &call{1}, &call{2}, &call{3}, &call{4}
-	b.Submit("x", c1)
+	// runs is how many runs of x Submit has started (it counts them before it returns).
+	runs := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.queues["x"].running
+	}
+	calls := []*call{{1}, {2}, {3}, {4}, {5}, {6}}
+	b.Submit("x", calls[0])
 	r1 := next()
-	b.Submit("x", c2) // one call running: the second goes out at once, alone
+	b.Submit("x", calls[1]) // one running, one waiting: less than half a batch of 4
+	if n := runs(); n != 1 {
+		t.Fatalf("%d runs with one call waiting, want 1", n)
+	}
+	b.Submit("x", calls[2]) // half a batch waits: a second run takes it
 	r2 := next()
-	if len(r1.calls) != 1 || r1.calls[0] != c1 || len(r2.calls) != 1 || r2.calls[0] != c2 {
+	if len(r1.calls) != 1 || r1.calls[0] != calls[0] || len(r2.calls) != 2 || r2.calls[0] != calls[1] || r2.calls[1] != calls[2] {
 		t.Fatalf("first runs: %d, %d calls", len(r1.calls), len(r2.calls))
 	}
-	b.Submit("x", c3) // two running: these wait
-	b.Submit("x", c4)
-	select {
-	case r := <-started:
-		t.Fatalf("a third run started with %d calls while two ran", len(r.calls))
-	default:
+	for _, c := range calls[3:] { // two running: these wait, however many
+		b.Submit("x", c)
+	}
+	if n := runs(); n != 2 {
+		t.Fatalf("%d runs with inFlight 2", n)
 	}
 	close(r1.release)
 	r3 := next()
-	if len(r3.calls) != 2 || r3.calls[0] != c3 || r3.calls[1] != c4 {
+	if len(r3.calls) != 3 || r3.calls[0] != calls[3] || r3.calls[2] != calls[5] {
 		t.Fatalf("the queued calls went out as %d", len(r3.calls))
 	}
 	close(r2.release)
@@ -87,7 +96,7 @@ func TestInFlight(t *testing.T) {
 	if most != 2 {
 		t.Fatalf("%d calls ran at once, want 2", most)
 	}
-	for _, c := range []*call{c1, c2, c3, c4} {
+	for _, c := range calls {
 		if seen[c] != 1 {
 			t.Fatalf("a call ran %d times", seen[c])
 		}

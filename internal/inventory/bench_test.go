@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -208,6 +209,10 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		{name: "no-outbox", src: without(cur.purchase, outbox, ""), rate: 5},
 		{name: "no-call-record", src: cur.purchase, rate: 5, bare: true},
 	}
+	// Candidate versions (comma-separated lua directories), same KEYS and ARGV, named by directory.
+	for _, dir := range strings.FieldsFunc(os.Getenv("FLASHSALE_BENCH_ALT_LUA"), func(r rune) bool { return r == ',' }) {
+		vs = append(vs, &variant{name: filepath.Base(dir), src: read(dir + "/").purchase, rate: 5})
+	}
 	before, after, _ := strings.Cut(cur.once, "--[[ script ]]")
 	scripts := make([]*redis.Script, len(vs))
 	for i, v := range vs {
@@ -223,8 +228,12 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 			b.Fatal(v.name, err)
 		}
 	}
-	const batch, batchesPerTurn, senders = 25, 400, 4
+	const batchesPerTurn, senders = 400, 4
 	const shoppers = 20_000
+	batch := 25
+	if n, err := strconv.Atoi(os.Getenv("FLASHSALE_BENCH_BATCH")); err == nil && n > 0 {
+		batch = n
+	}
 	var calls atomic.Int64
 	args := func(v *variant) ([]string, []any) {
 		k := v.item
@@ -265,6 +274,9 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 			v.cpu += redisCPU(b, rdb) - cpu0
 		}
 		for _, v := range vs {
+			if os.Getenv("FLASHSALE_BENCH_KEEP") != "" {
+				break
+			}
 			k := v.item
 			rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.PurchaseLimits())
 			if turn%10 == 9 {

@@ -536,7 +536,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	}
 	// A non-numeric quantity inside a batch is refused for that attempt only.
 	res, err := inventory.PurchaseScript.Run(ctx, rdb, append(base, per...), 600000, 1000, 0, 0, 0, "m", "u", "1x", "", "").Slice()
-	if err != nil || len(res) != 2 || res[0] != "I" || !strings.HasPrefix(res[1].(string), "5|999|") {
+	if err != nil || len(res) != 5 || res[0] != "I" || !strings.HasPrefix(res[4].(string), "5|999|") {
 		t.Fatalf("quantity '1x': %v %v", res, err)
 	}
 	it, _ := s.Get(ctx, "m")
@@ -570,18 +570,27 @@ func TestBatchSeesItsOwnWrites(t *testing.T) {
 			ks = append(ks, k.UserItems(a[0]), k.Idempotency(a[0], a[1]))
 			args = append(args, a[0], 1, a[1], "")
 		}
-		res, err := inventory.PurchaseScript.Run(ctx, rdb, ks, args...).StringSlice()
-		if err != nil || len(res) != len(attempts)+1 { // the attempts', then the batch's
+		res, err := inventory.PurchaseScript.Run(ctx, rdb, ks, args...).Slice()
+		if err != nil || len(res) != 4*len(attempts)+1 { // the attempts' four values, then the batch's
 			t.Fatalf("batch: %v %v", res, err)
 		}
-		return res
+		// Each attempt's values joined by '|' (letter|value|limiter's a|b), then the batch's.
+		var out []string
+		for i := range attempts {
+			var v []string
+			for _, x := range res[4*i : 4*i+4] {
+				v = append(v, fmt.Sprint(x))
+			}
+			out = append(out, strings.Join(v, "|"))
+		}
+		return append(out, fmt.Sprint(res[4*len(attempts)]))
 	}
 
 	res := run(1, 60000, 1, []string{"u1", "k"}, []string{"u1", "k"}, []string{"u2", ""}, []string{"u2", ""})
-	// Created (the limiter: 0 left, no wait, a minute to refill), replayed (the whole order),
-	// created, rate limited (a minute to wait).
-	want := []string{`^C1\|0\|0\|600[01][0-9]$`, `^Rb\.1\|u1\|1\|999\|reserved\|[0-9]+\|[0-9]+$`,
-		`^C2\|0\|0\|600[01][0-9]$`, `^L\|0\|600[01][0-9]\|600[01][0-9]$`, `^8\|999\|[0-9]+\|[0-9]+$`}
+	// Created (the limiter: 0 left, a minute to refill), replayed (the whole order; the limiter
+	// not reached), created, rate limited (a minute to wait, a minute to refill).
+	want := []string{`^C\|1\|0\|600[01][0-9]$`, `^R\|b\.1\|u1\|1\|999\|reserved\|[0-9]+\|[0-9]+\|-1$`,
+		`^C\|2\|0\|600[01][0-9]$`, `^L\|0\|600[01][0-9]\|600[01][0-9]$`, `^8\|999\|[0-9]+\|[0-9]+$`}
 	for i, w := range want {
 		if !regexp.MustCompile(w).MatchString(res[i]) {
 			t.Fatalf("reply %d: %q, want %s", i+1, res[i], w)
@@ -590,12 +599,12 @@ func TestBatchSeesItsOwnWrites(t *testing.T) {
 	// The replay is the order made a moment before in the batch, as the orders hash holds it,
 	// with the batch's times.
 	batch := strings.Split(res[4], "|")
-	if packed := rdb.HGet(ctx, k.Orders(), "b.1").Val(); res[1] != "Rb.1|"+packed ||
+	if packed := rdb.HGet(ctx, k.Orders(), "b.1").Val(); res[1] != "R|b.1|"+packed+"|-1" ||
 		packed != "u1|1|999|reserved|"+batch[2]+"|"+batch[3] {
 		t.Fatalf("replay in the same batch: %q, the order %q, the batch %q", res[1], packed, res[4])
 	}
 	res = run(0, 0, 0, []string{"u4", ""}, []string{"u4", ""})
-	if res[0] != "C3" || res[1] != "X" || !strings.HasPrefix(res[2], "7|999|") {
+	if res[0] != "C|3|-1|-1" || res[1] != "X|0|-1|-1" || !strings.HasPrefix(res[2], "7|999|") {
 		t.Fatalf("per-user limit in one batch: %q", res)
 	}
 
@@ -1065,13 +1074,13 @@ func TestReplayReturnsTheWholeOrder(t *testing.T) {
 	ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(),
 		k.UserOrders(), k.UserItems("bob"), k.Hash(), k.UserItems("alice"), k.Idempotency("alice", "k1"), k.Hash() + ":call:resend"}
 	args := []any{600000, 86400000, 5, 1000, 5, "r", "bob", 1, "", "", "alice", 1, "k1", "", time.Now().Add(time.Minute).UnixMilli()}
-	first, err := rdb.EvalSha(ctx, inventory.PurchaseScript.Hash(), ks, args...).StringSlice()
+	first, err := rdb.EvalSha(ctx, inventory.PurchaseScript.Hash(), ks, args...).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := rdb.EvalSha(ctx, inventory.PurchaseScript.Hash(), ks, args...).StringSlice()
-	if err != nil || !slices.Equal(first, second) || len(first) != 3 || first[0][0] != 'C' ||
-		first[1] != "R"+made.Order.ID+"|"+rdb.HGet(ctx, k.Orders(), made.Order.ID).Val() {
+	second, err := rdb.EvalSha(ctx, inventory.PurchaseScript.Hash(), ks, args...).Slice()
+	if err != nil || !slices.Equal(first, second) || len(first) != 9 || first[0] != "C" ||
+		first[4] != "R" || first[5] != made.Order.ID || first[6] != rdb.HGet(ctx, k.Orders(), made.Order.ID).Val() {
 		t.Fatalf("re-sent call: %q then %q (%v)", first, second, err)
 	}
 	if it, _ := s.Get(ctx, "r"); it.StockLeft != 7 {

@@ -185,7 +185,7 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		return
 	}
 	for i, c := range calls {
-		c.done <- s.purchaseReply(item, c.req, res[i], b, sent)
+		c.done <- s.purchaseReply(item, c.req, res[replyWidth*i:replyWidth*(i+1)], b, sent)
 	}
 }
 
@@ -196,13 +196,17 @@ type batchReply struct {
 	created, expires time.Time
 }
 
+// replyWidth is how many values of purchase.lua's reply are one attempt's: letter, value and
+// the rate limiter's two figures.
+const replyWidth = 4
+
 // parseBatchReply checks a reply holds calls attempts and the batch's string, and reads the
 // latter: "stock_left|price_cents|created_ms|expires_ms".
 func parseBatchReply(res []any, calls int) (batchReply, error) {
-	if len(res) != calls+1 {
+	if len(res) != replyWidth*calls+1 {
 		return batchReply{}, errNoReply
 	}
-	s, ok := res[calls].(string)
+	s, ok := res[replyWidth*calls].(string)
 	if !ok {
 		return batchReply{}, errNoReply
 	}
@@ -234,19 +238,19 @@ var outcomes = [...]struct {
 	{'Q', ErrQueueRequired}, {'L', limits.ErrRateLimited}, {'X', ErrLimitExceeded}, {'O', ErrSoldOut},
 }
 
-// purchaseReply decodes one attempt's reply (purchase.lua): an outcome letter and its value
-// ("C<seq>" created, "R<order id>|<packed order>" replayed, a refusal's letter alone), then
-// "|remaining|retry_ms|reset_ms" when the rate limiter ran. A created order is the request's
-// user and quantity with the batch's price and times.
-func (s *Store) purchaseReply(item string, req PurchaseRequest, v any, b batchReply, sent time.Time) purchaseReply {
-	reply, ok := v.(string)
-	if !ok || reply == "" {
+// purchaseReply decodes one attempt's reply (purchase.lua): letter, value, and the rate
+// limiter's two figures (-1 when it did not run). "C" created order number value; "R" replayed
+// order value, packed in the third; a refusal's letter with value 0. A created order is the
+// request's user and quantity with the batch's price and times.
+func (s *Store) purchaseReply(item string, req PurchaseRequest, v []any, b batchReply, sent time.Time) purchaseReply {
+	letter, ok := v[0].(string)
+	if !ok || len(letter) != 1 {
 		return purchaseReply{err: errNoReply}
 	}
-	letter, rest := reply[0], reply[1:]
-	if letter == 'R' { // the packed order holds '|' itself; the limiter was not reached
-		oid, packed, ok := strings.Cut(rest, "|")
-		if !ok {
+	if letter == "R" { // the limiter was not reached
+		oid, ok1 := v[1].(string)
+		packed, ok2 := v[2].(string)
+		if !ok1 || !ok2 {
 			return purchaseReply{err: errNoReply}
 		}
 		o, err := orders.Unpack(oid, item, packed)
@@ -255,41 +259,41 @@ func (s *Store) purchaseReply(item string, req PurchaseRequest, v any, b batchRe
 		}
 		return purchaseReply{res: PurchaseResult{Order: o, Replayed: true}}
 	}
-	value, rl, limited := strings.Cut(rest, "|")
+	value, ok1 := v[1].(int64)
+	a, ok2 := v[2].(int64)
+	b2, ok3 := v[3].(int64)
+	if !ok1 || !ok2 || !ok3 {
+		return purchaseReply{err: errNoReply}
+	}
 	var dec *limits.Decision
-	if limited {
-		remaining, rl, ok1 := strings.Cut(rl, "|")
-		retry, reset, ok2 := strings.Cut(rl, "|")
-		if !ok1 || !ok2 {
-			return purchaseReply{err: errNoReply}
+	if a >= 0 {
+		d := limits.Decision{Allowed: letter != "L", Limit: s.opt.PurchaseLimit.Burst,
+			Remaining: int(a), Reset: time.Duration(b2) * time.Millisecond}
+		if letter == "L" {
+			d.Remaining, d.RetryAfter = 0, time.Duration(a)*time.Millisecond
 		}
-		allowed := "1"
-		if letter == 'L' {
-			allowed = "0"
-		}
-		d, _ := limits.ParseReply(s.opt.PurchaseLimit.Burst, allowed, remaining, retry, reset)
 		dec = &d
 	}
-	if letter == 'C' {
-		if _, err := strconv.ParseUint(value, 10, 64); err != nil || value == "" {
+	if letter == "C" {
+		if value < 1 {
 			return purchaseReply{err: errNoReply}
 		}
 		if b.left == 0 {
 			s.markSoldOut(item, sent, s.saleEnd(item))
 		}
 		return purchaseReply{res: PurchaseResult{Order: orders.Order{
-			ID: item + "." + value, ItemID: item, UserID: req.UserID, Quantity: req.Quantity,
+			ID: item + "." + strconv.FormatInt(value, 10), ItemID: item, UserID: req.UserID, Quantity: req.Quantity,
 			PriceCents: b.price, Status: orders.Reserved, CreatedAt: b.created, ExpiresAt: b.expires,
 		}, Limit: dec}}
 	}
 	var sentinel error
 	for _, o := range outcomes {
-		if o.letter == letter {
+		if o.letter == letter[0] {
 			sentinel = o.err
 		}
 	}
-	if sentinel == nil || value != "" {
-		return purchaseReply{err: fmt.Errorf("inventory: unknown purchase outcome %q", reply)}
+	if sentinel == nil || value != 0 {
+		return purchaseReply{err: fmt.Errorf("inventory: unknown purchase outcome %q", v)}
 	}
 	// These outcomes come after the sale-window checks, so no stock left means sold out now.
 	if b.left == 0 && (sentinel == ErrSoldOut || sentinel == ErrLimitExceeded || sentinel == limits.ErrRateLimited) {

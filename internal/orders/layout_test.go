@@ -33,18 +33,19 @@ func (e *env) buyBatch(item string, ttl time.Duration, users ...string) []string
 		keys = append(keys, k.UserItems(u), k.Hash())
 		args = append(args, u, 1, "", "")
 	}
-	res, err := purchaseBatch.Run(context.Background(), e.rdb, keys, args...).StringSlice()
-	// One reply per attempt ("C<seq>" for a created order), then the batch's own string.
-	if err != nil || len(res) != len(users)+1 {
+	res, err := purchaseBatch.Run(context.Background(), e.rdb, keys, args...).Slice()
+	// Four values per attempt ("C", the order's sequence number, the limiter's two figures),
+	// then the batch's own string.
+	if err != nil || len(res) != 4*len(users)+1 {
 		e.t.Fatalf("batch of %d: %v %v", len(users), res, err)
 	}
 	ids := make([]string, len(users))
-	for i, r := range res[:len(users)] {
-		seq, ok := strings.CutPrefix(r, "C")
-		if !ok {
-			e.t.Fatalf("attempt %d of the batch: %q", i+1, r)
+	for i := range users {
+		seq, ok := res[4*i+1].(int64)
+		if res[4*i] != "C" || !ok {
+			e.t.Fatalf("attempt %d of the batch: %v", i+1, res[4*i:4*i+4])
 		}
-		ids[i] = item + "." + seq
+		ids[i] = item + "." + strconv.FormatInt(seq, 10)
 	}
 	return ids
 }
