@@ -158,8 +158,12 @@ func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 // each shopper half an order of each item, and every 10 turns the item's user orders hash and
 // the shoppers' item indexes go (as the orders hash and the expiry index do each turn), so
 // about one order in five is its shopper's first of the item (a sale of 5 orders per shopper).
-// (Another version's scripts can be compared only with the same KEYS layout: copy them over
-// lua/ in a scratch checkout and run both there.)
+// Knobs: FLASHSALE_BENCH_ALT_LUA (comma-separated lua directories) adds each directory's
+// purchase.lua as a variant named after the directory (same KEYS and ARGV layout, the current
+// libraries), to weigh a candidate against the current script in one run;
+// FLASHSALE_BENCH_BATCH sets the attempts per call (25); FLASHSALE_BENCH_KEEP keeps every
+// structure between turns, so the orders hash and the users' order lists grow as in a long
+// sale. Two batch sizes give the script's cost per call and per attempt apart.
 // Run: go test -run=^$ -bench=PurchaseScriptParts -benchtime=20x ./internal/inventory/
 func BenchmarkPurchaseScriptParts(b *testing.B) {
 	rdb, keys, _ := testenv.PrivateRedis(b)
