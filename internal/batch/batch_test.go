@@ -98,7 +98,7 @@ func TestInFlight(t *testing.T) {
 	}
 	for _, c := range calls {
 		if seen[c] != 1 {
-			t.Fatalf("a call ran %d times", seen[c])
+			t.Fatalf("call %d ran %d times", c.n, seen[c])
 		}
 	}
 }
