@@ -134,11 +134,6 @@ local function quantity(s)
   return q
 end
 
--- The limiter's step (gcra.lua's gcra_step, cost 1) with its figures kept as numbers.
-local t_step = rate > 0 and period / rate or 0
-local tau = t_step * burst
-local floor, ceil = math.floor, math.ceil
-
 -- The batch's users' allowances, order lists and rate-limit TATs, one read each; the tables
 -- then carry every change the batch makes, in attempt order.
 local held, tats, seqs = {}, {}, {}
@@ -161,7 +156,7 @@ if exists then
 end
 local held_users, rl_users = {}, {} -- users whose allowance / TAT changed, once each
 local held_new, rl_new = {}, {}
-local orders_args = {}
+local orders_args, new_orders = {}, {}
 local first_seq = seq + 1 -- the batch's orders are first_seq .. seq
 -- The outbox: one order.reserved entry for the whole batch (events.FromBatch), not one per
 -- order: what its orders share (item, price, created, expires) is written once, then each
@@ -182,7 +177,7 @@ for i = 1, n do
   end
   if prev then
     letter, value = 'R', prev
-    rl1 = orders_args[prev] or redis.call('HGET', KEYS[2], prev) or ''
+    rl1 = new_orders[prev] or redis.call('HGET', KEYS[2], prev) or ''
   elseif not exists then
     letter = 'N' -- left is 0
   elseif not qty or user == '' then
@@ -194,17 +189,12 @@ for i = 1, n do
   elseif queued and not pass_ticket(user, pass) then -- waiting room (issue 17)
     letter = 'Q'
   else
-    if rate > 0 then -- gcra_step inline: the TAT after this attempt, or a refusal
-      local tat = tats[user]
-      if not tat or tat < now then
-        tat = now
-      end
-      local new_tat = tat + t_step
-      local diff = now - (new_tat - tau)
-      if diff < 0 then
-        letter, rl1, rl2 = 'L', ceil(-diff), ceil(tat - now)
+    if rate > 0 then
+      local ok, remaining, retry, reset, new_tat = gcra_step(tats[user] or nil, now, rate, period, burst, 1)
+      if not ok then -- nothing remains (cost 1)
+        letter, rl1, rl2 = 'L', retry, reset
       else
-        rl1, rl2 = floor(diff / t_step), ceil(new_tat - now)
+        rl1, rl2 = remaining, reset
         tats[user] = new_tat
         if not rl_new[user] then
           rl_new[user] = true
@@ -225,7 +215,7 @@ for i = 1, n do
       local seq_s = string.format('%d', seq)
       local oid = oid_prefix .. seq_s
       local packed = user .. '|' .. qty_s .. order_tail
-      orders_args[oid] = packed -- a later replay of this batch reads it here
+      new_orders[oid] = packed -- a later replay of this batch reads it here
       orders_args[#orders_args + 1] = oid
       orders_args[#orders_args + 1] = packed
       held[user] = held[user] + qty

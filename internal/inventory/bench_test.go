@@ -178,18 +178,6 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		item keyspace.Item
 		n    atomic.Int64 // the variant's purchases so far: its next shopper
 	}
-	type source struct{ once, libs, purchase string }
-	read := func(dir string) source {
-		var out [4]string
-		for i, name := range []string{"once.lua", "gcra.lua", "changed.lua", "purchase.lua"} {
-			src, err := os.ReadFile(dir + name)
-			if err != nil {
-				b.Fatal(err)
-			}
-			out[i] = string(src)
-		}
-		return source{once: out[0], libs: out[1] + "\n" + out[2] + "\n", purchase: out[3]}
-	}
 	// without replaces old[i] by old[i+1] in purchase (pairs).
 	without := func(purchase string, old ...string) string {
 		for i := 0; i+1 < len(old); i += 2 {
@@ -201,7 +189,7 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		return purchase
 	}
 	outbox := "redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id,\n    'seq', string.format('%d', first_seq), 'p', price, 'c', now_s, 'e', expires_s,\n    'b', table.concat(batch_list, '|'))"
-	cur := read("../../lua/")
+	cur := readPurchaseSource(b, "../../lua/")
 	vs := []*variant{
 		{name: "full", src: cur.purchase, rate: 5},
 		{name: "no-limit", src: cur.purchase, rate: 0},
@@ -213,21 +201,20 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		{name: "no-outbox", src: without(cur.purchase, outbox, ""), rate: 5},
 		{name: "no-call-record", src: cur.purchase, rate: 5, bare: true},
 	}
-	// Candidate versions (comma-separated lua directories), same KEYS and ARGV, named by directory.
-	for _, dir := range strings.FieldsFunc(os.Getenv("FLASHSALE_BENCH_ALT_LUA"), func(r rune) bool { return r == ',' }) {
-		vs = append(vs, &variant{name: filepath.Base(dir), src: read(dir + "/").purchase, rate: 5})
+	for name, dir := range altLuaDirs() { // candidate versions, same KEYS and ARGV
+		vs = append(vs, &variant{name: name, src: readPurchaseSource(b, dir).purchase, rate: 5})
 	}
-	before, after, _ := strings.Cut(cur.once, "--[[ script ]]")
 	scripts := make([]*redis.Script, len(vs))
 	for i, v := range vs {
 		id := "parts" + strconv.Itoa(i)
 		newItem(b, s, id, 1_000_000_000_000, 1_000_000_000)
 		v.item = keys.Item(id)
-		src := cur.libs + v.src
-		if !v.bare {
-			src = before + src + "\n" + after
+		src := purchaseSource{once: cur.once, libs: cur.libs, purchase: v.src}
+		if v.bare {
+			scripts[i] = redis.NewScript(src.libs + src.purchase)
+		} else {
+			scripts[i] = redis.NewScript(src.recorded())
 		}
-		scripts[i] = redis.NewScript(src)
 		if err := scripts[i].Load(ctx, rdb).Err(); err != nil {
 			b.Fatal(v.name, err)
 		}
@@ -301,27 +288,52 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 	}
 }
 
+// purchaseSource is purchase.lua as the api sends it, in parts: the call record around it
+// (once.lua), the libraries before it (gcra.lua, changed.lua) and the script itself.
+type purchaseSource struct{ once, libs, purchase string }
+
+// readPurchaseSource reads the parts from a lua directory (ending in "/").
+func readPurchaseSource(b *testing.B, dir string) purchaseSource {
+	var out [4]string
+	for i, name := range []string{"once.lua", "gcra.lua", "changed.lua", "purchase.lua"} {
+		src, err := os.ReadFile(dir + name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[i] = string(src)
+	}
+	return purchaseSource{once: out[0], libs: out[1] + "\n" + out[2] + "\n", purchase: out[3]}
+}
+
+// recorded is the whole script the api runs: libraries and purchase.lua inside the call record.
+func (p purchaseSource) recorded() string {
+	before, after, _ := strings.Cut(p.once, "--[[ script ]]")
+	return before + p.libs + p.purchase + "\n" + after
+}
+
+// altLuaDirs are the candidate lua directories of FLASHSALE_BENCH_ALT_LUA (comma-separated),
+// by name (the directory's base name), each ending in "/".
+func altLuaDirs() map[string]string {
+	dirs := map[string]string{}
+	for _, dir := range strings.FieldsFunc(os.Getenv("FLASHSALE_BENCH_ALT_LUA"), func(r rune) bool { return r == ',' }) {
+		dirs[filepath.Base(dir)] = strings.TrimSuffix(dir, "/") + "/"
+	}
+	return dirs
+}
+
 // BenchmarkPurchaseMemory is the Redis memory per order of the two things purchase.lua keeps
 // per call besides the orders themselves: the outbox (until the relay publishes it) and the
 // call record once.lua keeps (until a second past the call's deadline). Batches of 25 of
 // 20,000 shoppers with the purchase limit on, as BenchmarkPurchaseScriptParts sends them, each
 // version of the scripts on a private server of its own; MEMORY USAGE of the outbox stream
-// and of every call record, over the orders made. FLASHSALE_BENCH_BASE_LUA adds another
-// version's scripts (see BenchmarkPurchaseScriptParts) as base.
+// and of every call record, over the orders made. FLASHSALE_BENCH_ALT_LUA adds other
+// versions' scripts (see BenchmarkPurchaseScriptParts), each under its directory's name.
 // Run: go test -run=^$ -bench=PurchaseMemory -benchtime=1x ./internal/inventory/
 func BenchmarkPurchaseMemory(b *testing.B) {
-	dirs := map[string]string{"current": "../../lua/"}
+	dirs := altLuaDirs()
+	dirs["current"] = "../../lua/"
 	for name, dir := range dirs {
-		var src [4]string
-		for i, f := range []string{"once.lua", "gcra.lua", "changed.lua", "purchase.lua"} {
-			s, err := os.ReadFile(dir + f)
-			if err != nil {
-				b.Fatal(err)
-			}
-			src[i] = string(s)
-		}
-		before, after, _ := strings.Cut(src[0], "--[[ script ]]")
-		script := redis.NewScript(before + src[1] + "\n" + src[2] + "\n" + src[3] + "\n" + after)
+		script := redis.NewScript(readPurchaseSource(b, dir).recorded())
 		b.Run(name, func(b *testing.B) {
 			rdb, keys, _ := testenv.PrivateRedis(b)
 			ctx := context.Background()
@@ -329,7 +341,6 @@ func BenchmarkPurchaseMemory(b *testing.B) {
 			newItem(b, s, "mem", 1_000_000_000_000, 1_000_000_000)
 			k := keys.Item("mem")
 			const batch, batches = 25, 400
-			var made int
 			for i := range b.N * batches {
 				ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 				args := []any{600000, 86400000, 5, 1000, 10, "mem"}
@@ -340,16 +351,12 @@ func BenchmarkPurchaseMemory(b *testing.B) {
 				}
 				ks = append(ks, k.Hash()+":call:"+strconv.Itoa(i))
 				args = append(args, time.Now().UnixMilli()+600000) // records outlive the run
-				res, err := script.Run(ctx, rdb, ks, args...).Slice()
-				if err != nil {
+				if err := script.Run(ctx, rdb, ks, args...).Err(); err != nil {
 					b.Fatal(err)
 				}
-				for _, r := range res[:batch] {
-					if r := r.(string); strings.HasPrefix(r, "C") || strings.HasPrefix(r, "created") {
-						made++
-					}
-				}
 			}
+			// The orders the calls made, whatever the version's reply says of them.
+			made := rdb.HLen(ctx, k.Orders()).Val()
 			outbox := rdb.MemoryUsage(ctx, k.Outbox(), 0).Val()
 			var calls int64
 			iter := rdb.Scan(ctx, 0, keys.Prefix+"*:call:*", 1000).Iterator()

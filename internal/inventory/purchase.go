@@ -260,17 +260,16 @@ func (s *Store) purchaseReply(item string, req PurchaseRequest, v []any, b batch
 		return purchaseReply{res: PurchaseResult{Order: o, Replayed: true}}
 	}
 	value, ok1 := v[1].(int64)
-	a, ok2 := v[2].(int64)
-	b2, ok3 := v[3].(int64)
+	limA, ok2 := v[2].(int64) // remaining, or for L the retry time (ms)
+	limB, ok3 := v[3].(int64) // the reset time (ms)
 	if !ok1 || !ok2 || !ok3 {
 		return purchaseReply{err: errNoReply}
 	}
 	var dec *limits.Decision
-	if a >= 0 {
-		d := limits.Decision{Allowed: letter != "L", Limit: s.opt.PurchaseLimit.Burst,
-			Remaining: int(a), Reset: time.Duration(b2) * time.Millisecond}
+	if limA >= 0 { // the limiter ran
+		d := limits.NewDecision(s.opt.PurchaseLimit.Burst, true, int(limA), 0, float64(limB))
 		if letter == "L" {
-			d.Remaining, d.RetryAfter = 0, time.Duration(a)*time.Millisecond
+			d = limits.NewDecision(s.opt.PurchaseLimit.Burst, false, 0, float64(limA), float64(limB))
 		}
 		dec = &d
 	}

@@ -40,13 +40,19 @@ func ParseReply(limit int, allowed, remaining, retryMS, resetMS string) (Decisio
 	rem, _ := strconv.Atoi(remaining)
 	retry, _ := strconv.ParseFloat(retryMS, 64)
 	reset, _ := strconv.ParseFloat(resetMS, 64)
+	return NewDecision(limit, allowed == "1", rem, retry, reset), true
+}
+
+// NewDecision is a Decision from the limiter's figures in milliseconds, as a script computed
+// them (gcra.lua's gcra_step).
+func NewDecision(limit int, allowed bool, remaining int, retryMS, resetMS float64) Decision {
 	return Decision{
-		Allowed:    allowed == "1",
+		Allowed:    allowed,
 		Limit:      limit,
-		Remaining:  rem,
-		RetryAfter: time.Duration(retry * float64(time.Millisecond)),
-		Reset:      time.Duration(reset * float64(time.Millisecond)),
-	}, true
+		Remaining:  remaining,
+		RetryAfter: time.Duration(retryMS * float64(time.Millisecond)),
+		Reset:      time.Duration(resetMS * float64(time.Millisecond)),
+	}
 }
 
 // Policy is one named limit: Rate requests per Period, with bursts of up to Burst at once.
