@@ -29,26 +29,14 @@ func TestRunSchedulesReconciliation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitWhileRunning(t, done, "two scheduled runs finished clean", func() bool {
 		var ok int
 		// The table exists from the start: testenv.Postgres applied the migrations.
 		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM reconciliation_runs WHERE status = 'ok'`).Scan(&ok); err != nil {
 			t.Fatal(err)
 		}
-		if ok >= 2 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("run returned early: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d scheduled runs finished clean within 30 s, want 2", ok)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok >= 2
+	})
 	stopRun(t, cancel, done)
 }
 
@@ -95,26 +83,27 @@ func TestRunPrunes(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitWhileRunning(t, done, "a pruning pass recorded the order", func() bool {
 		var pruned bool
 		if err := conn.QueryRow(context.Background(), `SELECT pruned_at IS NOT NULL FROM orders WHERE id = 'a.1'`).Scan(&pruned); err != nil {
 			t.Fatal(err)
 		}
-		if pruned {
-			break
-		}
+		return pruned
+	})
+	stopRun(t, cancel, done)
+}
+
+// waitWhileRunning waits up to 30 s for cond, failing the test if the run (done) returns first.
+func waitWhileRunning(t *testing.T, done <-chan error, what string, cond func() bool) {
+	t.Helper()
+	testenv.WaitFor(t, what, 30*time.Second, func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("run returned early: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no pruning pass recorded the order within 30 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stopRun(t, cancel, done)
+		return cond()
+	})
 }
 
 // stopRun ends a run's context and waits for it to return without an error.
