@@ -343,6 +343,9 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 		ReadTimeout: a.cfg.HTTPReadTimeout, WriteTimeout: a.cfg.HTTPWriteTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout}
 	// Shutdown waits for handlers to return, and a catalogue stream's returns only when told.
 	srv.RegisterOnShutdown(a.server.CloseStreams)
+	// ... and for connections that never sent a request, unless they are closed (conns.go).
+	conns := newUnusedConns()
+	srv.ConnState = conns.track
 	// The timeouts are enforced by a watch every tick (a tenth of the shortest, 5-100 ms)
 	// instead of a timer re-armed five times per request (httpapi.CoarseDeadlines).
 	tick := min(srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout) / 10
@@ -362,8 +365,9 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	//  1. /readyz answers 503 at once; for cfg.ShutdownDrain (while serving) the listener still
 	//     takes what load balancers send before they notice, and each keep-alive connection
 	//     closes after its next answer, so its client reconnects elsewhere;
-	//  2. the listener closes, catalogue streams are told to end, requests in flight answer
-	//     (out of time, their connections are cut: no handler outlives Run);
+	//  2. the listener closes, catalogue streams are told to end, connections that never sent
+	//     a request are closed (conns.go), requests in flight answer (out of time, their
+	//     connections are cut: no handler outlives Run);
 	//  3. the expirer, waiting rooms, snapshot and monitor stop;
 	//  4. the relay publishes the batches it holds (out of time, it is aborted and they stay
 	//     pending in Redis, for another relay after 30 s idle); entries it has not read stay in
@@ -385,7 +389,7 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	drained := time.Since(began)
 	streams, _ := a.server.StreamCounts()
 	cut := false
-	if err := srv.Shutdown(sctx); err != nil {
+	if err := conns.shutdown(sctx, srv, unusedConnAge); err != nil {
 		cut = true
 		slog.Warn("shutdown: requests still running at the timeout; closing their connections", "err", err)
 		srv.Close()
@@ -410,6 +414,10 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	}
 	return serveErr
 }
+
+// unusedConnAge: a connection silent this long when the shutdown waits for requests is a
+// spare, closed rather than waited for (conns.go).
+const unusedConnAge = 100 * time.Millisecond
 
 // drain waits d (or until ctx ends); tests replace it to end the drain on their signal.
 func (a *API) drain(ctx context.Context, d time.Duration) {
