@@ -98,6 +98,7 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 		SnapshotInterval: cfg.SnapshotInterval,
 		PurchaseBatch:    cfg.PurchaseBatch,
 		PurchaseInFlight: cfg.PurchaseInFlight,
+		PurchaseLinger:   purchaseLinger(cfg.PurchaseLinger),
 		PurchaseLimit: limits.Policy{
 			Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst,
 		},
@@ -455,4 +456,13 @@ func (a *API) Close() {
 			a.rdb.Close()
 		}
 	})
+}
+
+// purchaseLinger is FLASHSALE_PURCHASE_LINGER as inventory.Options takes it: 0 there means the
+// default, so "never wait" is negative.
+func purchaseLinger(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -3,7 +3,10 @@
 // of a waiting room (internal/queue).
 package batch
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Batcher coalesces concurrent calls per key: while a run for a key is under way, newcomers
 // queue; the next run takes up to max of them. A lone call goes out at once, so batching adds
@@ -11,12 +14,20 @@ import "sync"
 // half a batch waits: it keeps a hot key's calls moving when a run takes long (a replica's
 // acknowledgement, a slow network), but a run is worth its cost (a script call costs Redis
 // about as much as several of its purchases) only when it carries many calls, so under a
-// steady load the calls wait for the running batch and ride in the next, big one. The
-// caller's runs must be correct in either order (each script call is atomic and decides its
-// calls on their own).
+// steady load the calls wait for the running batch and ride in the next, big one.
+//
+// With a linger, a key that is hot (its last run carried at least an eighth of a batch) also
+// gathers between runs: when fewer than half a batch wait as a run ends, the next run waits
+// for half a batch, or for the linger to pass, before it takes them. Each call then waits at
+// most one linger longer, and the runs of a hot key carry more calls each. A key whose runs
+// are small (a quiet shop) never waits.
+//
+// The caller's runs must be correct in either order (each script call is atomic and decides
+// its calls on their own).
 type Batcher[T any] struct {
 	max      int
 	inFlight int
+	linger   time.Duration
 	run      func(key string, calls []*T)
 
 	mu     sync.Mutex
@@ -26,13 +37,16 @@ type Batcher[T any] struct {
 type queue[T any] struct {
 	key     string
 	pending []*T
-	running int // drain goroutines working on it
+	running int           // drain goroutines working on it
+	wake    chan struct{} // set while a drainer gathers: closed once half a batch waits
 }
 
 // New returns a Batcher that hands run batches of at most most calls, with at most inFlight
-// runs of one key at once (both at least 1).
-func New[T any](most, inFlight int, run func(key string, calls []*T)) *Batcher[T] {
-	return &Batcher[T]{max: max(most, 1), inFlight: max(inFlight, 1), run: run, queues: map[string]*queue[T]{}}
+// runs of one key at once (both at least 1), gathering a hot key's calls for up to linger
+// between runs (0: never).
+func New[T any](most, inFlight int, linger time.Duration, run func(key string, calls []*T)) *Batcher[T] {
+	return &Batcher[T]{max: max(most, 1), inFlight: max(inFlight, 1), linger: max(linger, 0), run: run,
+		queues: map[string]*queue[T]{}}
 }
 
 // Submit queues c under key; a run will take it.
@@ -44,7 +58,14 @@ func (b *Batcher[T]) Submit(key string, c *T) {
 		b.queues[key] = q
 	}
 	q.pending = append(q.pending, c)
-	start := q.running == 0 || q.running < b.inFlight && 2*len(q.pending) >= b.max
+	half := 2*len(q.pending) >= b.max
+	start := q.running == 0
+	if half && q.wake != nil { // a drainer gathers: half a batch is what it waits for
+		close(q.wake)
+		q.wake = nil
+	} else if half && q.running < b.inFlight {
+		start = true
+	}
 	if start {
 		q.running++
 	}
@@ -57,8 +78,13 @@ func (b *Batcher[T]) Submit(key string, c *T) {
 // drain runs batches for one key until its queue is empty, then stops (forgetting the queue
 // when it was the last one running).
 func (b *Batcher[T]) drain(q *queue[T]) {
+	hot := false // the last run carried at least an eighth of a batch
 	for {
 		b.mu.Lock()
+		if hot && b.linger > 0 && q.wake == nil && len(q.pending) > 0 && 2*len(q.pending) < b.max {
+			hot = false
+			b.gather(q)
+		}
 		n := len(q.pending)
 		if n == 0 {
 			if q.running--; q.running == 0 {
@@ -72,5 +98,24 @@ func (b *Batcher[T]) drain(q *queue[T]) {
 		q.pending = q.pending[n:]
 		b.mu.Unlock()
 		b.run(q.key, batch)
+		hot = 8*n >= b.max
+	}
+}
+
+// gather waits, with b.mu held on entry and on return, until half a batch of q waits or the
+// linger passes.
+func (b *Batcher[T]) gather(q *queue[T]) {
+	wake := make(chan struct{})
+	q.wake = wake
+	b.mu.Unlock()
+	t := time.NewTimer(b.linger)
+	select {
+	case <-wake:
+		t.Stop()
+	case <-t.C:
+	}
+	b.mu.Lock()
+	if q.wake == wake {
+		q.wake = nil
 	}
 }

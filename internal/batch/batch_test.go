@@ -21,7 +21,7 @@ func TestInFlight(t *testing.T) {
 	var mu sync.Mutex
 	running, most := 0, 0
 	seen := map[*call]int{}
-	b := New(4, 2, func(key string, calls []*call) {
+	b := New(4, 2, 0, func(key string, calls []*call) {
 		mu.Lock()
 		running++
 		most = max(most, running)
@@ -101,4 +101,99 @@ func TestInFlight(t *testing.T) {
 			t.Fatalf("call %d ran %d times", c.n, seen[c])
 		}
 	}
+}
+
+// TestLinger: a key whose last run was small sends its waiting calls at once; after a hot run
+// (an eighth of a batch or more) fewer than half a batch wait for more, and half a batch sends
+// them; when the linger passes first, the calls go with however many wait. Every call runs once.
+// The runs are held open by the test and the gathering is read from the Batcher's state, so
+// what is asserted is the schedule, not timing.
+func TestLinger(t *testing.T) {
+	type run struct {
+		calls   []*call
+		release chan struct{}
+	}
+	newBatcher := func(linger time.Duration) (*Batcher[call], chan run) {
+		started := make(chan run)
+		return New(16, 1, linger, func(key string, calls []*call) {
+			r := run{calls: calls, release: make(chan struct{})}
+			started <- r
+			<-r.release
+		}), started
+	}
+	next := func(started chan run) run {
+		t.Helper()
+		select {
+		case r := <-started:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatal("no run started")
+			return run{}
+		}
+	}
+	gathering := func(b *Batcher[call]) bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		q := b.queues["x"]
+		return q != nil && q.wake != nil
+	}
+	waitGathering := func(b *Batcher[call]) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !gathering(b) {
+			if time.Now().After(deadline) {
+				t.Fatal("the drainer did not gather after a hot run")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	calls := make([]*call, 12)
+	for i := range calls {
+		calls[i] = &call{i}
+	}
+	b, started := newBatcher(time.Hour) // only half a batch ends the gathering
+	b.Submit("x", calls[0])
+	r1 := next(started)
+	b.Submit("x", calls[1])
+	b.Submit("x", calls[2])
+	close(r1.release) // one call: not hot, so the two waiting go at once
+	r2 := next(started)
+	if len(r2.calls) != 2 {
+		t.Fatalf("after a small run %d calls went, want the 2 waiting", len(r2.calls))
+	}
+	b.Submit("x", calls[3])
+	close(r2.release) // two calls, an eighth of 16: hot, and one waits
+	waitGathering(b)
+	for _, c := range calls[4:10] { // 7 wait: less than half a batch
+		b.Submit("x", c)
+	}
+	select {
+	case r := <-started:
+		t.Fatalf("a run of %d calls started with less than half a batch waiting", len(r.calls))
+	default:
+	}
+	if !gathering(b) {
+		t.Fatal("the gathering ended with less than half a batch waiting")
+	}
+	b.Submit("x", calls[10]) // the eighth: half a batch
+	r3 := next(started)
+	if len(r3.calls) != 8 || r3.calls[0] != calls[3] || r3.calls[7] != calls[10] {
+		t.Fatalf("the gathered run carried %d calls, want calls 3..10", len(r3.calls))
+	}
+	close(r3.release)
+
+	short, startedShort := newBatcher(time.Millisecond) // the linger passes first
+	short.Submit("x", calls[0])
+	s1 := next(startedShort)
+	short.Submit("x", calls[1])
+	short.Submit("x", calls[2])
+	close(s1.release)
+	s2 := next(startedShort)
+	short.Submit("x", calls[11])
+	close(s2.release) // hot; one waits, and nobody else comes
+	s3 := next(startedShort)
+	if len(s3.calls) != 1 || s3.calls[0] != calls[11] {
+		t.Fatalf("after the linger %d calls went, want the one waiting", len(s3.calls))
+	}
+	close(s3.release)
 }

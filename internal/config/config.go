@@ -66,6 +66,7 @@ type Config struct {
 	SnapshotInterval  time.Duration
 	PurchaseBatch     int
 	PurchaseInFlight  int
+	PurchaseLinger    time.Duration // 0: a hot item's next call never waits
 	TrustedProxies    []string
 	LimitPurchase     limits.Policy
 	LimitPay          limits.Policy
@@ -160,6 +161,7 @@ func parse(p *parser) (Config, error) {
 		SnapshotInterval:  p.duration("FLASHSALE_SNAPSHOT_INTERVAL", inventory.DefaultSnapshotInterval),
 		PurchaseBatch:     p.integer("FLASHSALE_PURCHASE_BATCH", inventory.DefaultPurchaseBatch, 1, 256),
 		PurchaseInFlight:  p.integer("FLASHSALE_PURCHASE_IN_FLIGHT", inventory.DefaultPurchaseInFlight, 1, 16),
+		PurchaseLinger:    p.duration("FLASHSALE_PURCHASE_LINGER", inventory.DefaultPurchaseLinger),
 		TrustedProxies:    p.list("FLASHSALE_TRUSTED_PROXIES", ""),
 		LimitPurchase:     p.limit("FLASHSALE_LIMIT_PURCHASE", "5/1s:10"),
 		LimitPay:          p.limit("FLASHSALE_LIMIT_PAY", "5/1s:10"),
@@ -234,6 +236,9 @@ func parse(p *parser) (Config, error) {
 	}
 	if c.QueueTick < time.Millisecond || c.QueueTick > 10*time.Second {
 		return Config{}, fmt.Errorf("config: FLASHSALE_QUEUE_TICK must be 1ms..10s")
+	}
+	if c.PurchaseLinger > 100*time.Millisecond {
+		return Config{}, fmt.Errorf("config: FLASHSALE_PURCHASE_LINGER must be 0..100ms (every purchase of a hot item may wait that long)")
 	}
 	// Dev login lets anyone become anyone: on by default only where nobody else can reach it (a
 	// loopback listener) and no identity provider signs the tokens. Its tokens are HS256, which
@@ -507,7 +512,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("idempotency_ttl", m.IdempotencyTTL.String()), slog.Int("outbox_max", m.OutboxMax),
 		slog.String("order_retention", m.OrderRetention.String()),
 		slog.String("purchase_limit", m.LimitPurchase.String()), slog.Int("purchase_batch", m.PurchaseBatch),
-		slog.Int("purchase_in_flight", m.PurchaseInFlight), slog.String("reads_limit", m.LimitReads.String()),
+		slog.Int("purchase_in_flight", m.PurchaseInFlight),
+		slog.Duration("purchase_linger", m.PurchaseLinger), slog.String("reads_limit", m.LimitReads.String()),
 		slog.String("log_level", m.LogLevel.String()), slog.String("access_log_slow", m.AccessLogSlow.String()),
 		slog.Int("access_log_sample", m.AccessLogSample),
 		slog.Int("stream_per_client", m.StreamPerClient), slog.Int("stream_max", m.StreamMax),

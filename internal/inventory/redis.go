@@ -25,6 +25,7 @@ const (
 	DefaultSnapshotInterval = 500 * time.Millisecond
 	DefaultPurchaseBatch    = 64
 	DefaultPurchaseInFlight = 2
+	DefaultPurchaseLinger   = time.Millisecond
 )
 
 // Options tune a Store; zero values take the defaults.
@@ -34,7 +35,10 @@ type Options struct {
 	SnapshotInterval time.Duration // catalogue snapshot refresh, default DefaultSnapshotInterval
 	PurchaseBatch    int           // most purchases coalesced into one script call, default DefaultPurchaseBatch
 	PurchaseInFlight int           // most script calls of one item at once, default DefaultPurchaseInFlight
-	PurchaseLimit    limits.Policy // per-user-per-item purchase rate limit, folded into the script
+	// PurchaseLinger is how long a hot item's next script call may wait for half a batch
+	// (batch.Batcher), default DefaultPurchaseLinger; negative: it never waits.
+	PurchaseLinger time.Duration
+	PurchaseLimit  limits.Policy // per-user-per-item purchase rate limit, folded into the script
 	// Admit, when set, may refuse a purchase before it reaches Redis with an error that says
 	// nothing was changed (the outbox over its bound: outbox.Relay.Admit); Purchase returns it
 	// wrapped with ErrNotAdmitted.
@@ -87,8 +91,11 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Stor
 	if opt.PurchaseInFlight <= 0 {
 		opt.PurchaseInFlight = DefaultPurchaseInFlight
 	}
+	if opt.PurchaseLinger == 0 {
+		opt.PurchaseLinger = DefaultPurchaseLinger
+	}
 	s := &Store{rdb: rdb, keys: keys, opt: opt}
-	s.batcher = batch.New(opt.PurchaseBatch, opt.PurchaseInFlight, s.runBatch)
+	s.batcher = batch.New(opt.PurchaseBatch, opt.PurchaseInFlight, opt.PurchaseLinger, s.runBatch)
 	s.lookups, _ = limits.NewLocal(UnknownLookups) // a valid constant policy
 	return s
 }

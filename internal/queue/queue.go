@@ -93,7 +93,7 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, signer *Signer, ca
 		opt.JoinBatch = 64
 	}
 	s := &Store{rdb: rdb, keys: keys, signer: signer, cat: cat, opt: opt}
-	s.joins = batch.New(opt.JoinBatch, 1, s.runJoins)
+	s.joins = batch.New(opt.JoinBatch, 1, 0, s.runJoins)
 	return s
 }
 
