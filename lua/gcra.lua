@@ -6,9 +6,10 @@
 -- where T = period/rate is the emission interval. Allowed requests over a window E number at
 -- most burst + rate*E/period. A refusal writes nothing.
 --
--- No string.format on the way: callers hand the TAT to redis.call as the Lua number it is
+-- No string.format on the way: gcra() hands the TAT to redis.call as the Lua number it is
 -- (Redis prints it with 17 significant digits, which read back as the same number, so the
--- TAT keeps its exact fraction and no rounding adds up over a burst), and the reply's times
+-- TAT keeps its exact fraction and no rounding adds up over a burst; purchase.lua stores the
+-- double's 8 bytes instead, exact too and cheaper), and the reply's times
 -- are whole milliseconds, rounded up (waiting that long always suffices), which a Lua
 -- concatenation prints exactly.
 --

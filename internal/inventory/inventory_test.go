@@ -2,9 +2,11 @@ package inventory_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -1033,12 +1035,39 @@ func TestPurchaseLimitWholeMilliseconds(t *testing.T) {
 	if d := pe.Limit.RetryAfter; d%time.Millisecond != 0 || d > 334*time.Millisecond || d < 333*time.Millisecond-elapsed {
 		t.Fatalf("retry after %v (%v after the first purchase), want whole ms up to 334ms", d, elapsed)
 	}
-	tat := rdb.HGet(ctx, keys.Item("w").PurchaseLimits(), "u").Val()
-	if _, frac, ok := strings.Cut(tat, "."); !ok || frac == "" {
-		t.Fatalf("stored TAT %q: want its fraction kept (first + 2 * 333.33 ms)", tat)
+	raw := rdb.HGet(ctx, keys.Item("w").PurchaseLimits(), "u").Val()
+	if len(raw) != 8 {
+		t.Fatalf("stored TAT %q: want the 8 bytes of a double", raw)
+	}
+	tat := math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw)))
+	if tat == math.Floor(tat) {
+		t.Fatalf("stored TAT %v: want its fraction kept (first + 2 * 333.33 ms)", tat)
 	}
 	if ttl := rdb.PTTL(ctx, keys.Item("w").PurchaseLimits()).Val(); ttl <= 0 || ttl > 668*time.Millisecond {
 		t.Fatalf("rate-limit hash TTL %v, want at most the time to refill (667 ms) + 1", ttl)
+	}
+}
+
+// TestPurchaseLimitReadsTextTAT: a TAT an older version stored as text (Redis's "%.17g" of the
+// number) still limits: one a minute ahead refuses the purchase for about that minute.
+func TestPurchaseLimitReadsTextTAT(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	ctx := context.Background()
+	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 1, Period: time.Second, Burst: 1}})
+	newItem(t, s, "old", 10, 10)
+	ahead := float64(rdb.Time(ctx).Val().UnixMilli()) + 60000.5
+	rdb.HSet(ctx, keys.Item("old").PurchaseLimits(), "u", strconv.FormatFloat(ahead, 'f', -1, 64))
+	_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "old", UserID: "u", Quantity: 1})
+	var pe *inventory.PurchaseError
+	if !errors.As(err, &pe) || !errors.Is(err, limits.ErrRateLimited) || pe.Limit == nil || pe.Limit.RetryAfter < 50*time.Second {
+		t.Fatalf("purchase under a text TAT a minute ahead: %v %+v, want rate limited for about a minute", err, pe)
+	}
+	// Another shopper, with no TAT, buys; the refused one wrote nothing.
+	if _, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "old", UserID: "v", Quantity: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.HGet(ctx, keys.Item("old").PurchaseLimits(), "u").Val(); got != strconv.FormatFloat(ahead, 'f', -1, 64) {
+		t.Fatalf("the refused shopper's TAT became %q", got)
 	}
 }
 

@@ -123,7 +123,8 @@ func (k Item) Idempotency(user, key string) string { return k.base + "idem:" + u
 // StockIdempotency is the recorded reply of an admin stock change made with an Idempotency-Key.
 func (k Item) StockIdempotency(key string) string { return k.base + "stockidem:" + key }
 
-// PurchaseLimits is the item's purchase rate-limit state: a hash user -> GCRA TAT.
+// PurchaseLimits is the item's purchase rate-limit state: a hash user -> GCRA TAT (8 bytes, a
+// little-endian double: purchase.lua).
 func (k Item) PurchaseLimits() string { return k.base + "rl" }
 
 // OrderID builds an order id from its item and sequence number.
