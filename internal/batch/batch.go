@@ -82,7 +82,6 @@ func (b *Batcher[T]) drain(q *queue[T]) {
 	for {
 		b.mu.Lock()
 		if hot && b.linger > 0 && q.wake == nil && len(q.pending) > 0 && 2*len(q.pending) < b.max {
-			hot = false
 			b.gather(q)
 		}
 		n := len(q.pending)
