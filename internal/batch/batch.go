@@ -16,11 +16,13 @@ import (
 // about as much as several of its purchases) only when it carries many calls, so under a
 // steady load the calls wait for the running batch and ride in the next, big one.
 //
-// With a linger, a key that is hot (its last run carried at least an eighth of a batch) also
-// gathers between runs: when fewer than half a batch wait as a run ends, the next run waits
-// for half a batch, or for the linger to pass, before it takes them. Each call then waits at
-// most one linger longer, and the runs of a hot key carry more calls each. A key whose runs
-// are small (a quiet shop) never waits.
+// With a linger, a drainer whose own last run was hot (it carried at least an eighth of a
+// batch) also gathers between runs: when fewer than half a batch wait as its run ends, it
+// waits for half a batch, or for the linger to pass, before it takes them. One drainer of a
+// key gathers at a time; another whose run ends meanwhile takes what waits at once (with
+// inFlight above 1 the gathering then ends with a smaller batch, which is correct, only less
+// coalesced). Each call waits at most one linger longer, and the runs of a hot key carry more
+// calls each. A key whose runs are small (a quiet shop) never waits.
 //
 // The caller's runs must be correct in either order (each script call is atomic and decides
 // its calls on their own).
