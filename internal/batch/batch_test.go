@@ -8,15 +8,29 @@ import (
 
 type call struct{ n int }
 
+// run is one run the tests hold open: its calls, and the channel that lets it return.
+type run struct {
+	calls   []*call
+	release chan struct{}
+}
+
+// nextRun is the next run to start, failing the test if none starts within 10 seconds.
+func nextRun(t *testing.T, started chan run) run {
+	t.Helper()
+	select {
+	case r := <-started:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no run started")
+		return run{}
+	}
+}
+
 // TestInFlight: a lone call goes out at once; while a run is under way newcomers queue, and a
 // second run (at most inFlight at once) starts only once half a batch waits; the rest ride in
 // the next run with everyone else who queued meanwhile; every call runs exactly once. The runs
 // are held open by the test, so what is asserted is the schedule, not timing.
 func TestInFlight(t *testing.T) {
-	type run struct {
-		calls   []*call
-		release chan struct{}
-	}
 	started := make(chan run)
 	var mu sync.Mutex
 	running, most := 0, 0
@@ -36,16 +50,7 @@ func TestInFlight(t *testing.T) {
 		running--
 		mu.Unlock()
 	})
-	next := func() run {
-		t.Helper()
-		select {
-		case r := <-started:
-			return r
-		case <-time.After(10 * time.Second):
-			t.Fatal("no run started")
-			return run{}
-		}
-	}
+	next := func() run { t.Helper(); return nextRun(t, started) }
 	// runs is how many runs of x Submit has started (it counts them before it returns).
 	runs := func() int {
 		b.mu.Lock()
@@ -109,10 +114,6 @@ func TestInFlight(t *testing.T) {
 // The runs are held open by the test and the gathering is read from the Batcher's state, so
 // what is asserted is the schedule, not timing.
 func TestLinger(t *testing.T) {
-	type run struct {
-		calls   []*call
-		release chan struct{}
-	}
 	newBatcher := func(linger time.Duration) (*Batcher[call], chan run) {
 		started := make(chan run)
 		return New(16, 1, linger, func(key string, calls []*call) {
@@ -121,16 +122,7 @@ func TestLinger(t *testing.T) {
 			<-r.release
 		}), started
 	}
-	next := func(started chan run) run {
-		t.Helper()
-		select {
-		case r := <-started:
-			return r
-		case <-time.After(10 * time.Second):
-			t.Fatal("no run started")
-			return run{}
-		}
-	}
+	next := func(started chan run) run { t.Helper(); return nextRun(t, started) }
 	gathering := func(b *Batcher[call]) bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
