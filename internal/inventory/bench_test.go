@@ -1,6 +1,7 @@
 package inventory_test
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
@@ -159,8 +160,8 @@ func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 // the shoppers' item indexes go (as the orders hash and the expiry index do each turn), so
 // about one order in five is its shopper's first of the item (a sale of 5 orders per shopper).
 // Knobs: FLASHSALE_BENCH_ALT_LUA (comma-separated lua directories) adds each directory's
-// purchase.lua as a variant named after the directory (same KEYS and ARGV layout, the current
-// libraries), to weigh a candidate against the current script in one run;
+// purchase.lua as a variant named after the directory (same KEYS and ARGV layout, with the
+// directory's libraries), to weigh a candidate against the current script in one run;
 // FLASHSALE_BENCH_BATCH sets the attempts per call (25); FLASHSALE_BENCH_KEEP keeps every
 // structure between turns, so the orders hash and the users' order lists grow as in a long
 // sale. Two batch sizes give the script's cost per call and per attempt apart.
@@ -173,7 +174,8 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		name string
 		src  string
 		rate int
-		bare bool // without the call record
+		bare bool   // without the call record
+		libs string // the libraries before it: the current ones unless a candidate brings its own
 		cpu  float64
 		item keyspace.Item
 		n    atomic.Int64 // the variant's purchases so far: its next shopper
@@ -202,14 +204,15 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		{name: "no-call-record", src: cur.purchase, rate: 5, bare: true},
 	}
 	for name, dir := range altLuaDirs() { // candidate versions, same KEYS and ARGV
-		vs = append(vs, &variant{name: name, src: readPurchaseSource(b, dir).purchase, rate: 5})
+		alt := readPurchaseSource(b, dir)
+		vs = append(vs, &variant{name: name, src: alt.purchase, libs: alt.libs, rate: 5})
 	}
 	scripts := make([]*redis.Script, len(vs))
 	for i, v := range vs {
 		id := "parts" + strconv.Itoa(i)
 		newItem(b, s, id, 1_000_000_000_000, 1_000_000_000)
 		v.item = keys.Item(id)
-		src := purchaseSource{once: cur.once, libs: cur.libs, purchase: v.src}
+		src := purchaseSource{once: cur.once, libs: cmp.Or(v.libs, cur.libs), purchase: v.src}
 		if v.bare {
 			scripts[i] = redis.NewScript(src.libs + src.purchase)
 		} else {
