@@ -190,15 +190,15 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		}
 		return purchase
 	}
-	outbox := "redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id,\n    'seq', string.format('%d', first_seq), 'p', price, 'c', now_s, 'e', expires_s,\n    'b', table.concat(batch_list, '|'))"
+	outbox := "redis.call('XADD', KEYS[5], '*', 'type', 'order.reserved', 'item', item_id,\n    'seq', string.format('%d', first_seq), 'p', price, 'c', now_s, 'e', expires_s,\n    'b', table.concat(batch_list, '|', 1, nb))"
 	cur := readPurchaseSource(b, "../../lua/")
 	vs := []*variant{
 		{name: "full", src: cur.purchase, rate: 5},
 		{name: "no-limit", src: cur.purchase, rate: 0},
 		{name: "no-user-index", src: without(cur.purchase,
-			"redis.call('HMGET', KEYS[10], unpack(users))", "{}",
+			"redis.call('HMGET', KEYS[10], unpack(users, 1, nu))", "{}",
 			"redis.call('ZADD', KEYS[9 + 2 * i], now_s, item_id)", "",
-			"redis.call('HSET', KEYS[10], unpack(user_seqs))", ""), rate: 5},
+			"redis.call('HSET', KEYS[10], unpack(user_seqs, 1, na))", ""), rate: 5},
 		{name: "no-expiry-index", src: without(cur.purchase, "redis.call('ZADD', KEYS[4], expires_s, member)", ""), rate: 5},
 		{name: "no-outbox", src: without(cur.purchase, outbox, ""), rate: 5},
 		{name: "no-call-record", src: cur.purchase, rate: 5, bare: true},
