@@ -23,9 +23,9 @@ const (
 	DefaultReservationTTL   = 10 * time.Minute
 	DefaultIdempotencyTTL   = 24 * time.Hour
 	DefaultSnapshotInterval = 500 * time.Millisecond
-	DefaultPurchaseBatch    = 64
+	DefaultPurchaseBatch    = 96
 	DefaultPurchaseInFlight = 2
-	DefaultPurchaseLinger   = time.Millisecond
+	DefaultPurchaseLinger   = 2 * time.Millisecond
 )
 
 // Options tune a Store; zero values take the defaults.
