@@ -140,8 +140,9 @@ end
 -- sized(k): a table whose array part has k slots from the start. Lua 5.1 has no table.new,
 -- and a table filled from empty is resized log2(k) times, each resize counting and moving
 -- every entry: with the per-batch tables below that was about 6% of a purchase's Redis time
--- (perf). A table built from k values is sized once. The slots hold ARGV's strings until
--- written, so these tables are read up to their own counters, never with #.
+-- (perf). A table built from k values is sized once (k is at most 4n + 1 <= 1025, within
+-- #ARGV and unpack's limits). The slots hold ARGV's strings until written, so these tables are
+-- read up to their own counters, never with #.
 local function sized(k)
   return {unpack(ARGV, 1, k)}
 end
