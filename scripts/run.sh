@@ -16,6 +16,13 @@ if [ -z "${FLASHSALE_ADMIN_TOKEN:-}" ]; then
   export FLASHSALE_ADMIN_TOKEN
 fi
 
+# The embedded broker's login: KAFKA_USERNAME/KAFKA_PASSWORD when set (passed on to both), else
+# the deployment's own, made by whichever binary starts first and kept beside the broker's log.
+kafka_addr=${FLASHSALE_EMBEDDED_KAFKA_ADDR:-127.0.0.1:9092}
+kafka_login=${XDG_CACHE_HOME:-$HOME/.cache}/flashsale/kafka-${kafka_addr//:/_}/credentials.json
+[ -n "${KAFKA_USERNAME:-}" ] && kafka_login="KAFKA_USERNAME/KAFKA_PASSWORD"
+[ -n "${KAFKA_BROKERS:-}" ] && kafka_login="KAFKA_BROKERS's own"
+
 api_pid="" rec_pid=""
 # Ctrl-C reaches every process of the terminal's group: the api and the reconciler shut down
 # by themselves (a second signal would make them exit at once), so only wait for them. A TERM
@@ -79,6 +86,7 @@ flashsale is running (Ctrl-C stops it):
   admin:    $base/admin
   monitor:  $base/admin/monitor
   admin token: $FLASHSALE_ADMIN_TOKEN
+  Kafka login: $kafka_login
 
 EOF
 

@@ -178,7 +178,8 @@ func (b *bench) latency(ctx context.Context) error {
 		return err
 	}
 	rec, err := start(ctx, "reconciler", b.recBin, nil, []string{
-		"KAFKA_BROKERS=" + b.kafka, "FLASHSALE_EMBEDDED_KAFKA_ADDR=" + b.kafka,
+		// The api's embedded broker, with the deployment's login kept beside its log.
+		"FLASHSALE_EMBEDDED_KAFKA_ADDR=" + b.kafka,
 		"FLASHSALE_POSTGRES_DSN=" + b.pgDSN, "FLASHSALE_ADMIN_ADDR=" + recAdm,
 	}, recAdm, "/metrics", b.logw)
 	if err != nil {

@@ -40,7 +40,12 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 		rdb.Close()
 		return nil, nil, err
 	}
-	transport, err := cfg.Kafka.Transport()
+	login, err := cfg.KafkaSecurity()
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	transport, err := login.Transport()
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err

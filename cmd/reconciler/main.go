@@ -143,11 +143,16 @@ func run(ctx context.Context, cfg config.Config) error {
 	// as failed) while the consumer drains its last batch.
 	defer stopSchedule()
 
-	dialer, err := cfg.Kafka.Dialer()
+	// The embedded broker's login is the deployment's (the api's), read from beside its log.
+	login, err := cfg.KafkaSecurity()
 	if err != nil {
 		return err
 	}
-	transport, err := cfg.Kafka.Transport()
+	dialer, err := login.Dialer()
+	if err != nil {
+		return err
+	}
+	transport, err := login.Transport()
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +24,7 @@ import (
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/kafkabroker"
+	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/metrics"
@@ -50,6 +49,7 @@ type API struct {
 	rdb        redis.UniversalClient
 	record     *record.Queries
 	broker     *kafkabroker.Broker // nil with KAFKA_BROKERS
+	kafkaLogin kafkaconn.Security  // towards KAFKA_BROKERS or the embedded broker
 	writer     *kafka.Writer
 	transports []*kafka.Transport // closed by Close
 	relay      *outbox.Relay
@@ -131,14 +131,18 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 	// when that is unset. Kafka being down never stops selling: events wait in Redis (up to
 	// FLASHSALE_OUTBOX_MAX).
 	brokers := cfg.KafkaBrokers
+	if a.kafkaLogin, err = cfg.KafkaSecurity(); err != nil {
+		return nil, err
+	}
 	if len(brokers) == 0 {
-		dir, derr := brokerDir(cfg.EmbeddedKafkaAddr)
+		dir, derr := kafkaconn.EmbeddedDir(cfg.EmbeddedKafkaAddr)
 		if derr != nil {
 			return nil, derr
 		}
 		a.broker, err = kafkabroker.Start(kafkabroker.Options{
 			Addr: cfg.EmbeddedKafkaAddr, Topic: cfg.KafkaTopic, Partitions: cfg.KafkaPartitions,
 			DataDir: dir, // on disk, so events the reconciler has not read survive a restart
+			Login:   a.kafkaLogin,
 		})
 		if err != nil { // most often the port is taken: a Kafka of the developer's own
 			return nil, fmt.Errorf("embedded Kafka broker (FLASHSALE_EMBEDDED_KAFKA_ADDR=%s; or set KAFKA_BROKERS): %w", cfg.EmbeddedKafkaAddr, err)
@@ -147,7 +151,7 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 		slog.Info("embedded Kafka-protocol broker", "addr", a.broker.Addr(), "topic", cfg.KafkaTopic, "dir", dir)
 	}
 	a.writer = outbox.NewWriter(brokers, cfg.KafkaTopic)
-	if a.writer.Transport, err = a.kafkaTransport(cfg); err != nil {
+	if a.writer.Transport, err = a.kafkaTransport(); err != nil {
 		return nil, err
 	}
 	relayOpt := outbox.Options{Max: int64(cfg.OutboxMax)}
@@ -170,7 +174,7 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 		return map[string]int64{"outbox": total}, true
 	})
 	a.stats.CountFrom("redis_failovers", func() int64 { return int64(redisconn.Failovers()) })
-	transport, err := a.kafkaTransport(cfg)
+	transport, err := a.kafkaTransport()
 	if err != nil {
 		return nil, err
 	}
@@ -201,14 +205,11 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 // kafkaTransport is a Kafka transport of the api's own (the relay's writer and the monitor's
 // lag queries each have one, so the lag stays measurable while the writer's connections are
 // stuck), closed by Close: kafka-go's shared default would keep its connections, and their
-// goroutines, after Close.
-func (a *API) kafkaTransport(cfg config.Config) (*kafka.Transport, error) {
-	t := &kafka.Transport{}
-	if a.broker == nil { // a real Kafka: its login and TLS (the embedded broker needs neither)
-		var err error
-		if t, err = cfg.Kafka.Transport(); err != nil {
-			return nil, err
-		}
+// goroutines, after Close. It logs in as a.kafkaLogin says.
+func (a *API) kafkaTransport() (*kafka.Transport, error) {
+	t, err := a.kafkaLogin.Transport()
+	if err != nil {
+		return nil, err
 	}
 	a.transports = append(a.transports, t)
 	return t, nil
@@ -247,20 +248,6 @@ func HTTPOptions(cfg config.Config) httpapi.Options {
 			LoginUser: cfg.LimitLoginUser, LoginIP: cfg.LimitLoginIP, Reads: cfg.LimitReads},
 		AccessLog: httpapi.AccessLog{Slow: cfg.AccessLogSlow, Sample: cfg.AccessLogSample},
 	}
-}
-
-// brokerDir is the embedded broker's data directory: private to this user (0700), made for
-// it, named for its address so a restart finds the events it kept.
-func brokerDir(addr string) (string, error) {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	dir := filepath.Join(base, "flashsale", "kafka-"+strings.ReplaceAll(addr, ":", "_"))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("embedded broker data directory %s: %w", dir, err)
-	}
-	return dir, os.Chmod(dir, 0o700)
 }
 
 // ready is /readyz: not shutting down (load balancers stop sending here first), Redis

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -95,5 +96,55 @@ func TestRunServesAndCutsSlowClients(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// The api's embedded broker requires the deployment's login: a kafka-go client over TCP
+// without it (the forged order.paid of a local process) can neither write nor read, and the
+// reconciler, configured only with the broker's address, logs in with the same credentials.
+func TestEmbeddedBrokerRequiresTheDeploymentLogin(t *testing.T) {
+	_, keys := testenv.Redis(t)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // this deployment's broker directory and login
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kafkaAddr := ln.Addr().String()
+	ln.Close()
+	env := map[string]string{
+		"FLASHSALE_REDIS_ADDRS":         testenv.RedisAddr(),
+		"FLASHSALE_REDIS_PREFIX":        keys.Prefix,
+		"FLASHSALE_EMBEDDED_KAFKA_ADDR": kafkaAddr,
+		"FLASHSALE_PAYMENT_SIM_ADDR":    "127.0.0.1:0",
+	}
+	cfg, err := config.Parse(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := app.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+
+	if err := testenv.KafkaWrite(kafkaAddr, cfg.KafkaTopic, kafkaconn.Security{}); err == nil {
+		t.Fatal("a client without the login wrote to the embedded broker")
+	}
+	if n, err := testenv.KafkaRead(kafkaAddr, cfg.KafkaTopic, kafkaconn.Security{}); err == nil {
+		t.Fatalf("a client without the login read %d events from the embedded broker", n)
+	}
+	recCfg, err := config.Parse(func(k string) string { return env[k] }) // the reconciler's
+	if err != nil {
+		t.Fatal(err)
+	}
+	login, err := recCfg.KafkaSecurity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.KafkaWrite(kafkaAddr, cfg.KafkaTopic, login); err != nil {
+		t.Fatalf("with the deployment's login: %v", err)
+	}
+	if n, err := testenv.KafkaRead(kafkaAddr, cfg.KafkaTopic, login); err != nil || n == 0 {
+		t.Fatalf("with the deployment's login read %d events, %v", n, err)
 	}
 }

@@ -256,9 +256,9 @@ func parse(p *parser) (Config, error) {
 	if c.DevLogin && c.JWTKeysFile != "" {
 		return Config{}, fmt.Errorf("config: FLASHSALE_DEV_LOGIN=true mints HS256 tokens, which FLASHSALE_JWT_KEYS turns off; unset one of them")
 	}
-	// The embedded broker asks nobody to log in: only processes of this host may reach it.
+	// The embedded broker has no TLS: only processes of this host may reach it.
 	if len(c.KafkaBrokers) == 0 && !loopback(c.EmbeddedKafkaAddr) {
-		return Config{}, fmt.Errorf("config: FLASHSALE_EMBEDDED_KAFKA_ADDR=%q: the embedded broker takes no login, so it listens on a loopback address only (127.0.0.1, ::1, localhost); use KAFKA_BROKERS for a broker others reach", c.EmbeddedKafkaAddr)
+		return Config{}, fmt.Errorf("config: FLASHSALE_EMBEDDED_KAFKA_ADDR=%q: the embedded broker has no TLS, so it listens on a loopback address only (127.0.0.1, ::1, localhost); use KAFKA_BROKERS for a broker others reach", c.EmbeddedKafkaAddr)
 	}
 	if c.JWTSecret == "" {
 		c.JWTSecret, c.JWTSecretGenerated = randomHex(32), true
@@ -276,8 +276,11 @@ func parse(p *parser) (Config, error) {
 	if err := c.Kafka.Check(); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	if (c.Kafka.Mechanism != "" || c.Kafka.TLS != nil) && len(c.KafkaBrokers) == 0 {
-		return Config{}, fmt.Errorf("config: KAFKA_SASL_MECHANISM and KAFKA_TLS are for KAFKA_BROKERS; the embedded broker takes neither")
+	if c.Kafka.TLS != nil && len(c.KafkaBrokers) == 0 {
+		return Config{}, fmt.Errorf("config: KAFKA_TLS is for KAFKA_BROKERS; the embedded broker has no TLS")
+	}
+	if len(c.KafkaBrokers) == 0 && c.Kafka.Mechanism == "" && (c.Kafka.Username == "") != (c.Kafka.Password == "") {
+		return Config{}, fmt.Errorf("config: KAFKA_USERNAME and KAFKA_PASSWORD go together (the embedded broker's login)")
 	}
 	if len(c.RedisAddrs) == 0 {
 		return Config{}, fmt.Errorf("config: FLASHSALE_REDIS_ADDRS: at least one address is needed")
@@ -431,6 +434,21 @@ func placeholder(s string) bool {
 		}
 	}
 	return false
+}
+
+// KafkaSecurity is how both binaries log in to Kafka: KAFKA_SASL_MECHANISM and the rest
+// towards KAFKA_BROKERS; towards the embedded broker, its deployment's login
+// (kafkaconn.EmbeddedLogin: KAFKA_USERNAME/KAFKA_PASSWORD, or the credentials kept beside its
+// log), which the api's broker requires.
+func (c Config) KafkaSecurity() (kafkaconn.Security, error) {
+	if len(c.KafkaBrokers) > 0 {
+		return c.Kafka, nil
+	}
+	dir, err := kafkaconn.EmbeddedDir(c.EmbeddedKafkaAddr)
+	if err != nil {
+		return kafkaconn.Security{}, err
+	}
+	return kafkaconn.EmbeddedLogin(dir, c.Kafka)
 }
 
 // Brokers are the Kafka brokers both binaries use: KAFKA_BROKERS, or the api's embedded

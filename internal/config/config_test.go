@@ -119,13 +119,14 @@ func TestInvalid(t *testing.T) {
 	}
 }
 
-// Credentials: a mechanism the clients lack, SASL without a user, or SASL towards the embedded
-// broker refuse to start; passwords never reach the logged config (nor the DSN's).
+// Credentials: a mechanism the clients lack, SASL without a user, TLS towards the embedded
+// broker or half its login refuse to start; passwords never reach the logged config (nor the DSN's).
 func TestCredentials(t *testing.T) {
 	for _, bad := range []map[string]string{
 		{"KAFKA_BROKERS": "k:9092", "KAFKA_SASL_MECHANISM": "GSSAPI", "KAFKA_USERNAME": "u", "KAFKA_PASSWORD": "p"},
 		{"KAFKA_BROKERS": "k:9092", "KAFKA_SASL_MECHANISM": "PLAIN"},
-		{"KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_USERNAME": "u", "KAFKA_PASSWORD": "p"},
+		{"KAFKA_TLS": "true"},
+		{"KAFKA_USERNAME": "u"},
 		{"FLASHSALE_REDIS_TLS": "true", "FLASHSALE_REDIS_CA_FILE": "/nonexistent.pem"},
 		{"FLASHSALE_JWT_SECRET": "change-me-jwt-secret-0123456789abcdef"},
 		{"FLASHSALE_ADMIN_TOKEN": "x"},
@@ -300,7 +301,7 @@ func TestDevLoginDefault(t *testing.T) {
 	}
 }
 
-// Issue 31: the embedded broker takes no login, so it listens on loopback only; another
+// Issue 31: the embedded broker has no TLS, so it listens on loopback only; another
 // address is a one-line configuration error, not a broker open to the network.
 func TestEmbeddedBrokerLoopbackOnly(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:9092", ":9092", "10.0.0.5:9092", "[::]:9092", "kafka.example:9092"} {

@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/flashsale/flashsale/internal/kafkaconn"
 )
 
 // ErrStopped is returned by Restart after Close.
@@ -18,9 +22,13 @@ var ErrStopped = errors.New("kafkabroker: closed")
 
 // Options describe the broker.
 type Options struct {
-	// Addr is host:port to listen on, a loopback host (the broker asks for no login); port 0
-	// picks a free port (kept across Restart).
+	// Addr is host:port to listen on, a loopback host; port 0 picks a free port (kept
+	// across Restart).
 	Addr string
+	// Login, when it names a mechanism, is the one user the broker accepts (SASL PLAIN,
+	// SCRAM-SHA-256 or SCRAM-SHA-512): a connection that has not logged in as it can neither
+	// produce nor fetch. The zero Login asks nobody to log in (tests only).
+	Login kafkaconn.Security
 	// Topic is created with Partitions partitions when the broker starts empty.
 	Topic      string
 	Partitions int
@@ -62,7 +70,7 @@ func (b *Broker) start(addr string) error {
 	if err != nil || port < 0 || port > 65535 {
 		return fmt.Errorf("kafkabroker: address %q: bad port", addr)
 	}
-	// No login, no TLS: only processes of this host may reach it.
+	// No TLS: only processes of this host may reach it, and they log in.
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return fmt.Errorf("kafkabroker: address %q: the embedded broker listens on a loopback address only", addr)
 	}
@@ -75,7 +83,19 @@ func (b *Broker) start(addr string) error {
 			return net.Listen(network, net.JoinHostPort(host, p))
 		}),
 	}
+	if b.opt.Login.Mechanism != "" {
+		if err := b.opt.Login.Check(); err != nil {
+			return fmt.Errorf("kafkabroker: %w", err)
+		}
+		opts = append(opts, kfake.EnableSASL(),
+			kfake.Superuser(b.opt.Login.Mechanism, b.opt.Login.Username, b.opt.Login.Password))
+	}
 	if b.opt.DataDir != "" {
+		// The users are configuration, not state: kfake would load the ones it saved last
+		// time over Login, and a changed password would lock everyone out.
+		if err := os.Remove(filepath.Join(b.opt.DataDir, "sasl.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("kafkabroker: %w", err)
+		}
 		opts = append(opts, kfake.DataDir(b.opt.DataDir))
 	}
 	c, err := kfake.NewCluster(opts...)

@@ -9,6 +9,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/flashsale/flashsale/internal/kafkabroker"
+	"github.com/flashsale/flashsale/internal/kafkaconn"
+	"github.com/flashsale/flashsale/internal/testenv"
 )
 
 // TestRestartKeepsTheLog: a stopped broker comes back on the same address with its messages
@@ -60,7 +62,7 @@ func TestRestartKeepsTheLog(t *testing.T) {
 	}
 }
 
-// Issue 31: the broker asks nobody to log in, so it listens on loopback only: an address of
+// Issue 31: the broker has no TLS, so it listens on loopback only: an address of
 // every interface or of another host is refused before anything listens.
 func TestLoopbackOnly(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
@@ -77,5 +79,53 @@ func TestLoopbackOnly(t *testing.T) {
 			continue
 		}
 		b.Close()
+	}
+}
+
+// A broker started with a login takes no produce and serves no fetch, metadata or group to a
+// kafka-go client over TCP that has not logged in, or that logs in with another password; the
+// same client with the login writes and reads back. It keeps requiring the login, with the
+// password of the new start, after a restart from its data directory.
+func TestLoginRequired(t *testing.T) {
+	dir := t.TempDir()
+	login := kafkaconn.Security{Mechanism: "SCRAM-SHA-256", Username: "flashsale", Password: "first-password-0123456789"}
+	b, err := kafkabroker.Start(kafkabroker.Options{Addr: "127.0.0.1:0", Topic: "t", DataDir: dir, Login: login})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	checkAccess(t, b.Addr(), login, "first start")
+
+	b.Close() // a new start (a restarted api) with a new password: the old one is refused
+	login.Password = "second-password-0123456789"
+	b, err = kafkabroker.Start(kafkabroker.Options{Addr: "127.0.0.1:0", Topic: "t", DataDir: dir, Login: login})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	checkAccess(t, b.Addr(), login, "second start")
+	old := login
+	old.Password = "first-password-0123456789"
+	if err := testenv.KafkaWrite(b.Addr(), "t", old); err == nil {
+		t.Fatal("second start: the first start's password still writes")
+	}
+}
+
+// checkAccess: without the login nothing is written or read; with it both work.
+func checkAccess(t *testing.T, addr string, login kafkaconn.Security, when string) {
+	t.Helper()
+	for _, s := range []kafkaconn.Security{{}, {Mechanism: login.Mechanism, Username: login.Username, Password: "wrong"}} {
+		if err := testenv.KafkaWrite(addr, "t", s); err == nil {
+			t.Fatalf("%s: a client logged in as %q wrote to the broker", when, s.Username)
+		}
+		if n, err := testenv.KafkaRead(addr, "t", s); err == nil {
+			t.Fatalf("%s: a client logged in as %q read %d messages", when, s.Username, n)
+		}
+	}
+	if err := testenv.KafkaWrite(addr, "t", login); err != nil {
+		t.Fatalf("%s: with the login: %v", when, err)
+	}
+	if n, err := testenv.KafkaRead(addr, "t", login); err != nil || n == 0 {
+		t.Fatalf("%s: with the login read %d messages, %v", when, n, err)
 	}
 }
