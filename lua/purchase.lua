@@ -89,14 +89,19 @@ if rate > 0 and (not finite(period) or period <= 0 or not finite(burst) or burst
 end
 
 local f = redis.call('HMGET', KEYS[1], 'stock_left', 'per_user_limit', 'price_cents',
-  'starts_at', 'ends_at', 'seq', 'reserved', 'q_rate', 'version')
+  'starts_at', 'ends_at', 'seq', 'reserved', 'q_rate', 'version', 'term')
 local exists = f[1] ~= false
 local left = tonumber(f[1]) or 0
 local per_user = tonumber(f[2]) or 0
 local price = f[3] or '0'
 local starts = tonumber(f[4]) or 0
 local ends = tonumber(f[5]) or 0
-local seq = tonumber(f[6]) or 0
+-- Order numbers: counted on in this node's own block (order_block, changed.lua), so an order id
+-- made here never names an order a primary this node diverged from made.
+local seq, term = order_block(tonumber(f[6]) or 0, f[10], n)
+if not seq then
+  return redis.error_reply('ERR purchase: the order numbers of this history are used up; restore the item')
+end
 local reserved = tonumber(f[7]) or 0
 local version = tonumber(f[9]) or 0
 local now = now_ms()
@@ -297,7 +302,7 @@ if no > 0 then
   end
   redis.call('ZADD', KEYS[4], expires_s, member)
   redis.call('HSET', KEYS[1], 'stock_left', string.format('%d', left), 'reserved', string.format('%d', reserved),
-    'seq', string.format('%d', seq), 'version', string.format('%d', version + 1))
+    'seq', string.format('%d', seq), 'version', string.format('%d', version + 1), 'term', term)
   mark_changed(KEYS[6], KEYS[7], item_id)
 end
 return out

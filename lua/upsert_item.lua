@@ -46,7 +46,7 @@ if total == nil then
   if stock < 0 then stock = 0 end
   total = stock
   redis.call('HSET', KEYS[1], 'stock_total', stock, 'stock_left', stock, 'reserved', 0,
-    'paid', 0, 'seq', 0, 'version', 0)
+    'paid', 0, 'seq', 0, 'version', 0, 'term', node_history())
 elseif stock >= 0 and stock ~= total then
   return {'invalid_state', redis.call('HGETALL', KEYS[1])}
 end
