@@ -104,6 +104,12 @@ func (r *Reconciler) run(ctx context.Context, opt BatchOptions, n int64) (*Repor
 	if err != nil {
 		return nil, err
 	}
+	parked, err := r.conflictDrift(ctx)
+	if err != nil {
+		return nil, err
+	}
+	drift = append(drift, parked...)
+	sortDrift(drift)
 	rep.Drift, rep.Unverified, rep.Rounds = drift, unverified, rounds
 	if rep.Payments, err = r.checkPayments(ctx); err != nil {
 		return nil, err
@@ -318,6 +324,10 @@ func orderDrift(item, id string, ro *redisOrder, po *pgOrder) []Drift {
 		return []Drift{{Kind: KindOrderMissing, ItemID: item, OrderID: id, Redis: ro.status}}
 	case ro == nil:
 		return []Drift{{Kind: KindOrderExtra, ItemID: item, OrderID: id, Postgres: po.Status}}
+	case otherOrder(ro, po):
+		return []Drift{{Kind: KindOrderIDReused, ItemID: item, OrderID: id,
+			Redis:    describeOrder(ro.user, ro.qty, ro.price, ro.status, ro.created),
+			Postgres: describeOrder(po.User, po.Qty, po.Price, po.Status, po.Created.UnixMilli())}}
 	}
 	var out []Drift
 	if ro.status != po.Status {
@@ -336,6 +346,41 @@ func orderDrift(item, id string, ro *redisOrder, po *pgOrder) []Drift {
 	}
 	return out
 }
+
+// otherOrder reports whether Redis and the record hold two different orders under one id: they
+// were created at different times (an order's creation never changes; the record's is its
+// order.reserved's) for another shopper, quantity or price. A primary that lost writes to a
+// failover and numbered new orders from where its copy ended did that; the record parks such
+// events as conflicts (record/conflict.go), also those of an order alike but for its creation.
+func otherOrder(ro *redisOrder, po *pgOrder) bool {
+	return po.FromReservation && ro.created != po.Created.UnixMilli() &&
+		(ro.user != po.User || ro.qty != po.Qty || ro.price != po.Price)
+}
+
+// describeOrder is one side's order in an order_id_reused drift.
+func describeOrder(user string, qty, price int64, status string, createdMs int64) string {
+	return fmt.Sprintf("user %s, quantity %d, price_cents %d, %s, created %s", user, qty, price, status,
+		time.UnixMilli(createdMs).UTC().Format(time.RFC3339Nano))
+}
+
+// conflictDrift reports the order events the record parked as conflicts (their order id already
+// named another order): each may be an order a shopper holds that the record lacks, until an
+// operator settles it and deletes the dead letter.
+func (r *Reconciler) conflictDrift(ctx context.Context) ([]Drift, error) {
+	parked, err := r.db.ParkedConflicts(ctx, maxParkedReported)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	out := make([]Drift, 0, len(parked))
+	for _, c := range parked {
+		out = append(out, Drift{Kind: KindConflictParked, ItemID: c.ItemID, OrderID: c.OrderID,
+			Postgres: fmt.Sprintf("dead_letters %d, event %s, parked %s", c.ID, c.EventID, c.At.UTC().Format(time.RFC3339))})
+	}
+	return out, nil
+}
+
+// maxParkedReported bounds the parked conflicts one report lists.
+const maxParkedReported = 1000
 
 // confirm re-checks candidates in rounds until each is either equal, or still different
 // after Postgres has applied every event up to a Redis snapshot that did not change since:

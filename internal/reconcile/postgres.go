@@ -24,6 +24,7 @@ type Record interface {
 	Ratings(ctx context.Context, item string) ([]record.RatingRecord, error)
 	PrunableOrders(ctx context.Context, finalBefore, createdBefore time.Time, after record.PruneCursor, limit int) ([]record.PrunableOrder, record.PruneCursor, error)
 	MarkPruned(ctx context.Context, job string, n int64, ids []string, at time.Time) error
+	ParkedConflicts(ctx context.Context, limit int) ([]record.ParkedConflict, error)
 }
 
 // pgOrder is an order as the record holds it.

@@ -20,6 +20,8 @@ const (
 	whyCounters   = "Redis's counters disagree with its own orders; that is not fixable from Redis"
 	whyStill      = "still differs after its events were re-emitted and applied"
 	whyRating     = "ratings are reported, not repaired: the shopper's next rating corrects the record, or correct it by hand"
+	whyReused     = "two orders hold this id (a primary that lost writes to a failover made another under it): the record keeps the first; settle the shoppers by hand"
+	whyParked     = "the record parked this event because its order id already named another order: settle the shopper's order by hand, then delete the dead letter"
 	whyChanged    = "the order changed after the drift was confirmed, so it was not re-emitted (its own event is on the way); the next run checks it again"
 )
 
@@ -55,6 +57,10 @@ func (r *Reconciler) repair(ctx context.Context, drift []Drift, n int64) (*Repai
 			refused[d.key()] = whyFirst
 		case KindOrderExtra:
 			refused[d.key()] = whyExtraOrder
+		case KindOrderIDReused:
+			refused[d.key()] = whyReused
+		case KindConflictParked:
+			refused[d.key()] = whyParked
 		case KindItemExtra:
 			refused[d.key()] = whyExtraItem
 		case KindRating:

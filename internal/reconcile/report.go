@@ -21,6 +21,12 @@ const (
 	KindOrderQuantity = "order_quantity"
 	KindOrderPrice    = "order_price"
 	KindRating        = "rating" // UserID: the rater; Redis, Postgres: the stars ("" = no rating)
+	// KindOrderIDReused: Redis and the record hold two different orders (created at different
+	// times) under one id; Redis, Postgres: each side's order.
+	KindOrderIDReused = "order_id_reused"
+	// KindConflictParked: an order event the record parked in dead_letters because its id
+	// already named another order; Postgres: the dead letter. Reported until it is deleted.
+	KindConflictParked = "order_conflict_parked"
 )
 
 // Drift is one confirmed disagreement: it held after every event that was in flight when it was

@@ -1,6 +1,8 @@
 package record
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -125,7 +127,53 @@ func sameOrder(e *events.Event, item, user string, qty, price int64) bool {
 func conflictLetter(p parsed) DeadLetter {
 	m := p.msg
 	return DeadLetter{Topic: m.Topic, KafkaPartition: m.Partition, KafkaOffset: m.Offset, Key: m.Key, Value: m.Value,
-		Error: storableText(fmt.Sprintf("conflict: order %s already holds other content (item, user, quantity, price or creation time); event %s parked, not merged",
+		Error: storableText(fmt.Sprintf(conflictPrefix+"order %s already holds other content (item, user, quantity, price or creation time); event %s parked, not merged",
 			p.ev.OrderID, p.ev.EventID)),
 		ReceivedAt: time.Now()}
+}
+
+// ParkedConflict is an order event parked in dead_letters because its order id already named
+// another order in the record (conflictLetter).
+type ParkedConflict struct {
+	ID      int64 // the dead letter's
+	ItemID  string
+	OrderID string
+	EventID string
+	At      time.Time // when it was parked
+}
+
+// conflictPrefix starts the error of every parked conflict (conflictLetter).
+const conflictPrefix = "conflict: "
+
+// ParkedConflicts returns the parked conflicts still in dead_letters, oldest first, at most
+// limit: each is an order a shopper may hold that the record does not, until an operator
+// settles it and deletes the letter.
+func (q *Queries) ParkedConflicts(ctx context.Context, limit int) ([]ParkedConflict, error) {
+	rows, err := q.db.Query(ctx, `SELECT id, coalesce(convert_from(key, 'UTF8'), ''), value, received_at
+		FROM dead_letters WHERE starts_with(error, $1) ORDER BY id LIMIT $2`, conflictPrefix, limit)
+	if err != nil {
+		return nil, fmt.Errorf("record: parked conflicts: %w", err)
+	}
+	defer rows.Close()
+	var out []ParkedConflict
+	for rows.Next() {
+		var c ParkedConflict
+		var value []byte
+		if err := rows.Scan(&c.ID, &c.ItemID, &value, &c.At); err != nil {
+			return nil, fmt.Errorf("record: parked conflicts: %w", err)
+		}
+		var ev struct {
+			EventID string `json:"event_id"`
+			ItemID  string `json:"item_id"`
+			OrderID string `json:"order_id"`
+		}
+		if json.Unmarshal(value, &ev) == nil {
+			c.EventID, c.OrderID = ev.EventID, ev.OrderID
+			if ev.ItemID != "" {
+				c.ItemID = ev.ItemID
+			}
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }

@@ -47,13 +47,16 @@ type OrderState struct {
 	// it became final); Pruned says the pruning pass removed it from Redis (pruned_at is set).
 	Created, Updated time.Time
 	Pruned           bool
+	// FromReservation says Created is the order's own creation, written by its order.reserved
+	// (expires_at is set by it alone), not the time of a later event recorded first.
+	FromReservation bool
 }
 
 // orderStateCols selects an order's id and OrderState in scanOrderState's order.
-const orderStateCols = `id, user_id, quantity, price_cents, status, created_at, updated_at, pruned_at IS NOT NULL`
+const orderStateCols = `id, user_id, quantity, price_cents, status, created_at, updated_at, pruned_at IS NOT NULL, expires_at IS NOT NULL`
 
 func scanOrderState(row pgx.Row, id *string, o *OrderState) error {
-	return row.Scan(id, &o.User, &o.Qty, &o.Price, &o.Status, &o.Created, &o.Updated, &o.Pruned)
+	return row.Scan(id, &o.User, &o.Qty, &o.Price, &o.Status, &o.Created, &o.Updated, &o.Pruned, &o.FromReservation)
 }
 
 // ItemCounters are an item's stock figures derived from the record, with its attributes.

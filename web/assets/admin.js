@@ -389,6 +389,7 @@
     order_missing_in_postgres: 'Order missing in PostgreSQL', order_missing_in_redis: 'Order missing in Redis',
     order_status: 'Order status', order_user: 'Order user', order_quantity: 'Order quantity',
     order_price: 'Order price', rating: 'Rating',
+    order_id_reused: 'Order id holds two orders', order_conflict_parked: 'Conflicting order event parked',
   };
 
   // reportView: the run's summary, its drift counted by kind (with a few examples of each),
