@@ -37,18 +37,21 @@ func verifySignature(raw []byte, header string, secrets []string, now time.Time)
 	return ErrBadSignature
 }
 
-// signedAt is the header's t.
+// signedAt is the header's t. A header with more than one t is refused: stripe-go verifies
+// the signature against the last one, so a second t would let a signature made for the future
+// pass with a first t of now.
 func signedAt(header string) (time.Time, bool) {
+	var at time.Time
 	for _, part := range strings.Split(header, ",") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "t="); ok {
 			sec, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || sec <= 0 {
+			if err != nil || sec <= 0 || !at.IsZero() {
 				return time.Time{}, false
 			}
-			return time.Unix(sec, 0), true
+			at = time.Unix(sec, 0)
 		}
 	}
-	return time.Time{}, false
+	return at, !at.IsZero()
 }
 
 // decodeEvent reads the event's id, type and payment from a verified body. A body that is not
