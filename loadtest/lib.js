@@ -88,7 +88,7 @@ function pay(id, token, reservedAt) {
   const pi = c.json('payment');
   const conf = http.post(`${SIM}/v1/payment_intents/${pi.id}/confirm`,
     { payment_method: 'pm_card_visa', client_secret: pi.client_secret },
-    { headers: { Authorization: 'Bearer sk_test_k6' }, tags: { name: 'sim_confirm' } });
+    { tags: { name: 'sim_confirm' } });
   if (!record(conf, [200], 'sim confirm')) {
     return;
   }

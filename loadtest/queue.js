@@ -123,7 +123,7 @@ async function shopper(user, data) {
   const pi = res.json('payment');
   res = await http.asyncRequest('POST', `${SIM}/v1/payment_intents/${pi.id}/confirm`,
     { payment_method: 'pm_card_visa', client_secret: pi.client_secret },
-    { headers: { Authorization: 'Bearer sk_test_k6' }, tags: { name: 'sim_confirm' } });
+    { tags: { name: 'sim_confirm' } });
   record(res, [200], 'sim confirm');
 }
 

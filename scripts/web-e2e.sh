@@ -84,11 +84,13 @@ api_pid=$!
 pay_port=$(free_port)
 pay_kafka_port=$(free_port)
 sim_port=$(free_port)
+sim_key="sk_test_e2e$(head -c12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 pay_ttl=12
 pay_async=16
 FLASHSALE_HTTP_ADDR="127.0.0.1:$pay_port" \
 FLASHSALE_PAYMENT_PROVIDER=sim \
 FLASHSALE_PAYMENT_SIM_ADDR="127.0.0.1:$sim_port" \
+FLASHSALE_PAYMENT_SIM_API_KEY="$sim_key" \
 FLASHSALE_PAYMENT_SIM_ASYNC_DELAY="${pay_async}s" \
 FLASHSALE_REDIS_PREFIX="${prefix}pay:" \
 FLASHSALE_ADMIN_TOKEN="$admin_token" \
@@ -111,7 +113,7 @@ for url in "$base" "$pay_base"; do
 done
 
 echo "== web e2e (headless Chromium) against $base"
-E2E_PAY_URL="$pay_base" E2E_PAY_SIM_URL="http://127.0.0.1:$sim_port" E2E_PAY_TTL_S="$pay_ttl" E2E_PAY_ASYNC_S="$pay_async" \
+E2E_PAY_URL="$pay_base" E2E_PAY_SIM_URL="http://127.0.0.1:$sim_port" E2E_PAY_SIM_KEY="$sim_key" E2E_PAY_TTL_S="$pay_ttl" E2E_PAY_ASYNC_S="$pay_async" \
 E2E_BASE_URL="$base" E2E_ADMIN_TOKEN="$admin_token" E2E_RESERVATION_TTL_S="$ttl" E2E_JWT_SECRET="$jwt_secret" \
 E2E_ARTIFACTS="$root/test-artifacts" E2E_SCREENSHOTS="$root/docs/screenshots" \
   node web/e2e/e2e.mjs

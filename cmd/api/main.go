@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -25,6 +26,9 @@ func main() {
 	defer stop()
 	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
+		if errors.Is(err, config.ErrInvalid) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }

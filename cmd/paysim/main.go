@@ -43,6 +43,10 @@ func run(ctx context.Context, addr string, cfg paysim.Config) error {
 		// The receiver must know it to verify the signatures.
 		fmt.Fprintf(os.Stderr, "webhook signing secret (FLASHSALE_PAYMENT_WEBHOOK_SECRET not set): %s\n", sim.WebhookSecret())
 	}
+	if cfg.APIKey == "" {
+		// Only this key's payments send webhooks; the api must use it.
+		fmt.Fprintf(os.Stderr, "api key (FLASHSALE_PAYMENT_SIM_API_KEY not set): %s\n", sim.APIKey())
+	}
 	slog.Info("payment simulator", "url", sim.URL(), "webhook_url", cfg.WebhookURL, "async_delay", cfg.AsyncDelay.String(),
 		"chaos", fmt.Sprintf("%+v", cfg.Chaos))
 	<-ctx.Done()
@@ -64,7 +68,9 @@ func parse(getenv func(string) string, args []string, out io.Writer) (string, pa
 	addr := fs.String("addr", env("FLASHSALE_PAYMENT_SIM_ADDR", paysim.DefaultAddr), "listen address (FLASHSALE_PAYMENT_SIM_ADDR)")
 	fs.StringVar(&cfg.WebhookURL, "webhook-url", env("FLASHSALE_PAYMENT_SIM_WEBHOOK_URL", ""), "where events are POSTed; empty: not delivered (FLASHSALE_PAYMENT_SIM_WEBHOOK_URL)")
 	secrets := fs.String("webhook-secret", env("FLASHSALE_PAYMENT_WEBHOOK_SECRET", ""), "comma-separated signing secrets, the first signs; empty: random (FLASHSALE_PAYMENT_WEBHOOK_SECRET)")
-	keys := fs.String("api-keys", env("FLASHSALE_PAYMENT_SIM_API_KEYS", ""), "comma-separated accepted secret keys; empty: any sk_test_… (FLASHSALE_PAYMENT_SIM_API_KEYS)")
+	fs.StringVar(&cfg.APIKey, "api-key", env("FLASHSALE_PAYMENT_SIM_API_KEY", ""), "the shop's secret key: only its payments send webhooks; other sk_test_ keys are accounts of their own; empty: random (FLASHSALE_PAYMENT_SIM_API_KEY)")
+	public := fs.String("public", env("FLASHSALE_PAYMENT_SIM_PUBLIC", "false"), "listen beyond loopback (FLASHSALE_PAYMENT_SIM_PUBLIC)")
+	maxObjects := fs.String("max-objects", env("FLASHSALE_PAYMENT_SIM_MAX_OBJECTS", strconv.Itoa(paysim.DefaultMaxObjects)), "payment objects kept (FLASHSALE_PAYMENT_SIM_MAX_OBJECTS)")
 	asyncDelay := fs.String("async-delay", env("FLASHSALE_PAYMENT_SIM_ASYNC_DELAY", paysim.DefaultAsyncDelay.String()), "how long pm_card_async stays processing (FLASHSALE_PAYMENT_SIM_ASYNC_DELAY)")
 	dups := fs.String("chaos-duplicates", env("FLASHSALE_PAYMENT_SIM_CHAOS_DUPLICATES", "1"), "deliver every event 1..N times (FLASHSALE_PAYMENT_SIM_CHAOS_DUPLICATES)")
 	reorder := fs.String("chaos-reorder", env("FLASHSALE_PAYMENT_SIM_CHAOS_REORDER", "0s"), "hold every delivery a random time up to this, so events overtake each other (FLASHSALE_PAYMENT_SIM_CHAOS_REORDER)")
@@ -77,8 +83,19 @@ func parse(getenv func(string) string, args []string, out io.Writer) (string, pa
 		return "", cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	cfg.WebhookSecrets = list(*secrets)
-	cfg.APIKeys = list(*keys)
 	var err error
+	if k := cfg.APIKey; k != "" && (!strings.HasPrefix(k, "sk_test_") || len(k) < 24 || len(k) > 255) {
+		return "", cfg, fmt.Errorf("FLASHSALE_PAYMENT_SIM_API_KEY must be sk_test_ and at least 16 more characters")
+	}
+	if cfg.Public, err = strconv.ParseBool(*public); err != nil {
+		return "", cfg, fmt.Errorf("FLASHSALE_PAYMENT_SIM_PUBLIC %q: want true or false", *public)
+	}
+	if !cfg.Public && !paysim.Loopback(*addr) {
+		return "", cfg, fmt.Errorf("FLASHSALE_PAYMENT_SIM_ADDR %q is not a loopback address: set FLASHSALE_PAYMENT_SIM_PUBLIC=true to listen beyond this host", *addr)
+	}
+	if cfg.MaxObjects, err = strconv.Atoi(*maxObjects); err != nil || cfg.MaxObjects < 100 || cfg.MaxObjects > 100_000_000 {
+		return "", cfg, fmt.Errorf("FLASHSALE_PAYMENT_SIM_MAX_OBJECTS %q: want 100..100000000", *maxObjects)
+	}
 	if cfg.AsyncDelay, err = duration("async delay", *asyncDelay); err != nil {
 		return "", cfg, err
 	}

@@ -24,18 +24,19 @@ func TestParse(t *testing.T) {
 		"FLASHSALE_PAYMENT_WEBHOOK_SECRET": "whsec_a, whsec_b", "FLASHSALE_PAYMENT_SIM_ASYNC_DELAY": "2s",
 		"FLASHSALE_PAYMENT_SIM_CHAOS_DUPLICATES": "5", "FLASHSALE_PAYMENT_SIM_CHAOS_REORDER": "1s",
 		"FLASHSALE_PAYMENT_SIM_CHAOS_DELAY": "3s", "FLASHSALE_PAYMENT_SIM_CHAOS_FAIL_RATE": "0.1",
-		"FLASHSALE_PAYMENT_SIM_API_KEYS": "sk_test_a",
+		"FLASHSALE_PAYMENT_SIM_API_KEY": "sk_test_0123456789abcdef", "FLASHSALE_PAYMENT_SIM_MAX_OBJECTS": "500",
 	}
 	addr, cfg, err = parse(getenv, []string{"-addr", "127.0.0.1:7777"}, io.Discard)
 	if err != nil || addr != "127.0.0.1:7777" || cfg.WebhookURL != env["FLASHSALE_PAYMENT_SIM_WEBHOOK_URL"] ||
 		len(cfg.WebhookSecrets) != 2 || cfg.WebhookSecrets[0] != "whsec_a" || cfg.AsyncDelay != 2*time.Second ||
 		cfg.Chaos.Duplicates != 5 || cfg.Chaos.ReorderWindow != time.Second || cfg.Chaos.Delay != 3*time.Second || cfg.Chaos.FailAfterWriteRate != 0.1 ||
-		len(cfg.APIKeys) != 1 {
+		cfg.APIKey != "sk_test_0123456789abcdef" || cfg.MaxObjects != 500 || cfg.Public {
 		t.Fatalf("from the environment: %q %+v %v", addr, cfg, err)
 	}
 	for _, bad := range [][]string{
 		{"-async-delay", "0s"}, {"-async-delay", "soon"}, {"-chaos-duplicates", "0"}, {"-chaos-fail-rate", "2"},
-		{"-chaos-reorder", "-1s"}, {"-nope"}, {"extra"},
+		{"-chaos-reorder", "-1s"}, {"-nope"}, {"extra"}, {"-addr", "0.0.0.0:8090"}, {"-api-key", "sk_live_0123456789abcdef"},
+		{"-max-objects", "10"}, {"-public", "maybe"},
 	} {
 		if _, _, err := parse(func(string) string { return "" }, bad, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)

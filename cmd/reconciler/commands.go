@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -57,8 +58,13 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 	}
 	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
 	var payments reconcile.PaymentProvider
-	if p := cfg.Payment; p.Provider != "none" {
-		payments = payment.ProviderFor(p.Provider, p.SimAddr, p.StripeAPIBase, p.StripeSecretKey, p.WebhookSecrets)
+	switch p := cfg.Payment; {
+	case p.Provider == "sim" && p.SimKeyGenerated:
+		// The simulator shows a key's payments to that key only: without the api's, there is
+		// nothing to compare with.
+		slog.Warn("FLASHSALE_PAYMENT_SIM_API_KEY is not set: payments are not reconciled against the simulator")
+	case p.Provider != "none":
+		payments = payment.ProviderFor(p.Provider, p.SimAddr, p.SimAPIKey, p.StripeAPIBase, p.StripeSecretKey, p.WebhookSecrets)
 	}
 	r := reconcile.New(rdb, keys, db, reconcile.Options{
 		Payments:       payments,

@@ -23,7 +23,7 @@ func (a *API) newPayments(ctx context.Context, cfg config.Config) (*payment.Serv
 			return nil, err
 		}
 		return payment.NewService(payment.NewStripe(payment.StripeOptions{
-			Name: payment.ProviderSim, APIBase: base, SecretKey: payment.SimAPIKey,
+			Name: payment.ProviderSim, APIBase: base, SecretKey: p.SimAPIKey,
 			Secrets: p.WebhookSecrets, CheckoutURL: base,
 		}), a.Orders, p.Currency), nil
 	}

@@ -12,28 +12,34 @@ import (
 
 // startSimulator makes sure a payment simulator answers on FLASHSALE_PAYMENT_SIM_ADDR and
 // returns its base URL: one already answering there is used (several apis on a host share
-// one; it must then sign with this api's FLASHSALE_PAYMENT_WEBHOOK_SECRET), else one is
-// started in this process, signing with this api's secret and delivering to its webhook
-// route, and closed by Close.
+// one; this api must then be given its key and webhook secret, since it made neither), else
+// one is started in this process, with this api's key, signing with its secret and delivering
+// to its webhook route, and closed by Close.
 func (a *API) startSimulator(ctx context.Context, cfg config.Config) (string, error) {
 	p := cfg.Payment
-	if paysim.Answering(ctx, p.SimAddr) {
-		if p.SecretGenerated {
-			slog.Warn("payment simulator: using the one already answering; its webhooks will fail verification unless FLASHSALE_PAYMENT_WEBHOOK_SECRET is set to its secret", "addr", p.SimAddr)
+	shared := func() (string, error) {
+		if p.SimKeyGenerated || p.SecretGenerated {
+			return "", fmt.Errorf("%w: a payment simulator already answers on FLASHSALE_PAYMENT_SIM_ADDR %s: set FLASHSALE_PAYMENT_SIM_API_KEY and FLASHSALE_PAYMENT_WEBHOOK_SECRET to its key and secret to use it", config.ErrInvalid, p.SimAddr)
 		}
 		slog.Info("payment simulator: using the one already answering", "url", "http://"+p.SimAddr)
 		return "http://" + p.SimAddr, nil
 	}
+	if paysim.Answering(ctx, p.SimAddr) {
+		return shared()
+	}
 	sim := paysim.New(paysim.Config{
+		APIKey:         p.SimAPIKey,
 		WebhookURL:     cfg.WebhookURL(),
 		WebhookSecrets: p.WebhookSecrets[:1],
 		AsyncDelay:     p.SimAsyncDelay,
+		Public:         p.SimPublic,
+		MaxObjects:     p.SimMaxObjects,
 		Logger:         slog.Default(),
 	})
 	if err := sim.Start(p.SimAddr); err != nil {
 		sim.Close()
 		if errors.Is(err, paysim.ErrAddrInUse) && paysim.Answering(ctx, p.SimAddr) {
-			return "http://" + p.SimAddr, nil // another api started one at the same moment
+			return shared() // another api started one at the same moment
 		}
 		return "", fmt.Errorf("payment simulator: FLASHSALE_PAYMENT_SIM_ADDR %s: %w", p.SimAddr, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"github.com/flashsale/flashsale/internal/jwtkeys"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/paysim"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/redisconn"
@@ -109,6 +111,10 @@ type Payment struct {
 	SimAsyncDelay   time.Duration // how long pm_card_async takes to succeed
 	WebhookSecrets  []string      // signing secrets; the first signs (the simulator), all verify
 	SecretGenerated bool          // WebhookSecrets is one random secret made at start (sim)
+	SimAPIKey       string        // the secret key the api uses with the simulator
+	SimKeyGenerated bool          // SimAPIKey is a random key made at start (sim)
+	SimPublic       bool          // the simulator may listen beyond loopback
+	SimMaxObjects   int           // payment objects the simulator keeps
 	StripeAPIBase   string        // Stripe's API base URL (tests point it at the simulator)
 	StripeSecretKey string
 	Currency        string // ISO 4217, lower case
@@ -122,6 +128,10 @@ func (c Config) WebhookURL() string {
 	}
 	return "http://" + c.HTTPAddr + "/api/payments/webhook"
 }
+
+// ErrInvalid marks a start-up error that is a setting's fault (the binaries exit 2 on it),
+// found only once the process looked around (e.g. a simulator it did not start).
+var ErrInvalid = errors.New("invalid setting")
 
 // FromEnv reads the configuration from the process environment.
 func FromEnv() (Config, error) { return Parse(os.Getenv) }
@@ -198,6 +208,9 @@ func parse(p *parser) (Config, error) {
 			SimAddr:         p.str("FLASHSALE_PAYMENT_SIM_ADDR", "127.0.0.1:8090"),
 			SimWebhookURL:   p.str("FLASHSALE_PAYMENT_SIM_WEBHOOK_URL", ""),
 			SimAsyncDelay:   p.duration("FLASHSALE_PAYMENT_SIM_ASYNC_DELAY", 5*time.Second),
+			SimAPIKey:       p.str("FLASHSALE_PAYMENT_SIM_API_KEY", ""),
+			SimPublic:       p.boolean("FLASHSALE_PAYMENT_SIM_PUBLIC", false),
+			SimMaxObjects:   p.integer("FLASHSALE_PAYMENT_SIM_MAX_OBJECTS", 100_000, 100, 100_000_000),
 			WebhookSecrets:  p.list("FLASHSALE_PAYMENT_WEBHOOK_SECRET", ""),
 			StripeAPIBase:   p.str("FLASHSALE_STRIPE_API_BASE", "https://api.stripe.com"),
 			StripeSecretKey: p.str("FLASHSALE_STRIPE_SECRET_KEY", ""),
@@ -327,6 +340,9 @@ func parse(p *parser) (Config, error) {
 	if c.Payment.Provider == "sim" && len(c.Payment.WebhookSecrets) == 0 {
 		c.Payment.WebhookSecrets, c.Payment.SecretGenerated = []string{"whsec_" + randomHex(32)}, true
 	}
+	if c.Payment.Provider == "sim" && c.Payment.SimAPIKey == "" {
+		c.Payment.SimAPIKey, c.Payment.SimKeyGenerated = "sk_test_"+randomHex(24), true
+	}
 	return c, nil
 }
 
@@ -373,6 +389,12 @@ func (p Payment) check() error {
 	}
 	if _, _, err := net.SplitHostPort(p.SimAddr); err != nil {
 		return fmt.Errorf("config: FLASHSALE_PAYMENT_SIM_ADDR=%q: want host:port", p.SimAddr)
+	}
+	if p.Provider == "sim" && !p.SimPublic && !paysim.Loopback(p.SimAddr) {
+		return fmt.Errorf("config: FLASHSALE_PAYMENT_SIM_ADDR=%q is not a loopback address: the simulator takes any test key, so it listens beyond this host only with FLASHSALE_PAYMENT_SIM_PUBLIC=true", p.SimAddr)
+	}
+	if k := p.SimAPIKey; k != "" && (!strings.HasPrefix(k, "sk_test_") || len(k) < 24 || len(k) > 255 || placeholder(k)) {
+		return fmt.Errorf("config: FLASHSALE_PAYMENT_SIM_API_KEY must be a test key: sk_test_ and at least 16 more characters")
 	}
 	for _, u := range []string{p.SimWebhookURL, p.StripeAPIBase} {
 		if u == "" {

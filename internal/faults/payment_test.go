@@ -27,6 +27,8 @@ import (
 
 const stormSecret = "whsec_faults-storm-0123456789abcdef0123456789"
 
+const stormKey = "sk_test_faults-storm-0123456789"
+
 // TestWebhookStorm is the payment row: 1,300 shoppers each buy a unit and pay through the
 // payment simulator, two apis behind it, while the simulator delivers every event 1-5 times,
 // reordered within 300 ms, spread over both apis. 85% pay with pm_card_visa (some after a
@@ -72,6 +74,7 @@ func TestWebhookStorm(t *testing.T) {
 	defer relay.Close()
 
 	sim := paysim.New(paysim.Config{
+		APIKey:     stormKey,
 		WebhookURL: "http://" + rl.Addr().String() + "/", WebhookSecrets: []string{stormSecret},
 		AsyncDelay: async, RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second, Workers: 64,
 		Chaos: paysim.Chaos{Duplicates: 5, ReorderWindow: 300 * time.Millisecond},
@@ -81,7 +84,7 @@ func TestWebhookStorm(t *testing.T) {
 	}
 	defer sim.Close()
 
-	payEnv := []string{"FLASHSALE_PAYMENT_PROVIDER=sim", "FLASHSALE_PAYMENT_SIM_ADDR=" + sim.Addr(),
+	payEnv := []string{"FLASHSALE_PAYMENT_PROVIDER=sim", "FLASHSALE_PAYMENT_SIM_ADDR=" + sim.Addr(), "FLASHSALE_PAYMENT_SIM_API_KEY=" + stormKey,
 		"FLASHSALE_PAYMENT_WEBHOOK_SECRET=" + stormSecret}
 	s := newSale(t, saleOptions{reservationTTL: ttl, extraEnv: payEnv})
 	s.startAPI()
@@ -98,7 +101,7 @@ func TestWebhookStorm(t *testing.T) {
 		ids = append(ids, id)
 	}
 	users := s.login("st", shoppers)
-	sc := stripe.NewClient("sk_test_storm", stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
+	sc := stripe.NewClient(stormKey, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
 		URL: stripe.String(sim.URL()), MaxNetworkRetries: stripe.Int64(2), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
 	})))
 	ctx := context.Background()

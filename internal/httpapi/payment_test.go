@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,9 @@ import (
 )
 
 const paySecret = "whsec_payment-test-0123456789abcdef0123456789"
+
+// paySimKey is the shop's key at the test simulator.
+const paySimKey = "sk_test_payment-test-0123456789"
 
 // payAPI is an api taking payment through a simulator of the test's own: the api runs (Run,
 // so its expirer and payment canceller work) on a free port, where the simulator delivers
@@ -43,6 +47,9 @@ func newPayAPI(t *testing.T, simCfg paysim.Config, tweak func(*config.Config)) *
 	if simCfg.RetryMin == 0 {
 		simCfg.RetryMin, simCfg.RetryMax = 50*time.Millisecond, 500*time.Millisecond
 	}
+	if simCfg.APIKey == "" {
+		simCfg.APIKey = paySimKey
+	}
 	sim := paysim.New(simCfg)
 	if err := sim.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -65,6 +72,7 @@ func newPayAPI(t *testing.T, simCfg paysim.Config, tweak func(*config.Config)) *
 	cfg.Payment.Provider = "sim"
 	cfg.Payment.SimAddr = sim.Addr()
 	cfg.Payment.WebhookSecrets, cfg.Payment.SecretGenerated = []string{paySecret}, false
+	cfg.Payment.SimAPIKey, cfg.Payment.SimKeyGenerated = sim.APIKey(), false
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -79,7 +87,7 @@ func newPayAPI(t *testing.T, simCfg paysim.Config, tweak func(*config.Config)) *
 
 	a := &testAPI{t: t, rdb: rdb, keys: keys, cfg: cfg, srv: api.Server(), inv: api.Inventory, ord: api.Orders, q: api.Queue}
 	a.auth = a.srv.Auth
-	sc := stripe.NewClient("sk_test_payment_test", stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
+	sc := stripe.NewClient(sim.APIKey(), stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
 		URL: stripe.String(sim.URL()), MaxNetworkRetries: stripe.Int64(0), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
 	})))
 	return &payAPI{testAPI: a, sim: sim, stripe: sc, url: base}
@@ -262,7 +270,7 @@ func TestCheckoutProviderDown(t *testing.T) {
 	if g := a.do("GET", "/api/orders/"+o, a.token("alice"), nil); !strings.Contains(g.Raw, `"payment_id":null`) || a.status("alice", o) != "reserved" {
 		t.Fatalf("a refused checkout changed the order: %s", g.Raw)
 	}
-	back := paysim.New(paysim.Config{WebhookURL: a.url + "/api/payments/webhook", WebhookSecrets: []string{paySecret}})
+	back := paysim.New(paysim.Config{APIKey: a.sim.APIKey(), WebhookURL: a.url + "/api/payments/webhook", WebhookSecrets: []string{paySecret}})
 	if err := back.Start(addr); err != nil {
 		t.Fatalf("restarting the simulator on %s: %v", addr, err)
 	}
@@ -292,6 +300,7 @@ func TestWebhookSignature(t *testing.T) {
 		{"stale", paysim.Sign([]byte(body), paySecret, now.Add(-301*time.Second))},
 		{"future", paysim.Sign([]byte(body), paySecret, now.Add(301*time.Second))},
 		{"another body", paysim.Sign([]byte(body+" "), paySecret, now)},
+		{"a second t", "t=" + strconv.FormatInt(now.Unix(), 10) + "," + paysim.Sign([]byte(body), paySecret, now.Add(2*time.Hour))},
 	} {
 		r := a.do("POST", "/api/payments/webhook", "", body, "Stripe-Signature", c.header)
 		if r.Status != 400 || r.code() != "invalid_request" {

@@ -141,18 +141,15 @@ func (s *Stripe) PaymentStatus(ctx context.Context, id string) (string, error) {
 }
 
 // ProviderFor is the provider the configuration names, for processes that only ask about
-// payments (the reconciler): nil with none. simAddr is the simulator's host:port.
-func ProviderFor(name, simAddr, stripeBase, stripeKey string, secrets []string) *Stripe {
+// payments (the reconciler): nil with none. simAddr is the simulator's host:port and simKey
+// the api's key there (its payments are visible to that key only).
+func ProviderFor(name, simAddr, simKey, stripeBase, stripeKey string, secrets []string) *Stripe {
 	switch name {
 	case ProviderStripe:
 		return NewStripe(StripeOptions{Name: name, APIBase: stripeBase, SecretKey: stripeKey, Secrets: secrets})
 	case ProviderSim:
 		base := "http://" + simAddr
-		return NewStripe(StripeOptions{Name: name, APIBase: base, SecretKey: SimAPIKey, Secrets: secrets, CheckoutURL: base})
+		return NewStripe(StripeOptions{Name: name, APIBase: base, SecretKey: simKey, Secrets: secrets, CheckoutURL: base})
 	}
 	return nil
 }
-
-// SimAPIKey is the secret key flashsale presents to the payment simulator (it takes any
-// sk_test_ key, as Stripe's test mode would look to a client).
-const SimAPIKey = "sk_test_flashsale"

@@ -1,12 +1,11 @@
 package paysim
 
 import (
-	"crypto/subtle"
+	"container/list"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -118,16 +117,16 @@ func (s *Server) api(h apiHandler, acc access) http.Handler {
 			scope = "client_secret:" + c.get("client_secret")
 		}
 		fingerprint := r.Method + " " + r.URL.Path + "?" + r.Form.Encode()
-		e, first := s.idem.begin(scope+"\x00"+ikey, fingerprint)
-		if !first {
+		e, state := s.idem.begin(scope+"\x00"+ikey, fingerprint)
+		switch state {
+		case idemInFlight:
+			writeReply(w, http.StatusConflict, &apiError{Type: idempotencyError, Code: "idempotency_key_in_use",
+				Message: "There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through). Please try again later."})
+			return
+		case idemDone:
 			if e.fingerprint != fingerprint {
 				writeReply(w, http.StatusBadRequest, &apiError{Type: idempotencyError, Code: "idempotency_key_in_use",
 					Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
-				return
-			}
-			select {
-			case <-e.done:
-			case <-r.Context().Done():
 				return
 			}
 			w.Header().Set("Idempotent-Replayed", "true")
@@ -136,21 +135,39 @@ func (s *Server) api(h apiHandler, acc access) http.Handler {
 			return
 		}
 		finished := false
-		defer func() { // a handler that panics must not leave the key's later requests waiting
+		defer func() { // a handler that panics must not leave the key in flight for ever
 			if !finished {
 				s.idem.finish(e, w.Header().Get("Request-Id"), http.StatusInternalServerError, marshalReply(errInternal))
 			}
 		}()
 		status, body := h(r, c)
+		if status == 0 {
+			if ae, ok := body.(*apiError); ok {
+				status = ae.status
+			}
+		}
 		raw := marshalReply(body)
-		s.idem.finish(e, w.Header().Get("Request-Id"), status, raw)
+		if kept(status) {
+			s.idem.finish(e, w.Header().Get("Request-Id"), status, raw)
+		} else {
+			s.idem.forget(e)
+		}
 		finished = true
 		writeRaw(w, status, raw)
 	})
 }
 
+// kept reports whether a reply is stored under its Idempotency-Key. As at Stripe, only a
+// request that got to run is: a success, a card declined, a server error. A request refused
+// before it changed anything (invalid parameters, a missing object, a rate limit) is not, so
+// the same key with corrected parameters may be used again.
+func kept(status int) bool {
+	return status < 400 || status == http.StatusPaymentRequired || status >= 500
+}
+
 // apiKey is the secret key of the request ("" when none was sent), or an error for a key this
 // simulator does not accept. Stripe takes the key as a bearer token or as the basic-auth user.
+// Any test-mode key is accepted, each as an account of its own (see Config.APIKey).
 func (s *Server) apiKey(r *http.Request) (string, error) {
 	key := ""
 	if user, _, ok := r.BasicAuth(); ok {
@@ -165,14 +182,46 @@ func (s *Server) apiKey(r *http.Request) (string, error) {
 	if key == "" {
 		return "", nil
 	}
-	if len(s.cfg.APIKeys) == 0 {
-		if strings.HasPrefix(key, "sk_test_") && len(key) > len("sk_test_") {
-			return key, nil
-		}
-	} else if slices.ContainsFunc(s.cfg.APIKeys, func(k string) bool { return subtle.ConstantTimeCompare([]byte(k), []byte(key)) == 1 }) {
+	if strings.HasPrefix(key, "sk_test_") && len(key) > len("sk_test_") && len(key) <= 255 && printable(key) {
 		return key, nil
 	}
 	return "", fmt.Errorf("invalid API key provided: %s", maskKey(key))
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// only refuses a request that carries a parameter the route does not know, as Stripe does
+// (400 parameter_unknown). A name ending in "[" allows every parameter with that prefix.
+func (c *caller) only(names ...string) *apiError {
+	for p := range c.form {
+		ok := false
+		for _, n := range names {
+			if p == n || strings.HasSuffix(n, "[") && strings.HasPrefix(p, n) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return badRequest("parameter_unknown", p, "Received unknown parameter: %s", p)
+		}
+	}
+	return nil
+}
+
+// stringParam reads an optional string parameter of at most max bytes (Stripe's limit for it).
+func (c *caller) stringParam(name string, limit int) (string, *apiError) {
+	v := c.get(name)
+	if len(v) > limit {
+		return "", badRequest("parameter_invalid_string", name, "Invalid %s: must be at most %d characters.", name, limit)
+	}
+	return v, nil
 }
 
 func maskKey(k string) string {
@@ -213,18 +262,23 @@ func writeRaw(w http.ResponseWriter, status int, raw []byte) {
 	_, _ = w.Write(raw) // a client that went away: nothing to do
 }
 
-// idempotency keeps the first reply of every (caller, Idempotency-Key) for a while. A second
-// request with the key waits for the first to finish and gets its reply byte for byte, whatever
-// its status; one with other parameters is refused, as at Stripe.
+// idempotency keeps the first reply of every (caller, Idempotency-Key) for a while: a second
+// request with the key and the same parameters gets that reply byte for byte, whatever its
+// status; one with other parameters is refused, and one while the first is still running gets
+// a conflict, as at Stripe. At most max keys are kept: past that the oldest finished one goes.
 type idempotency struct {
-	ttl       time.Duration
-	mu        sync.Mutex
-	m         map[string]*idemEntry
-	lastPrune time.Time
+	ttl     time.Duration
+	max     int
+	mu      sync.Mutex
+	m       map[string]*idemEntry
+	order   *list.List // of *idemEntry, oldest first
+	evicted int64
 }
 
 type idemEntry struct {
-	done        chan struct{}
+	key         string
+	elem        *list.Element
+	inFlight    bool
 	fingerprint string
 	requestID   string
 	status      int
@@ -232,35 +286,65 @@ type idemEntry struct {
 	at          time.Time
 }
 
-func newIdempotency(ttl time.Duration) *idempotency {
-	return &idempotency{ttl: ttl, m: map[string]*idemEntry{}, lastPrune: time.Now()}
+type idemState int
+
+const (
+	idemNew      idemState = iota // the first request with the key: run it, then finish or forget
+	idemInFlight                  // the first is still running
+	idemDone                      // the first finished: replay it (same parameters) or refuse
+)
+
+func newIdempotency(ttl time.Duration, limit int) *idempotency {
+	return &idempotency{ttl: ttl, max: limit, m: map[string]*idemEntry{}, order: list.New()}
 }
 
-// begin returns the entry of key, and whether this request is the first with it (it must then
-// call finish).
-func (c *idempotency) begin(key, fingerprint string) (*idemEntry, bool) {
+// begin returns the entry of key and what to do with this request.
+func (c *idempotency) begin(key, fingerprint string) (*idemEntry, idemState) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
-	if now.Sub(c.lastPrune) > c.ttl/8 {
-		for k, e := range c.m {
-			if !e.at.IsZero() && now.Sub(e.at) > c.ttl {
-				delete(c.m, k)
-			}
+	for el := c.order.Front(); el != nil; {
+		e, next := el.Value.(*idemEntry), el.Next()
+		expired := !e.inFlight && now.Sub(e.at) > c.ttl
+		if !expired && len(c.m) < c.max {
+			break
 		}
-		c.lastPrune = now
+		if !e.inFlight {
+			if !expired {
+				c.evicted++
+			}
+			c.drop(e)
+		}
+		el = next
 	}
-	if e, ok := c.m[key]; ok && (e.at.IsZero() || now.Sub(e.at) <= c.ttl) {
-		return e, false
+	if e, ok := c.m[key]; ok {
+		if e.inFlight {
+			return e, idemInFlight
+		}
+		return e, idemDone
 	}
-	e := &idemEntry{done: make(chan struct{}), fingerprint: fingerprint}
+	e := &idemEntry{key: key, inFlight: true, fingerprint: fingerprint}
+	e.elem = c.order.PushBack(e)
 	c.m[key] = e
-	return e, true
+	return e, idemNew
 }
 
+func (c *idempotency) drop(e *idemEntry) {
+	delete(c.m, e.key)
+	c.order.Remove(e.elem)
+}
+
+// finish stores the first request's reply.
 func (c *idempotency) finish(e *idemEntry, requestID string, status int, body []byte) {
 	c.mu.Lock()
-	e.requestID, e.status, e.body, e.at = requestID, status, body, time.Now()
-	c.mu.Unlock()
-	close(e.done)
+	defer c.mu.Unlock()
+	e.requestID, e.status, e.body, e.at, e.inFlight = requestID, status, body, time.Now(), false
+	c.order.MoveToBack(e.elem)
+}
+
+// forget releases a key whose request is not to be replayed.
+func (c *idempotency) forget(e *idemEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop(e)
 }

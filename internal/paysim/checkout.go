@@ -123,6 +123,7 @@ func (s *Server) checkoutPage(w http.ResponseWriter, r *http.Request) {
 			{ID: CardVisa, Label: "Visa •••• 4242", Hint: "succeeds", Checked: true},
 			{ID: CardDeclined, Label: "Visa •••• 0002", Hint: "declined by the bank"},
 			{ID: CardAsync, Label: "Bank debit (slow)", Hint: fmt.Sprintf("succeeds after %s", s.cfg.AsyncDelay)},
+			{ID: CardDispute, Label: "Visa •••• 0259", Hint: "succeeds, then the holder disputes it"},
 		},
 	}
 	if view.Declined {

@@ -29,6 +29,9 @@ func start(t *testing.T, cfg paysim.Config) *paysim.Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.APIKey == "" {
+		cfg.APIKey = testKey
+	}
 	sim := paysim.New(cfg)
 	if err := sim.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)

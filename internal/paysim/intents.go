@@ -1,6 +1,7 @@
 package paysim
 
 import (
+	"container/list"
 	"crypto/subtle"
 	"math/rand/v2"
 	"net/http"
@@ -23,6 +24,7 @@ const (
 	CardVisa     = "pm_card_visa"           // succeeds at once
 	CardDeclined = "pm_card_chargeDeclined" // declined: requires_payment_method, payment_failed event
 	CardAsync    = "pm_card_async"          // processing, then succeeds after Config.AsyncDelay
+	CardDispute  = "pm_card_createDispute"  // succeeds, then is disputed after Config.DisputeDelay
 )
 
 // cardOutcome maps every accepted payment method to what confirming with it does.
@@ -33,9 +35,16 @@ var cardOutcome = map[string]string{
 	CardDeclined:                  StatusRequiresPaymentMethod,
 	"pm_card_visa_chargeDeclined": StatusRequiresPaymentMethod,
 	CardAsync:                     StatusProcessing,
+	CardDispute:                   StatusSucceeded,
 }
 
+// intent is a payment intent; owner is the secret key that made it (the only one that sees
+// it, and its charges and refunds).
 type intent struct {
+	owner                        string
+	seq                          int64
+	elem, ownerElem              *list.Element // in Server.order and Server.byOwner[owner]
+	charges, refunds             []string
 	id, secret, currency, status string
 	amount, received, created    int64
 	metadata                     map[string]string
@@ -48,6 +57,8 @@ type intent struct {
 }
 
 type charge struct {
+	owner                                       string
+	dispute                                     *dispute
 	id, intent, currency, status, paymentMethod string
 	amount, refunded, created                   int64
 	metadata                                    map[string]string
@@ -55,6 +66,7 @@ type charge struct {
 }
 
 type refund struct {
+	owner                                string
 	id, charge, intent, currency, reason string
 	amount, created, seq                 int64
 	metadata                             map[string]string
@@ -93,6 +105,7 @@ type chargeJSON struct {
 	Captured       bool              `json:"captured"`
 	Created        int64             `json:"created"`
 	Currency       string            `json:"currency"`
+	Disputed       bool              `json:"disputed"`
 	FailureCode    *string           `json:"failure_code"`
 	FailureMessage *string           `json:"failure_message"`
 	Livemode       bool              `json:"livemode"`
@@ -117,6 +130,30 @@ type refundJSON struct {
 	Status        string            `json:"status"`
 }
 
+// dispute is a charge's chargeback (pm_card_createDispute).
+type dispute struct {
+	id, charge, intent, currency string
+	amount, created              int64
+}
+
+type disputeJSON struct {
+	ID            string `json:"id"`
+	Object        string `json:"object"`
+	Amount        int64  `json:"amount"`
+	Charge        string `json:"charge"`
+	Created       int64  `json:"created"`
+	Currency      string `json:"currency"`
+	Livemode      bool   `json:"livemode"`
+	PaymentIntent string `json:"payment_intent"`
+	Reason        string `json:"reason"`
+	Status        string `json:"status"`
+}
+
+func (d *dispute) view() *disputeJSON {
+	return &disputeJSON{ID: d.id, Object: "dispute", Amount: d.amount, Charge: d.charge, Created: d.created,
+		Currency: d.currency, PaymentIntent: d.intent, Reason: "fraudulent", Status: "needs_response"}
+}
+
 type pmJSON struct {
 	ID     string `json:"id"`
 	Object string `json:"object"`
@@ -124,10 +161,10 @@ type pmJSON struct {
 }
 
 type listJSON struct {
-	Object  string       `json:"object"`
-	Data    []refundJSON `json:"data"`
-	HasMore bool         `json:"has_more"`
-	URL     string       `json:"url"`
+	Object  string `json:"object"`
+	Data    any    `json:"data"`
+	HasMore bool   `json:"has_more"`
+	URL     string `json:"url"`
 }
 
 func strOrNil(s string) *string {
@@ -157,7 +194,7 @@ func (ch *charge) view() *chargeJSON {
 	paid := ch.status == StatusSucceeded
 	v := &chargeJSON{
 		ID: ch.id, Object: "charge", Amount: ch.amount, AmountRefunded: ch.refunded, Captured: paid,
-		Created: ch.created, Currency: ch.currency, FailureCode: strOrNil(ch.failureCode),
+		Created: ch.created, Currency: ch.currency, Disputed: ch.dispute != nil, FailureCode: strOrNil(ch.failureCode),
 		FailureMessage: strOrNil(ch.failureMessage), Metadata: ch.metadata, Paid: paid,
 		PaymentIntent: ch.intent, PaymentMethod: ch.paymentMethod,
 		Refunded: paid && ch.refunded == ch.amount, Status: ch.status,
@@ -234,7 +271,16 @@ func amountParam(c *caller, name string, required bool) (int64, *apiError) {
 	return n, nil
 }
 
+// Stripe's length limits of the string parameters the simulator keeps.
+const (
+	maxDescription = 1000
+)
+
 func (s *Server) createIntent(r *http.Request, c *caller) (int, any) {
+	if e := c.only("amount", "currency", "metadata[", "payment_method", "confirm", "description",
+		"payment_method_types[", "expand["); e != nil {
+		return fail(e)
+	}
 	amount, e := amountParam(c, "amount", true)
 	if e != nil {
 		return fail(e)
@@ -254,22 +300,32 @@ func (s *Server) createIntent(r *http.Request, c *caller) (int, any) {
 	if _, ok := cardOutcome[pm]; pm != "" && !ok {
 		return fail(noSuchParam("PaymentMethod", "payment_method", pm))
 	}
+	desc, e := c.stringParam("description", maxDescription)
+	if e != nil {
+		return fail(e)
+	}
 	confirm := c.get("confirm") == "true"
 	if confirm && pm == "" {
 		return fail(badRequest("parameter_missing", "payment_method", "A payment_method is needed to confirm on creation."))
 	}
 	id := "pi_" + randomID(24)
 	pi := &intent{
-		id: id, secret: id + "_secret_" + randomID(25), currency: currency, status: StatusRequiresPaymentMethod,
-		amount: amount, created: time.Now().Unix(), metadata: md, description: c.get("description"),
-		paymentMethod: pm,
+		owner: c.key, id: id, secret: id + "_secret_" + randomID(25), currency: currency,
+		status: StatusRequiresPaymentMethod, amount: amount, created: time.Now().Unix(), metadata: md,
+		description: desc, paymentMethod: pm,
 	}
 	s.mu.Lock()
-	s.intents[id] = pi
-	var evts []*event
+	if e := s.roomLocked(2, nil); e != nil { // the intent, and a charge if confirmed
+		s.mu.Unlock()
+		return fail(e)
+	}
+	s.addIntentLocked(pi)
+	evts := []*event{s.newEvent(pi.owner, "payment_intent.created", pi.view())}
 	status, body := http.StatusOK, any(nil)
 	if confirm {
-		status, body, evts = s.confirmLocked(pi, pm)
+		var more []*event
+		status, body, more = s.confirmLocked(pi, pm)
+		evts = append(evts, more...)
 	} else {
 		body = pi.view()
 	}
@@ -286,7 +342,7 @@ func (s *Server) createIntent(r *http.Request, c *caller) (int, any) {
 func (s *Server) intentFor(r *http.Request, c *caller) (*intent, *apiError) {
 	id := r.PathValue("id")
 	pi := s.intents[id]
-	if pi == nil {
+	if pi == nil || c.key != "" && pi.owner != c.key {
 		return nil, noSuch("payment_intent", "intent", id)
 	}
 	cs := c.get("client_secret")
@@ -304,6 +360,9 @@ func (s *Server) intentFor(r *http.Request, c *caller) (*intent, *apiError) {
 }
 
 func (s *Server) getIntent(r *http.Request, c *caller) (int, any) {
+	if e := c.only("client_secret", "expand["); e != nil {
+		return fail(e)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pi, e := s.intentFor(r, c)
@@ -314,8 +373,14 @@ func (s *Server) getIntent(r *http.Request, c *caller) (int, any) {
 }
 
 func (s *Server) confirmIntent(r *http.Request, c *caller) (int, any) {
+	if e := c.only("client_secret", "payment_method", "return_url", "expand["); e != nil {
+		return fail(e)
+	}
 	s.mu.Lock()
 	pi, e := s.intentFor(r, c)
+	if e == nil {
+		e = s.roomLocked(1, pi) // its charge
+	}
 	if e != nil {
 		s.mu.Unlock()
 		return fail(e)
@@ -354,15 +419,15 @@ func (s *Server) confirmLocked(pi *intent, pm string) (int, any, []*event) {
 	pi.paymentMethod = pm
 	switch outcome {
 	case StatusSucceeded:
-		ev := s.succeedLocked(pi)
-		return http.StatusOK, pi.view(), []*event{ev}
+		evts := s.succeedLocked(pi)
+		return http.StatusOK, pi.view(), evts
 	case StatusProcessing:
 		pi.status, pi.lastError = StatusProcessing, nil
 		id := pi.id
 		if !s.closed {
 			s.timers[id] = time.AfterFunc(s.cfg.AsyncDelay, func() { s.settleAsync(id) })
 		}
-		return http.StatusOK, pi.view(), nil
+		return http.StatusOK, pi.view(), []*event{s.newEvent(pi.owner, "payment_intent.processing", pi.view())}
 	default: // declined
 		ch := s.newChargeLocked(pi, "failed")
 		ch.failureCode, ch.failureMessage = "card_declined", "Your card was declined."
@@ -373,21 +438,47 @@ func (s *Server) confirmLocked(pi *intent, pm string) (int, any, []*event) {
 		e := &apiError{status: http.StatusPaymentRequired, Type: cardError, Code: "card_declined",
 			DeclineCode: "generic_decline", Message: "Your card was declined.", PaymentIntent: view,
 			PaymentMethod: pi.lastError.PaymentMethod}
-		return e.status, e, []*event{s.newEvent("payment_intent.payment_failed", view)}
+		return e.status, e, []*event{s.newEvent(pi.owner, "charge.failed", ch.view()),
+			s.newEvent(pi.owner, "payment_intent.payment_failed", view)}
 	}
 }
 
 func (s *Server) newChargeLocked(pi *intent, status string) *charge {
-	ch := &charge{id: "ch_" + randomID(24), intent: pi.id, currency: pi.currency, status: status,
+	ch := &charge{owner: pi.owner, id: "ch_" + randomID(24), intent: pi.id, currency: pi.currency, status: status,
 		paymentMethod: pi.paymentMethod, amount: pi.amount, created: time.Now().Unix(), metadata: pi.metadata}
 	s.charges[ch.id] = ch
+	pi.charges = append(pi.charges, ch.id)
 	return ch
 }
 
-func (s *Server) succeedLocked(pi *intent) *event {
+// succeedLocked charges pi in full and returns the events Stripe sends for it; a payment made
+// with CardDispute is disputed DisputeDelay later.
+func (s *Server) succeedLocked(pi *intent) []*event {
 	ch := s.newChargeLocked(pi, StatusSucceeded)
 	pi.status, pi.received, pi.latestCharge, pi.lastError = StatusSucceeded, pi.amount, ch.id, nil
-	return s.newEvent("payment_intent.succeeded", pi.view())
+	if pi.paymentMethod == CardDispute && !s.closed {
+		key, id := "dispute:"+ch.id, ch.id
+		s.timers[key] = time.AfterFunc(s.cfg.DisputeDelay, func() { s.disputeCharge(key, id) })
+	}
+	return []*event{s.newEvent(pi.owner, "charge.succeeded", ch.view()), s.newEvent(pi.owner, "payment_intent.succeeded", pi.view())}
+}
+
+// disputeCharge opens a dispute on a succeeded charge (its holder told the bank it was not
+// them), as Stripe's pm_card_createDispute does a moment after the payment.
+func (s *Server) disputeCharge(timer, chargeID string) {
+	s.mu.Lock()
+	delete(s.timers, timer)
+	ch := s.charges[chargeID]
+	if s.closed || ch == nil || ch.status != StatusSucceeded || ch.dispute != nil {
+		s.mu.Unlock()
+		return
+	}
+	ch.dispute = &dispute{id: "dp_" + randomID(24), charge: ch.id, intent: ch.intent, currency: ch.currency,
+		amount: ch.amount - ch.refunded, created: time.Now().Unix()}
+	s.disputes++
+	ev := s.newEvent(ch.owner, "charge.dispute.created", ch.dispute.view())
+	s.mu.Unlock()
+	s.hooks.enqueue([]*event{ev})
 }
 
 // settleAsync ends a pm_card_async payment: it succeeds, as Stripe's asynchronous methods
@@ -400,14 +491,17 @@ func (s *Server) settleAsync(id string) {
 		s.mu.Unlock()
 		return
 	}
-	ev := s.succeedLocked(pi)
+	evts := s.succeedLocked(pi)
 	s.mu.Unlock()
-	s.hooks.enqueue([]*event{ev})
+	s.hooks.enqueue(evts)
 }
 
 var cancellationReasons = []string{"duplicate", "fraudulent", "requested_by_customer", "abandoned"}
 
 func (s *Server) cancelIntent(r *http.Request, c *caller) (int, any) {
+	if e := c.only("cancellation_reason", "expand["); e != nil {
+		return fail(e)
+	}
 	reason := c.get("cancellation_reason")
 	if reason != "" && !slices.Contains(cancellationReasons, reason) {
 		return fail(badRequest("parameter_invalid_string", "cancellation_reason", "Invalid cancellation_reason: %s.", reason))
@@ -427,7 +521,7 @@ func (s *Server) cancelIntent(r *http.Request, c *caller) (int, any) {
 	}
 	pi.status, pi.canceledAt, pi.cancellationReason = StatusCanceled, time.Now().Unix(), reason
 	view := pi.view()
-	ev := s.newEvent("payment_intent.canceled", view)
+	ev := s.newEvent(pi.owner, "payment_intent.canceled", view)
 	s.mu.Unlock()
 	s.hooks.enqueue([]*event{ev})
 	if s.failAfterWrite(OpCancel, pi.id) {
@@ -439,6 +533,9 @@ func (s *Server) cancelIntent(r *http.Request, c *caller) (int, any) {
 var refundReasons = []string{"duplicate", "fraudulent", "requested_by_customer"}
 
 func (s *Server) createRefund(r *http.Request, c *caller) (int, any) {
+	if e := c.only("payment_intent", "charge", "amount", "reason", "metadata[", "expand["); e != nil {
+		return fail(e)
+	}
 	piID := c.get("payment_intent")
 	chID := c.get("charge")
 	if piID == "" && chID == "" {
@@ -459,17 +556,21 @@ func (s *Server) createRefund(r *http.Request, c *caller) (int, any) {
 	s.mu.Lock()
 	var pi *intent
 	if piID != "" {
-		if pi = s.intents[piID]; pi == nil {
+		if pi = s.intents[piID]; pi == nil || pi.owner != c.key {
 			s.mu.Unlock()
 			return fail(noSuchParam("payment_intent", "payment_intent", piID))
 		}
 	} else {
 		ch := s.charges[chID]
-		if ch == nil {
+		if ch == nil || ch.owner != c.key {
 			s.mu.Unlock()
 			return fail(noSuchParam("charge", "charge", chID))
 		}
 		pi = s.intents[ch.intent]
+	}
+	if e := s.roomLocked(1, pi); e != nil {
+		s.mu.Unlock()
+		return fail(e)
 	}
 	if pi.status != StatusSucceeded {
 		s.mu.Unlock()
@@ -477,6 +578,10 @@ func (s *Server) createRefund(r *http.Request, c *caller) (int, any) {
 			"This PaymentIntent (%s) does not have a successful charge to refund (status %s).", pi.id, pi.status))
 	}
 	ch := s.charges[pi.latestCharge]
+	if ch.dispute != nil {
+		s.mu.Unlock()
+		return fail(badRequest("charge_disputed", "", "Charge %s has been charged back; cannot issue a refund.", ch.id))
+	}
 	left := ch.amount - ch.refunded
 	if left == 0 {
 		s.mu.Unlock()
@@ -491,11 +596,13 @@ func (s *Server) createRefund(r *http.Request, c *caller) (int, any) {
 			"Refund amount (%d) is greater than unrefunded amount on charge (%d).", amount, left))
 	}
 	ch.refunded += amount
-	re := &refund{id: "re_" + randomID(24), charge: ch.id, intent: pi.id, currency: pi.currency, reason: reason,
-		amount: amount, created: time.Now().Unix(), seq: int64(len(s.refunds)) + 1, metadata: md}
+	s.seq++
+	re := &refund{owner: c.key, id: "re_" + randomID(24), charge: ch.id, intent: pi.id, currency: pi.currency, reason: reason,
+		amount: amount, created: time.Now().Unix(), seq: s.seq, metadata: md}
 	s.refunds[re.id] = re
+	pi.refunds = append(pi.refunds, re.id)
 	view := re.view()
-	evts := []*event{s.newEvent("charge.refunded", ch.view()), s.newEvent("refund.created", view)}
+	evts := []*event{s.newEvent(c.key, "charge.refunded", ch.view()), s.newEvent(c.key, "refund.created", view)}
 	s.mu.Unlock()
 	s.hooks.enqueue(evts)
 	if s.failAfterWrite(OpRefund, pi.id) {
@@ -505,10 +612,13 @@ func (s *Server) createRefund(r *http.Request, c *caller) (int, any) {
 }
 
 func (s *Server) getRefund(r *http.Request, c *caller) (int, any) {
+	if e := c.only("expand["); e != nil {
+		return fail(e)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	re := s.refunds[r.PathValue("id")]
-	if re == nil {
+	if re == nil || re.owner != c.key {
 		return fail(noSuch("refund", "id", r.PathValue("id")))
 	}
 	return http.StatusOK, re.view()
@@ -517,27 +627,45 @@ func (s *Server) getRefund(r *http.Request, c *caller) (int, any) {
 // listRefunds is GET /v1/refunds, newest first, filtered by payment_intent or charge, with
 // Stripe's limit / starting_after pagination.
 func (s *Server) listRefunds(r *http.Request, c *caller) (int, any) {
-	limit := 10
-	if v := c.get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			return fail(badRequest("parameter_invalid_integer", "limit", "limit must be an integer from 1 to 100."))
-		}
-		limit = n
+	if e := c.only("payment_intent", "charge", "limit", "starting_after", "expand["); e != nil {
+		return fail(e)
+	}
+	limit, e := limitParam(c)
+	if e != nil {
+		return fail(e)
 	}
 	piID, chID, after := c.get("payment_intent"), c.get("charge"), c.get("starting_after")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if piID != "" && s.intents[piID] == nil {
-		return fail(noSuchParam("payment_intent", "payment_intent", piID))
+	var pi *intent
+	if piID != "" {
+		if pi = s.intents[piID]; pi == nil || pi.owner != c.key {
+			return fail(noSuchParam("payment_intent", "payment_intent", piID))
+		}
 	}
-	if chID != "" && s.charges[chID] == nil {
-		return fail(noSuchParam("charge", "charge", chID))
+	if chID != "" {
+		ch := s.charges[chID]
+		if ch == nil || ch.owner != c.key {
+			return fail(noSuchParam("charge", "charge", chID))
+		}
+		if pi == nil {
+			pi = s.intents[ch.intent]
+		}
 	}
+	// A listing without a payment reads every refund of the caller's: fine for a simulator
+	// whose objects are bounded.
 	var all []*refund
-	for _, re := range s.refunds {
-		if (piID == "" || re.intent == piID) && (chID == "" || re.charge == chID) {
-			all = append(all, re)
+	if pi != nil {
+		for _, id := range pi.refunds {
+			if re := s.refunds[id]; re != nil && (chID == "" || re.charge == chID) {
+				all = append(all, re)
+			}
+		}
+	} else {
+		for _, re := range s.refunds {
+			if re.owner == c.key {
+				all = append(all, re)
+			}
 		}
 	}
 	slices.SortFunc(all, func(a, b *refund) int { return int(b.seq - a.seq) })
@@ -548,13 +676,27 @@ func (s *Server) listRefunds(r *http.Request, c *caller) (int, any) {
 		}
 		all = all[i+1:]
 	}
-	out := listJSON{Object: "list", Data: []refundJSON{}, URL: "/v1/refunds"}
+	data := []refundJSON{}
+	out := listJSON{Object: "list", URL: "/v1/refunds"}
 	for i, re := range all {
 		if i == limit {
 			out.HasMore = true
 			break
 		}
-		out.Data = append(out.Data, re.view())
+		data = append(data, re.view())
 	}
+	out.Data = data
 	return http.StatusOK, out
+}
+
+func limitParam(c *caller) (int, *apiError) {
+	v := c.get("limit")
+	if v == "" {
+		return 10, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 100 {
+		return 0, badRequest("parameter_invalid_integer", "limit", "limit must be an integer from 1 to 100.")
+	}
+	return n, nil
 }

@@ -8,6 +8,7 @@
 package paysim
 
 import (
+	"container/list"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -15,7 +16,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -29,6 +32,7 @@ const APIVersion = "2026-03-25.dahlia"
 const (
 	DefaultAddr       = "127.0.0.1:8090"
 	DefaultAsyncDelay = 5 * time.Second
+	DefaultMaxObjects = 100_000
 )
 
 // Op names a change the simulator makes; Chaos.FailAfterWrite receives it.
@@ -42,15 +46,27 @@ const (
 	OpRefund  Op = "refund"  // POST /v1/refunds
 )
 
-// Config describes one simulator. The zero value works: any sk_test_ key, no webhooks, a
-// random signing secret, 5 s async delay.
+// Config describes one simulator. The zero value works: a random key, no webhooks, a random
+// signing secret, 5 s async delay, loopback only.
 type Config struct {
-	// APIKeys are the secret keys accepted as `Authorization: Bearer <key>`. Empty: any key
-	// that starts with "sk_test_", as Stripe's test mode would look to a client.
-	APIKeys []string
-	// WebhookURL receives every event (POST, JSON, Stripe-Signature). Empty: events are
-	// made but not delivered (until Server.SetWebhookURL names one).
+	// APIKey is the shop's secret key: the objects made with it, and only those, send events
+	// to WebhookURL. Any other "sk_test_…" key is accepted too, as an account of its own that
+	// sees only its own objects (as another Stripe account would). Empty: a random key, see
+	// Server.APIKey.
+	APIKey string
+	// WebhookURL receives the events of APIKey's objects (POST, JSON, Stripe-Signature).
+	// Empty: events are made but not delivered (until Server.SetWebhookURL names one).
 	WebhookURL string
+	// Public lets Start listen on an address that is not loopback (a demo behind a proxy).
+	Public bool
+	// MaxObjects bounds the payment intents, charges, refunds and disputes kept (default
+	// DefaultMaxObjects): the oldest finished payment goes first, with its charges and
+	// refunds (counted in Stats.Evicted); when none is finished, creation answers 429.
+	// It bounds the remembered Idempotency-Keys too.
+	MaxObjects int
+	// DisputeDelay is how long after a payment with pm_card_createDispute succeeds its charge
+	// is disputed (default 1 s).
+	DisputeDelay time.Duration
 	// WebhookSecrets sign the events: the first one signs (put a new one first to rotate).
 	// Empty: a random "whsec_…" secret, see Server.WebhookSecret.
 	WebhookSecrets []string
@@ -115,7 +131,12 @@ type Server struct {
 	intents  map[string]*intent
 	charges  map[string]*charge
 	refunds  map[string]*refund
-	timers   map[string]*time.Timer // async payments still processing
+	timers   map[string]*time.Timer // async payments still processing, disputes to come
+	order    *list.List             // every intent, oldest first: eviction looks here
+	byOwner  map[string]*list.List  // each key's intents, oldest first: listings page here
+	disputes int                    // disputes kept (objects beside intents, charges, refunds)
+	seq      int64                  // creation order of intents and refunds
+	evicted  atomic.Int64
 	closed   bool
 	idem     *idempotency
 	hooks    *deliverer
@@ -135,6 +156,15 @@ type Server struct {
 func New(cfg Config) *Server {
 	if cfg.AsyncDelay <= 0 {
 		cfg.AsyncDelay = DefaultAsyncDelay
+	}
+	if cfg.APIKey == "" {
+		cfg.APIKey = "sk_test_" + randomID(32)
+	}
+	if cfg.MaxObjects <= 0 {
+		cfg.MaxObjects = DefaultMaxObjects
+	}
+	if cfg.DisputeDelay <= 0 {
+		cfg.DisputeDelay = time.Second
 	}
 	if cfg.EventAPIVersion == "" {
 		cfg.EventAPIVersion = APIVersion
@@ -182,7 +212,9 @@ func New(cfg Config) *Server {
 		charges:  map[string]*charge{},
 		refunds:  map[string]*refund{},
 		timers:   map[string]*time.Timer{},
-		idem:     newIdempotency(cfg.IdempotencyTTL),
+		idem:     newIdempotency(cfg.IdempotencyTTL, cfg.MaxObjects),
+		order:    list.New(),
+		byOwner:  map[string]*list.List{},
 		lifetime: ctx,
 		stop:     stop,
 	}
@@ -199,6 +231,10 @@ func New(cfg Config) *Server {
 // events made while the URL is empty are not delivered.
 func (s *Server) SetWebhookURL(u string) { s.hooks.url.Store(&u) }
 
+// APIKey is the shop's secret key (Config.APIKey, or the random one made when none was
+// given): only its objects send webhooks.
+func (s *Server) APIKey() string { return s.cfg.APIKey }
+
 // WebhookSecret is the secret that signs the webhooks (the first of Config.WebhookSecrets, or
 // the random one made when none was given).
 func (s *Server) WebhookSecret() string { return s.secrets[0] }
@@ -207,10 +243,14 @@ func (s *Server) WebhookSecret() string { return s.secrets[0] }
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // Start listens on addr (port 0 picks a free one) and serves in the background until Close.
-// An address already in use is an error that wraps ErrAddrInUse.
+// An address already in use is an error that wraps ErrAddrInUse; one that is not loopback
+// wraps ErrNotLoopback unless Config.Public.
 func (s *Server) Start(addr string) error {
 	if addr == "" {
 		addr = DefaultAddr
+	}
+	if !s.cfg.Public && !Loopback(addr) {
+		return fmt.Errorf("paysim: listen on %s: %w", addr, ErrNotLoopback)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -251,6 +291,23 @@ func (s *Server) trackConn(c net.Conn, st http.ConnState) {
 
 // ErrAddrInUse: Start found its address taken (maybe by another simulator; see Answering).
 var ErrAddrInUse = errors.New("address already in use")
+
+// ErrNotLoopback: Start was asked to listen beyond loopback without Config.Public.
+var ErrNotLoopback = errors.New("not a loopback address (the simulator takes any test key: set public to listen beyond this host)")
+
+// Loopback reports whether addr (host:port) names only this host: a loopback IP or
+// "localhost". An empty host (every interface) is not loopback.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 // Addr is the address Start listens on ("" before Start).
 func (s *Server) Addr() string {

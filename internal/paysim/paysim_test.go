@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,17 +49,22 @@ func TestIdempotentReplay(t *testing.T) {
 	if r := call(t, "POST", sim.URL()+"/v1/payment_intents", testKey, "checkout-o-1", form); r.status != 400 || r.errCode(t) != "idempotency_key_in_use" {
 		t.Fatalf("other parameters, same key: %d %s", r.status, r.body)
 	}
-	// Concurrent first requests with a fresh key: exactly one payment.
+	// Concurrent first requests with a fresh key: exactly one payment; the others got the
+	// first's reply or Stripe's conflict while it ran.
 	ids := make([]string, 8)
 	form.Set("amount", "700")
 	for i := range ids {
 		wg.Go(func() {
 			r := call(t, "POST", sim.URL()+"/v1/payment_intents", testKey, "checkout-o-2", form)
+			if r.status == http.StatusConflict && r.errCode(t) == "idempotency_key_in_use" {
+				return
+			}
 			ids[i], _ = r.json(t)["id"].(string)
 		})
 	}
 	wg.Wait()
-	if ids[0] == "" || slices.ContainsFunc(ids, func(id string) bool { return id != ids[0] }) {
+	ids = slices.DeleteFunc(ids, func(id string) bool { return id == "" })
+	if len(ids) == 0 || slices.ContainsFunc(ids, func(id string) bool { return id != ids[0] }) {
 		t.Fatalf("concurrent creates with one key made %v", ids)
 	}
 }
@@ -128,10 +134,23 @@ func TestWebhookSignature(t *testing.T) {
 	if r := confirm(t, sim, pi, paysim.CardVisa); r.status != 200 {
 		t.Fatalf("confirm: %d %s", r.status, r.body)
 	}
-	waitFor(t, "a delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(bodies) == 1 })
-	ev, err := webhook.ConstructEvent(bodies[0], sigs[0], "whsec_new")
-	if err != nil || ev.Type != "payment_intent.succeeded" || ev.Data.Object["id"] != pi["id"] || ev.APIVersion != paysim.APIVersion {
-		t.Fatalf("ConstructEvent: %+v %v", ev, err)
+	waitFor(t, "the deliveries", drained(sim))
+	mu.Lock()
+	defer mu.Unlock()
+	var types []string
+	for i := range bodies {
+		ev, err := webhook.ConstructEvent(bodies[i], sigs[i], "whsec_new")
+		if err != nil || ev.APIVersion != paysim.APIVersion {
+			t.Fatalf("ConstructEvent: %+v %v", ev, err)
+		}
+		if ev.Type == "payment_intent.succeeded" && ev.Data.Object["id"] != pi["id"] {
+			t.Fatalf("succeeded event of %v", ev.Data.Object["id"])
+		}
+		types = append(types, string(ev.Type))
+	}
+	slices.Sort(types)
+	if want := []string{"charge.succeeded", "payment_intent.created", "payment_intent.succeeded"}; !slices.Equal(types, want) {
+		t.Fatalf("events %v, want %v (as Stripe sends them)", types, want)
 	}
 	if _, err := webhook.ConstructEvent(bodies[0], sigs[0], "whsec_old"); err == nil {
 		t.Fatal("signed with the second secret too; the first one signs")
@@ -170,7 +189,8 @@ func TestWebhookRetriesUntil2xx(t *testing.T) {
 		}
 	}
 	rc.mu.Unlock()
-	if st := sim.Stats(); st.Attempts != 5*(failFirst+1) || st.Failed != 5*failFirst || st.Delivered != 5 {
+	const perPayment = 3 // payment_intent.created, charge.succeeded, payment_intent.succeeded
+	if st := sim.Stats(); st.Attempts != perPayment*5*(failFirst+1) || st.Failed != perPayment*5*failFirst || st.Delivered != perPayment*5 {
 		t.Fatalf("stats %+v", st)
 	}
 
@@ -193,10 +213,11 @@ func TestWebhookRetriesUntil2xx(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})
-	slow := start(t, paysim.Config{WebhookURL: hook, WebhookSecrets: []string{"whsec_retry"},
+	slow := start(t, paysim.Config{WebhookSecrets: []string{"whsec_retry"},
 		RetryMin: 2200 * time.Millisecond, RetryMax: 2200 * time.Millisecond}) // backoff ≥ 1.1 s
 	pi := createIntent(t, slow, "250", "o-resign")
-	confirm(t, slow, pi, paysim.CardVisa)
+	slow.SetWebhookURL(hook) // one event: the cancel's
+	call(t, "POST", slow.URL()+"/v1/payment_intents/"+pi["id"].(string)+"/cancel", testKey, "", nil)
 	waitFor(t, "the retry", drained(slow))
 	mu.Lock()
 	defer mu.Unlock()
@@ -233,7 +254,7 @@ func TestChaosDuplicatesAndReorder(t *testing.T) {
 		copies[g.id]++
 	}
 	st := sim.Stats()
-	if len(copies) != n || int64(len(got)) != st.Delivered || st.Events != n {
+	if len(copies) != n || int64(len(rc.accepted(""))) != st.Delivered || st.Events != 3*n {
 		t.Fatalf("%d distinct events in %d deliveries, stats %+v", len(copies), len(got), st)
 	}
 	dup := 0
@@ -339,7 +360,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("pay a cancelled payment: %d %s", c.status, c.body)
 	}
 	waitFor(t, "canceled", drained(sim))
-	if len(rc.accepted("payment_intent.canceled")) != 1 || len(rc.accepted("")) != 1 {
+	if len(rc.accepted("payment_intent.canceled")) != 1 || len(rc.accepted("")) != 2 {
 		t.Fatalf("events %v", rc.accepted(""))
 	}
 }
@@ -390,7 +411,7 @@ func TestRefundOncePerKey(t *testing.T) {
 
 // TestBadRequests: Stripe's error shape, and nothing is made, for every refused request.
 func TestBadRequests(t *testing.T) {
-	sim := start(t, paysim.Config{APIKeys: []string{"sk_test_only"}})
+	sim := start(t, paysim.Config{APIKey: "sk_test_only"})
 	u := sim.URL()
 	pi := call(t, "POST", u+"/v1/payment_intents", "sk_test_only", "", url.Values{"amount": {"100"}, "currency": {"usd"}}).json(t)
 	id := pi["id"].(string)
@@ -401,7 +422,11 @@ func TestBadRequests(t *testing.T) {
 		code                    string
 	}{
 		{"no key", "POST", "/v1/payment_intents", "", url.Values{"amount": {"1"}, "currency": {"usd"}}, 401, "api_key_invalid"},
-		{"key not configured", "POST", "/v1/payment_intents", "sk_test_other", url.Values{"amount": {"1"}, "currency": {"usd"}}, 401, "api_key_invalid"},
+		{"not a test key", "POST", "/v1/payment_intents", "sk_live_other", url.Values{"amount": {"1"}, "currency": {"usd"}}, 401, "api_key_invalid"},
+		{"unknown parameter", "POST", "/v1/payment_intents", "sk_test_only", url.Values{"amount": {"1"}, "currency": {"usd"}, "statement_descriptor": {"x"}}, 400, "parameter_unknown"},
+		{"description too long", "POST", "/v1/payment_intents", "sk_test_only", url.Values{"amount": {"1"}, "currency": {"usd"}, "description": {strings.Repeat("d", 1001)}}, 400, "parameter_invalid_string"},
+		{"another account's payment", "GET", "/v1/payment_intents/" + id, "sk_test_other", nil, 404, "resource_missing"},
+		{"list with a bad limit", "GET", "/v1/payment_intents", "sk_test_only", url.Values{"limit": {"101"}}, 400, "parameter_invalid_integer"},
 		{"no amount", "POST", "/v1/payment_intents", "sk_test_only", url.Values{"currency": {"usd"}}, 400, "parameter_missing"},
 		{"amount 0", "POST", "/v1/payment_intents", "sk_test_only", url.Values{"amount": {"0"}, "currency": {"usd"}}, 400, "amount_too_small"},
 		{"amount text", "POST", "/v1/payment_intents", "sk_test_only", url.Values{"amount": {"ten"}, "currency": {"usd"}}, 400, "parameter_invalid_integer"},
@@ -432,9 +457,10 @@ func TestBadRequests(t *testing.T) {
 func TestBoundedQueue(t *testing.T) {
 	rc := newReceiver(t, "whsec_q", 0)
 	rc.refuse = true
-	sim := start(t, paysim.Config{WebhookURL: rc.url(), WebhookSecrets: []string{"whsec_q"}, QueueMax: 1})
+	sim := start(t, paysim.Config{WebhookSecrets: []string{"whsec_q"}, QueueMax: 1})
 	p1, p2 := createIntent(t, sim, "100", "q1"), createIntent(t, sim, "100", "q2")
-	confirm(t, sim, p1, paysim.CardVisa)
+	sim.SetWebhookURL(rc.url())
+	go confirm(t, sim, p1, paysim.CardVisa) // two events: waits for room for the second
 	var answered atomic.Bool
 	done := make(chan reply)
 	go func() { r := confirm(t, sim, p2, paysim.CardVisa); answered.Store(true); done <- r }()
@@ -449,7 +475,7 @@ func TestBoundedQueue(t *testing.T) {
 	if r := <-done; r.status != 200 {
 		t.Fatalf("second confirm: %d %s", r.status, r.body)
 	}
-	waitFor(t, "both delivered", func() bool { return len(rc.accepted("payment_intent.succeeded")) == 2 })
+	waitFor(t, "both delivered", func() bool { return len(rc.accepted("payment_intent.succeeded")) == 2 && sim.Idle() })
 }
 
 func sumAttempts(rc *receiver) int {
@@ -465,7 +491,7 @@ func sumAttempts(rc *receiver) int {
 func TestCloseStopsDeliveries(t *testing.T) {
 	rc := newReceiver(t, "whsec_close", 0)
 	rc.refuse = true
-	sim := paysim.New(paysim.Config{WebhookURL: rc.url(), WebhookSecrets: []string{"whsec_close"},
+	sim := paysim.New(paysim.Config{APIKey: testKey, WebhookURL: rc.url(), WebhookSecrets: []string{"whsec_close"},
 		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err := sim.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -506,8 +532,8 @@ func TestSetWebhookURL(t *testing.T) {
 	confirm(t, sim, createIntent(t, sim, "100", "before"), paysim.CardVisa)
 	sim.SetWebhookURL(rc.url())
 	confirm(t, sim, createIntent(t, sim, "100", "after"), paysim.CardVisa)
-	waitFor(t, "the second event", func() bool { return len(rc.accepted("")) == 1 && sim.Stats().Pending == 0 })
-	if st := sim.Stats(); st.Events != 2 || st.Delivered != 1 {
+	waitFor(t, "the second payment's events", func() bool { return len(rc.accepted("")) == 3 && sim.Stats().Pending == 0 })
+	if st := sim.Stats(); st.Events != 6 || st.Delivered != 3 {
 		t.Fatalf("stats %+v", st)
 	}
 	if got := rc.accepted("")[0].object["metadata"].(map[string]any)["order_id"]; got != "after" {

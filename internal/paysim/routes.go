@@ -11,6 +11,7 @@ func (s *Server) routes() {
 		writeRaw(w, http.StatusOK, []byte(`{"object":"health","simulator":"paysim","ok":true}`+"\n"))
 	})
 	m.Handle("POST /v1/payment_intents", s.api(s.createIntent, secretKeyOnly))
+	m.Handle("GET /v1/payment_intents", s.api(s.listIntents, secretKeyOnly))
 	m.Handle("GET /v1/payment_intents/{id}", s.api(s.getIntent, keyOrClientSecret))
 	m.Handle("POST /v1/payment_intents/{id}/confirm", s.api(s.confirmIntent, keyOrClientSecret))
 	m.Handle("POST /v1/payment_intents/{id}/cancel", s.api(s.cancelIntent, secretKeyOnly))

@@ -21,6 +21,7 @@ import (
 // object as it was then, as at Stripe).
 type event struct {
 	id, typ string
+	owner   string // the key whose object it is about: only Config.APIKey's are delivered
 	body    []byte
 }
 
@@ -45,8 +46,8 @@ type eventReqJSON struct {
 	IdempotencyKey *string `json:"idempotency_key"`
 }
 
-func (s *Server) newEvent(typ string, obj any) *event {
-	ev := &event{id: "evt_" + randomID(24), typ: typ}
+func (s *Server) newEvent(owner, typ string, obj any) *event {
+	ev := &event{id: "evt_" + randomID(24), typ: typ, owner: owner}
 	raw, err := json.Marshal(eventJSON{
 		ID: ev.id, Object: "event", APIVersion: s.cfg.EventAPIVersion, Created: time.Now().Unix(),
 		Data: eventDataJSON{Object: obj}, PendingWebhooks: 1, Type: typ,
@@ -76,14 +77,23 @@ type Stats struct {
 	Delivered int64 // deliveries answered 2xx (copies count one each)
 	Failed    int64 // attempts not answered 2xx (each is retried)
 	Pending   int64 // deliveries waiting for an attempt or in one
+	Evicted   int64 // finished payments (with their charges and refunds) and Idempotency-Keys dropped to stay within MaxObjects
+	Objects   int64 // intents, charges, refunds and disputes kept
 }
 
 // Stats reports the webhook counters.
 func (s *Server) Stats() Stats {
 	d := s.hooks
+	s.mu.Lock()
+	objects := s.objectsLocked()
+	s.mu.Unlock()
+	s.idem.mu.Lock()
+	idemEvicted := s.idem.evicted
+	s.idem.mu.Unlock()
 	return Stats{
 		Events: d.events.Load(), Attempts: d.attempts.Load(), Delivered: d.delivered.Load(),
 		Failed: d.failed.Load(), Pending: int64(len(d.slots)),
+		Evicted: s.evicted.Load() + idemEvicted, Objects: int64(objects),
 	}
 }
 
@@ -159,6 +169,10 @@ func (d *deliverer) enqueue(evts []*event) {
 	}
 	ch := d.s.cfg.Chaos
 	for _, ev := range evts {
+		if ev.owner != d.s.cfg.APIKey {
+			d.handed.Add(1) // another account's: it has no webhook here
+			continue
+		}
 		copies := 1
 		if ch.Duplicates > 1 {
 			copies = 1 + rand.IntN(ch.Duplicates)

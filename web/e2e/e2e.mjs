@@ -6,7 +6,7 @@
 //   E2E_SCREENSHOTS  docs/screenshots/: refreshed when a file is missing or E2E_UPDATE_SCREENSHOTS=1
 //   E2E_RESERVATION_TTL_S  the api's FLASHSALE_RESERVATION_TTL in seconds (30)
 //   E2E_JWT_SECRET   its FLASHSALE_JWT_SECRET (the monitor step mints many shoppers' tokens)
-//   E2E_PAY_URL, E2E_PAY_SIM_URL, E2E_PAY_TTL_S, E2E_PAY_ASYNC_S  a second api that takes payment
+//   E2E_PAY_URL, E2E_PAY_SIM_URL, E2E_PAY_SIM_KEY, E2E_PAY_TTL_S, E2E_PAY_ASYNC_S  a second api that takes payment
 //                    through the payment simulator (see paymentSteps); unset: those steps are skipped
 // The first api settles payment outside (FLASHSALE_PAYMENT_PROVIDER=none: Pay pays at once).
 // The api must run with FLASHSALE_LIMIT_PURCHASE=1/1m:4, and FLASHSALE_LIMIT_PAY, _CANCEL and
@@ -131,6 +131,7 @@ async function saveShot(target, name, opts = {}) {
 // pm_card_async (E2E_PAY_ASYNC_S, longer than the reservation).
 const PAY_BASE = process.env.E2E_PAY_URL || '';
 const PAY_SIM = process.env.E2E_PAY_SIM_URL || '';
+const PAY_SIM_KEY = process.env.E2E_PAY_SIM_KEY || ''; // the api's key there: its payments are visible to it only
 const PAY_TTL_MS = 1000 * Number(process.env.E2E_PAY_TTL_S || 20);
 const PAY_ASYNC_MS = 1000 * Number(process.env.E2E_PAY_ASYNC_S || 25);
 
@@ -217,7 +218,7 @@ async function paymentSteps(browser, desktop, pageErrors) {
     await expectText(row(id).locator('.msg'), /refunded in full/, 'the row says a late payment is refunded');
     await expectText(checkout.locator('#result'), /succeeded|refunded/i, 'the slow payment goes through, late (and is given back)', PAY_ASYNC_MS + 15_000);
     await eventually(async () => {
-      const res = await fetch(`${PAY_SIM}/v1/refunds?payment_intent=${pid}`, { headers: { Authorization: 'Bearer sk_test_e2e' } });
+      const res = await fetch(`${PAY_SIM}/v1/refunds?payment_intent=${pid}`, { headers: { Authorization: `Bearer ${PAY_SIM_KEY}` } });
       const body = await res.json();
       assert(res.status === 200 && body.data.length === 1 && body.data[0].amount === 2500, `refunds of ${pid}: ${JSON.stringify(body)}`);
     }, 'one full refund at the provider', 20_000);
