@@ -50,6 +50,7 @@ type API struct {
 	record     *record.Queries
 	broker     *kafkabroker.Broker // nil with KAFKA_BROKERS
 	kafkaLogin kafkaconn.Security  // towards KAFKA_BROKERS or the embedded broker
+	conns      httpapi.ConnCaps    // the HTTP listener's
 	writer     *kafka.Writer
 	transports []*kafka.Transport // closed by Close
 	relay      *outbox.Relay
@@ -114,7 +115,8 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 	}
 	a.Orders.Hooks.Released = a.Payments.Released
 	opts := HTTPOptions(cfg)
-	opts.Stream.Max = capStreams(opts.Stream.Max)
+	a.conns = connCaps(cfg)
+	opts.Stream.Max = capStreams(opts.Stream.Max, a.conns)
 	limiter, err := limits.NewLimiter(a.rdb, keys, httpapi.RatePolicies(opts.Limits))
 	if err != nil {
 		return nil, err
@@ -250,6 +252,37 @@ func HTTPOptions(cfg config.Config) httpapi.Options {
 	}
 }
 
+// startOps serves /healthz, /readyz and /metrics on FLASHSALE_OPS_ADDR, when set: a listener
+// of their own, which no flood of the main one reaches.
+func (a *API) startOps() (stop func(), err error) {
+	if a.cfg.OpsAddr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", a.cfg.OpsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on FLASHSALE_OPS_ADDR=%s: %w", a.cfg.OpsAddr, err)
+	}
+	mux := http.NewServeMux()
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		mux.Handle("GET "+path, a.server)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
+	capped := httpapi.CapConns(ln, httpapi.ConnCaps{Max: opsConns})
+	metrics.HTTPConns.From(capped.Counts)
+	go func() {
+		if err := srv.Serve(capped); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("ops listener stopped", "addr", a.cfg.OpsAddr, "err", err)
+		}
+	}()
+	slog.Info("ops listener (/healthz, /readyz, /metrics)", "url", "http://"+ln.Addr().String()+"/healthz")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
 // ready is /readyz: not shutting down (load balancers stop sending here first), Redis
 // answers, the primary has the live replicas FLASHSALE_REDIS_ACK_REPLICAS requires, every
 // script is loaded (reloaded after a Redis restart, a failover or SCRIPT FLUSH; the EVAL
@@ -302,6 +335,12 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	defer stopAdmin()
+	stopOps, err := a.startOps()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopOps()
 
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -338,8 +377,12 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	// instead of a timer re-armed five times per request (httpapi.CoarseDeadlines).
 	tick := min(srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout) / 10
 	tick = max(5*time.Millisecond, min(tick, 100*time.Millisecond))
+	// Over a connection cap a connection is closed at once (httpapi.CapConns); the reserve
+	// keeps /healthz, /readyz, /metrics and the admin routes reachable during a flood.
+	capped := httpapi.CapConns(httpapi.CoarseDeadlines(ln, tick), a.conns)
+	metrics.HTTPConns.From(capped.Counts)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(httpapi.CoarseDeadlines(ln, tick)) }()
+	go func() { errc <- srv.Serve(capped) }()
 	slog.Info("api listening", "url", "http://"+ln.Addr().String()+"/")
 	fmt.Fprintf(os.Stderr, "flashsale api: http://%s/  (admin page: http://%s/admin)\n", ln.Addr(), ln.Addr())
 

@@ -25,6 +25,11 @@ func checkAddrs(c Config) error {
 	if err := check("FLASHSALE_HTTP_ADDR", c.HTTPAddr); err != nil {
 		return err
 	}
+	if c.OpsAddr != "" {
+		if err := check("FLASHSALE_OPS_ADDR", c.OpsAddr); err != nil {
+			return err
+		}
+	}
 	if len(c.KafkaBrokers) == 0 {
 		return check("FLASHSALE_EMBEDDED_KAFKA_ADDR", c.EmbeddedKafkaAddr)
 	}

@@ -87,6 +87,9 @@ type Config struct {
 	StreamHeartbeat   time.Duration // a comment on every catalogue stream at least this often
 	StreamPerClient   int           // catalogue streams one client address may hold
 	StreamMax         int           // catalogue streams in all (the api lowers it to fit its descriptors)
+	HTTPMaxConns      int           // connections in all; 0: from the open-file limit
+	HTTPMaxConnsPerIP int           // connections per client address (trusted proxies: total only)
+	OpsAddr           string        // an extra listener for /healthz, /readyz and /metrics; empty: none
 	LogLevel          slog.Level    // FLASHSALE_LOG_LEVEL: debug, info, warn, error
 	AccessLogSlow     time.Duration // requests at least this long log at warn; 0: none by duration
 	AccessLogSample   int           // one request in this many logs at info; 0: none
@@ -190,6 +193,9 @@ func parse(p *parser) (Config, error) {
 		StreamHeartbeat:   p.duration("FLASHSALE_STREAM_HEARTBEAT", 15*time.Second),
 		StreamPerClient:   p.integer("FLASHSALE_STREAM_PER_CLIENT", 32, 1, 1_000_000),
 		StreamMax:         p.integer("FLASHSALE_STREAM_MAX", 20_000, 1, 10_000_000),
+		HTTPMaxConns:      p.integer("FLASHSALE_HTTP_MAX_CONNS", 0, 0, 10_000_000),
+		HTTPMaxConnsPerIP: p.integer("FLASHSALE_HTTP_MAX_CONNS_PER_CLIENT", 256, 1, 10_000_000),
+		OpsAddr:           p.str("FLASHSALE_OPS_ADDR", ""),
 		LogLevel:          p.level("FLASHSALE_LOG_LEVEL", slog.LevelInfo),
 		AccessLogSlow:     p.duration("FLASHSALE_ACCESS_LOG_SLOW", time.Second),
 		AccessLogSample:   p.integer("FLASHSALE_ACCESS_LOG_SAMPLE", 0, 0, 1_000_000),

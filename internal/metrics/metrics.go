@@ -139,6 +139,45 @@ var (
 		"Waiting-room polls that read the ticket from Redis.")
 )
 
+// Connections (api process): those the HTTP listeners hold, and those closed at once over a
+// cap (httpapi.CappedListener, handed over with From).
+var HTTPConns = &connCollector{
+	open: prometheus.NewDesc("flashsale_http_connections", "HTTP connections held now.", nil, nil),
+	refused: prometheus.NewDesc("flashsale_http_connections_refused_total",
+		"HTTP connections closed at once over a cap: total (the reserve included) or per_client.", []string{"cap"}, nil),
+}
+
+type connCollector struct {
+	open, refused *prometheus.Desc
+	mu            sync.Mutex
+	fns           []func() (open int, refusedTotal, refusedPerClient int64)
+}
+
+// From adds a listener's counts.
+func (c *connCollector) From(fn func() (open int, refusedTotal, refusedPerClient int64)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fns = append(c.fns, fn)
+}
+
+// Describe implements prometheus.Collector.
+func (c *connCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.open; ch <- c.refused }
+
+// Collect implements prometheus.Collector.
+func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	var open int
+	var total, perClient int64
+	for _, fn := range c.fns {
+		o, t, p := fn()
+		open, total, perClient = open+o, total+t, perClient+p
+	}
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(open))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(total), "total")
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(perClient), "per_client")
+}
+
 // FuncCounter is a counter read at scrape time from counts that components keep themselves;
 // several sources (e.g. expirers) add up.
 type FuncCounter struct {
@@ -179,7 +218,7 @@ func init() {
 		HTTPRequests, HTTPDuration, Purchases,
 		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers,
 		OutboxBacklog, RelayPublished, RelayErrors,
-		ExpirerDrained, QueuePollsMemory, QueuePollsRedis,
+		ExpirerDrained, QueuePollsMemory, QueuePollsRedis, HTTPConns,
 	)
 }
 
