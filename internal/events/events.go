@@ -26,7 +26,21 @@ const (
 	// PaymentRefunded: a payment that succeeded for an order already expired or cancelled was
 	// refunded at the provider (the order keeps its state).
 	PaymentRefunded = "payment.refunded"
+	// QueueJoined: a shopper joined an item's waiting room (again, after an unused pass ran out).
+	QueueJoined = "queue.joined"
+	// QueueAdmitted: a shopper at the head of an item's line was given a pass.
+	QueueAdmitted = "queue.admitted"
+	// SaleTally: one api instance's purchase attempts of an item in one second, by outcome
+	// (Outcomes). Not a state change: it feeds the post-sale report.
+	SaleTally = "sale.tally"
+	// ItemArchived: an item was taken off sale for good.
+	ItemArchived = "item.archived"
 )
+
+// TallyOutcomes are the outcomes a sale.tally counts, as the report names them: reserved (an
+// order made) and the refusals.
+var TallyOutcomes = [...]string{"reserved", "sold_out", "limit_exceeded", "rate_limited",
+	"sale_not_started", "sale_ended", "queue_required"}
 
 // ErrInvalid means an entry or a message is not a well-formed event; consumers park it.
 var ErrInvalid = errors.New("invalid event")
@@ -58,6 +72,10 @@ type Event struct {
 	// PaymentID is the provider's payment, carried by order.paid (when a provider took the
 	// payment) and payment.refunded.
 	PaymentID string `json:"payment_id,omitempty"`
+	// ImageURL is the item's picture, carried by item.upserted ("" for none).
+	ImageURL string `json:"image_url,omitempty"`
+	// Outcomes are a sale.tally's counts by outcome (TallyOutcomes); only counts above zero.
+	Outcomes map[string]int64 `json:"outcomes,omitempty"`
 }
 
 // Position is where an event sits in its outbox stream: events of one stream (one item, or
@@ -137,6 +155,17 @@ func FromEntry(eventID string, values map[string]any) (Event, error) {
 		e.Name, e.Category = f.str("name"), f.str("category")
 		e.PerUserLimit = f.opt("per_user_limit")
 		e.StartsAt, e.EndsAt = f.millis("starts_at"), f.millis("ends_at")
+		e.ImageURL = f.str("image_url")
+	}
+	if e.Type == SaleTally {
+		for _, o := range TallyOutcomes {
+			if n := f.integer(o); n != 0 {
+				if e.Outcomes == nil {
+					e.Outcomes = map[string]int64{}
+				}
+				e.Outcomes[o] = n
+			}
+		}
 	}
 	if e.Type == OrderReserved {
 		e.ExpiresAt = f.millis("expires")
@@ -320,6 +349,20 @@ func (e Event) Validate() error {
 		if !ok || item != e.ItemID || e.UserID == "" || e.PaymentID == "" || e.Quantity == nil || *e.Quantity < 1 || !nonNeg(e.PriceCents) {
 			return bad("needs order_id, user_id, payment_id, quantity and price_cents")
 		}
+	case QueueJoined, QueueAdmitted:
+		if !keyspace.ValidID(e.UserID) {
+			return bad("needs user_id")
+		}
+	case SaleTally:
+		if len(e.Outcomes) == 0 {
+			return bad("needs outcomes")
+		}
+		for o, n := range e.Outcomes {
+			if !isTallyOutcome(o) || n < 0 {
+				return bad(fmt.Sprintf("outcome %q: %d", o, n))
+			}
+		}
+	case ItemArchived:
 	case RatingSet:
 		if e.UserID == "" || e.Stars == nil || *e.Stars < 1 || *e.Stars > 5 {
 			return bad("needs user_id and stars 1..5")
@@ -328,6 +371,15 @@ func (e Event) Validate() error {
 		return bad("unknown type")
 	}
 	return nil
+}
+
+func isTallyOutcome(o string) bool {
+	for _, t := range TallyOutcomes {
+		if o == t {
+			return true
+		}
+	}
+	return false
 }
 
 func nonNeg(p *int64) bool { return p != nil && *p >= 0 }

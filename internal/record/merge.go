@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
+
+	"github.com/flashsale/flashsale/internal/events"
 )
 
 // How a batch reaches Postgres. Profiled on cmd/bench's batches (1000 order.reserved events):
@@ -254,15 +256,47 @@ func queueMerge(b *txBatch, rows batchRows, merged map[string]bool, provider str
 		var (
 			ids, names, cats                   = make([]string, n), make([]string, n), make([]string, n)
 			prices, stocks, limits             = make([]int64, n), make([]int64, n), make([]int64, n)
-			starts, ends                       = make([]*time.Time, n), make([]*time.Time, n)
+			starts, ends, archived             = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 			attrMs, attrSeq, stockMs, stockSeq = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+			created                            = make([]time.Time, n)
+			images                             = make([]*string, n)
 		)
 		for i, r := range rows.items {
 			ids[i], names[i], cats[i], prices[i], stocks[i], limits[i] = r.ID, r.Name, r.Category, r.PriceCents, r.StockTotal, r.PerUserLimit
-			starts[i], ends[i] = r.StartsAt, r.EndsAt
+			starts[i], ends[i], archived[i], created[i] = r.StartsAt, r.EndsAt, r.ArchivedAt, r.CreatedAt
+			if r.ImageURL != "" {
+				images[i] = &r.ImageURL
+			}
 			attrMs[i], attrSeq[i], stockMs[i], stockSeq[i] = r.AttrPosMs, r.AttrPosSeq, r.StockPosMs, r.StockPosSeq
 		}
-		b.exec(mergeItems, ids, names, cats, prices, stocks, limits, starts, ends, attrMs, attrSeq, stockMs, stockSeq)
+		b.exec(mergeItems, ids, names, cats, prices, stocks, limits, starts, ends, attrMs, attrSeq, stockMs, stockSeq,
+			created, archived, images)
+	}
+	if n := len(rows.queue); n > 0 {
+		items, users := make([]string, n), make([]string, n)
+		joined, admitted := make([]*time.Time, n), make([]*time.Time, n)
+		for i, r := range rows.queue {
+			items[i], users[i], joined[i], admitted[i] = r.ItemID, r.UserID, r.JoinedAt, r.AdmittedAt
+		}
+		b.exec(mergeQueue, items, users, joined, admitted)
+	}
+	if n := len(rows.tallies); n > 0 {
+		ids, items, at := make([]string, n), make([]string, n), make([]time.Time, n)
+		counts := make([][]int64, len(events.TallyOutcomes))
+		for j := range counts {
+			counts[j] = make([]int64, n)
+		}
+		for i, r := range rows.tallies {
+			ids[i], items[i], at[i] = r.EventID, r.ItemID, r.At
+			for j := range counts {
+				counts[j][i] = r.Counts[j]
+			}
+		}
+		args := []any{ids, items, at}
+		for _, c := range counts {
+			args = append(args, c)
+		}
+		b.exec(insertTallies, args...)
 	}
 	queueOrders(b, mergeOrders, rows.orders, merged)
 	if n := len(rows.ratings); n > 0 {
@@ -356,18 +390,37 @@ var (
 	ON CONFLICT (event_id) DO NOTHING
 	RETURNING event_id`}
 
+	// mergeItems: attributes and stock_total from the newest event, created_at and archived_at
+	// the earliest seen (LEAST skips a null).
 	mergeItems = stmt{"record_merge_items", `INSERT INTO items AS i (id, name, category, price_cents, stock_total, per_user_limit,
-		starts_at, ends_at, attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq, updated_at)
+		starts_at, ends_at, attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq, updated_at, created_at, archived_at, image_url)
 	SELECT id, name, category, price_cents, stock_total, per_user_limit, starts_at, ends_at,
-		attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq, now()
+		attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq, now(), created_at, archived_at, image_url
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[],
-		$7::timestamptz[], $8::timestamptz[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[])
+		$7::timestamptz[], $8::timestamptz[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
+		$13::timestamptz[], $14::timestamptz[], $15::text[])
 		AS x(id, name, category, price_cents, stock_total, per_user_limit, starts_at, ends_at,
-		attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq)
+		attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq, created_at, archived_at, image_url)
 	ON CONFLICT (id) DO UPDATE SET
-	` + newer("i", [2]string{"attr_pos_ms", "attr_pos_seq"}, "name", "category", "price_cents", "per_user_limit", "starts_at", "ends_at") + `,
+	` + newer("i", [2]string{"attr_pos_ms", "attr_pos_seq"}, "name", "category", "price_cents", "per_user_limit", "starts_at", "ends_at", "image_url") + `,
 	` + newer("i", [2]string{"stock_pos_ms", "stock_pos_seq"}, "stock_total") + `,
+	created_at = LEAST(i.created_at, excluded.created_at),
+	archived_at = LEAST(i.archived_at, excluded.archived_at),
 	updated_at = now()`}
+
+	// mergeQueue keeps each shopper's first join and first admission.
+	mergeQueue = stmt{"record_merge_queue", `INSERT INTO queue_entries AS q (item_id, user_id, joined_at, admitted_at)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[])
+	ON CONFLICT (item_id, user_id) DO UPDATE SET
+	joined_at = LEAST(q.joined_at, excluded.joined_at),
+	admitted_at = LEAST(q.admitted_at, excluded.admitted_at)`}
+
+	// insertTallies records sale.tally events; the columns follow events.TallyOutcomes.
+	insertTallies = stmt{"record_insert_tallies", `INSERT INTO sale_tallies (event_id, item_id, at, reserved, sold_out,
+		limit_exceeded, rate_limited, sale_not_started, sale_ended, queue_required)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[], $5::bigint[], $6::bigint[],
+		$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+	ON CONFLICT (event_id) DO NOTHING`}
 
 	mergeOrders = stmt{"record_merge_orders", `INSERT INTO orders AS o (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at)
 	SELECT id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at

@@ -22,6 +22,11 @@ type Item struct {
 	AttrPosMs, AttrPosSeq   int64
 	StockPosMs, StockPosSeq int64
 	UpdatedAt               time.Time
+	// CreatedAt is the time of the item's earliest event, ArchivedAt of its item.archived
+	// (nil while on sale), ImageURL its picture ("" for none).
+	CreatedAt  time.Time
+	ArchivedAt *time.Time
+	ImageURL   string
 }
 
 // Order is an order in its furthest known state.
@@ -35,6 +40,14 @@ type Order struct {
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	ExpiresAt  *time.Time // when the reservation lapses (from order.reserved)
+}
+
+// QueueEntry is one shopper in one item's waiting room: the first join and first admission.
+type QueueEntry struct {
+	ItemID     string `gorm:"primaryKey"`
+	UserID     string `gorm:"primaryKey"`
+	JoinedAt   *time.Time
+	AdmittedAt *time.Time
 }
 
 // Rating is one user's stars for one item.

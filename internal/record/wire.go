@@ -55,7 +55,8 @@ var encoders = sync.Pool{New: func() any { return new(encoder) }}
 
 // statements are every statement the writer prepares.
 var statements = []stmt{insertEvents, insertOrders, insertMovements, insertDead, claimEvents,
-	mergeItems, mergeOrders, mergeRatings, mergeMovements, selectOrders, mergePayments}
+	mergeItems, mergeOrders, mergeRatings, mergeMovements, selectOrders, mergePayments,
+	mergeQueue, insertTallies}
 
 // newTxBatch starts a pipeline on pc, its statements prepared (pgx keeps the statements it
 // prepared per connection: after the first batch on a connection these are map lookups).

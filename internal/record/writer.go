@@ -250,6 +250,14 @@ type (
 		AmountCents, Refunded int64
 		CreatedAt, UpdatedAt  time.Time
 	}
+	// queueRow is a shopper's first join and first admission as the batch saw them.
+	queueRow = QueueEntry
+	// tallyRow is one sale.tally event.
+	tallyRow struct {
+		EventID, ItemID string
+		At              time.Time
+		Counts          [len(events.TallyOutcomes)]int64
+	}
 	movementRow struct {
 		EventID    string
 		ItemID     string
@@ -276,6 +284,8 @@ type batchRows struct {
 	ratings  []*ratingRow
 	moves    []movementRow
 	payments []*paymentRow
+	queue    []*queueRow
+	tallies  []tallyRow
 }
 
 // fold folds events into one row per table row, applying the same rules the merge statements
@@ -308,12 +318,34 @@ func fold(fresh []parsed) batchRows {
 		}
 	}
 
-	item := func(id string) *itemRow {
+	queue := map[[2]string]*queueRow{}
+	var queueOrder [][2]string
+	var tallies []tallyRow
+	entry := func(e events.Event) *queueRow {
+		k := [2]string{e.ItemID, e.UserID}
+		r := queue[k]
+		if r == nil {
+			r = &queueRow{ItemID: e.ItemID, UserID: e.UserID}
+			queue[k] = r
+			queueOrder = append(queueOrder, k)
+		}
+		return r
+	}
+	earliest := func(t **time.Time, at time.Time) {
+		if *t == nil || at.Before(**t) {
+			*t = &at
+		}
+	}
+
+	item := func(id string, at time.Time) *itemRow {
 		r := items[id]
 		if r == nil {
-			r = &itemRow{ID: id}
+			r = &itemRow{ID: id, CreatedAt: at}
 			items[id] = r
 			itemOrder = append(itemOrder, id)
+		}
+		if at.Before(r.CreatedAt) {
+			r.CreatedAt = at
 		}
 		return r
 	}
@@ -326,15 +358,15 @@ func fold(fresh []parsed) batchRows {
 		e := p.ev
 		switch e.Type {
 		case events.ItemUpserted:
-			r := item(e.ItemID)
+			r := item(e.ItemID, e.At)
 			if pos := (events.Position{Ms: r.AttrPosMs, Seq: r.AttrPosSeq}); pos.Less(p.pos) {
 				r.Name, r.Category, r.PriceCents, r.PerUserLimit = e.Name, e.Category, *e.PriceCents, *e.PerUserLimit
-				r.StartsAt, r.EndsAt = e.StartsAt, e.EndsAt
+				r.StartsAt, r.EndsAt, r.ImageURL = e.StartsAt, e.EndsAt, e.ImageURL
 				r.AttrPosMs, r.AttrPosSeq = p.pos.Ms, p.pos.Seq
 			}
 			setStock(r, p)
 		case events.StockAdjusted:
-			setStock(item(e.ItemID), p)
+			setStock(item(e.ItemID, e.At), p)
 			moves = append(moves, movementRow{EventID: e.EventID, ItemID: e.ItemID, Kind: "adjusted",
 				Delta: *e.Delta, StockTotal: e.StockTotal, At: e.At})
 		case events.OrderReserved, events.OrderPaid, events.OrderCancelled, events.OrderExpired:
@@ -373,6 +405,18 @@ func fold(fresh []parsed) batchRows {
 			}
 		case events.PaymentRefunded:
 			payment(e, "refunded")
+		case events.ItemArchived:
+			earliest(&item(e.ItemID, e.At).ArchivedAt, e.At)
+		case events.QueueJoined:
+			earliest(&entry(e).JoinedAt, e.At)
+		case events.QueueAdmitted:
+			earliest(&entry(e).AdmittedAt, e.At)
+		case events.SaleTally:
+			t := tallyRow{EventID: e.EventID, ItemID: e.ItemID, At: e.At}
+			for i, o := range events.TallyOutcomes {
+				t.Counts[i] = e.Outcomes[o]
+			}
+			tallies = append(tallies, t)
 		case events.RatingSet:
 			k := [2]string{e.ItemID, e.UserID}
 			r := ratings[k]
@@ -403,5 +447,10 @@ func fold(fresh []parsed) batchRows {
 	for i, id := range payOrder {
 		payRows[i] = pays[id]
 	}
-	return batchRows{items: itemRows, orders: orderRows, ratings: ratingRows, moves: moves, payments: payRows}
+	queueRows := make([]*queueRow, len(queueOrder))
+	for i, k := range queueOrder {
+		queueRows[i] = queue[k]
+	}
+	return batchRows{items: itemRows, orders: orderRows, ratings: ratingRows, moves: moves, payments: payRows,
+		queue: queueRows, tallies: tallies}
 }

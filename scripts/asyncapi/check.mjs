@@ -80,7 +80,7 @@ const documented = new Set(Object.keys(schemas.Event.properties));
 const enumTypes = new Set(schemas.Event.properties.type.enum);
 
 // The code's event types.
-const codeTypes = new Set([...eventsGo.matchAll(/^\s+\w+\s*=\s*"((?:item|stock|order|rating|payment)\.[a-z]+)"$/gm)].map((m) => m[1]));
+const codeTypes = new Set([...eventsGo.matchAll(/^\s+\w+\s*=\s*"((?:item|stock|order|rating|payment|queue|sale)\.[a-z]+)"$/gm)].map((m) => m[1]));
 if (codeTypes.size === 0) fail('found no event type constants in internal/events/events.go');
 for (const t of codeTypes) {
   if (!enumTypes.has(t)) fail(`event type ${t} of internal/events is not in Event.type's enum`);
