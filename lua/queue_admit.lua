@@ -11,10 +11,11 @@
 -- end, or while the item is sold out with nothing reserved that could come back.
 --
 -- KEYS[1] item hash   KEYS[2] line zset   KEYS[3] tickets hash   KEYS[4] line state hash
--- KEYS[5] passes zset   KEYS[6] recent admissions zset
+-- KEYS[5] passes zset   KEYS[6] recent admissions zset   KEYS[7] shard outbox stream
 -- ARGV[1] most admissions in this call (integer >= 1)
 -- ARGV[2] most pre-start tickets numbered in this call (integer >= 1)
 -- ARGV[3] most expired passes cleared in this call (integer 1..1000, bounds unpack)
+-- ARGV[4] item id (named in the queue.admitted entry each admission appends to the outbox)
 --
 -- Reply: {status, now_ms, admitted, waiting, live, admitted_now, stock_left}
 --   status: none (no item or no waiting room) | upcoming | fixing (numbering the pre-start
@@ -24,7 +25,9 @@
 
 local most, chunk, expire_most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local function count(x, hi) return x and x >= 1 and x <= hi and x == math.floor(x) end
-if not count(most, 1e6) or not count(chunk, 1e6) or not count(expire_most, 1000) then
+local item = ARGV[4]
+if not count(most, 1e6) or not count(chunk, 1e6) or not count(expire_most, 1000)
+  or not item or not string.match(item, '^[%w_-]+$') or #item > 64 then
   return redis.error_reply('ERR queue_admit: bad limits')
 end
 
@@ -113,6 +116,7 @@ if k > 0 then
     local pass = user .. '.' .. string.format('%d', passno + j)
     redis.call('ZADD', KEYS[5], expires, pass)
     redis.call('HSET', KEYS[3], user, ticket_pack('a', popped + j, pass, expires))
+    redis.call('XADD', KEYS[7], '*', 'type', 'queue.admitted', 'at', now, 'item', item, 'user', user)
   end
   redis.call('ZADD', KEYS[6], now, k .. ':' .. string.format('%d', passno + 1))
   redis.call('PEXPIRE', KEYS[6], 2000)

@@ -4,9 +4,14 @@
 -- joins again, at the back. Line numbers are handed out inside this one script, so accepted
 -- joins are numbered 1, 2, 3... with no gaps however many arrive at once.
 --
+-- Each accepted join (not 'existing') appends queue.joined to the shard's outbox, for the
+-- post-sale report's funnel and waits.
+--
 -- KEYS[1] item hash   KEYS[2] line zset   KEYS[3] tickets hash   KEYS[4] line state hash
--- ARGV: for join i (1-based): ARGV[2i-1] user id, ARGV[2i] random score, an integer in
---       [0, 2^52) drawn by the api from a CSPRNG (used only for a join before the start)
+-- KEYS[5] shard outbox stream
+-- ARGV[1] item id; for join i (1-based): ARGV[2i] user id, ARGV[2i+1] random score, an
+--       integer in [0, 2^52) drawn by the api from a CSPRNG (used only for a join before the
+--       start)
 --
 -- Reply: {now_ms, admitted, per-join replies...}, admitted = shoppers admitted so far (the
 --   line's head), each join's reply {outcome, ticket}
@@ -14,15 +19,16 @@
 --   ticket: the packed ticket (queue_ticket.lua), '' unless joined or existing
 -- Malformed arguments are an error reply and write nothing.
 
-local n = #ARGV / 2
-if n < 1 or n ~= math.floor(n) then
+local item = ARGV[1]
+local n = (#ARGV - 1) / 2
+if n < 1 or n ~= math.floor(n) or not string.match(item, '^[%w_-]+$') or #item > 64 then
   return redis.error_reply('ERR queue_join: ARGV does not describe a batch')
 end
 -- The score must be plain decimal digits: ZADD is sent the string, and tonumber also reads
 -- forms ZADD refuses (' 5'), which would fail the batch half-way through its writes.
 for i = 1, n do
-  local user, score = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
-  if not string.match(user, '^[%w_-]+$') or #user > 64 or not string.match(ARGV[2 * i], '^%d+$')
+  local user, score = ARGV[2 * i], tonumber(ARGV[2 * i + 1])
+  if not string.match(user, '^[%w_-]+$') or #user > 64 or not string.match(ARGV[2 * i + 1], '^%d+$')
     or not score or score >= AFTER_START then
     return redis.error_reply('ERR queue_join: bad user or score')
   end
@@ -45,7 +51,7 @@ end
 local out = {now, popped}
 local pre0, seq0 = pre, seq
 for i = 1, n do
-  local user = ARGV[2 * i - 1]
+  local user = ARGV[2 * i]
   local reply
   if common then
     reply = {common, ''}
@@ -62,7 +68,7 @@ for i = 1, n do
       local packed
       if now < starts then
         pre = pre + 1
-        redis.call('ZADD', KEYS[2], ARGV[2 * i], user)
+        redis.call('ZADD', KEYS[2], ARGV[2 * i + 1], user)
         packed = ticket_pack('w', 0, '', 0)
       else
         seq = seq + 1
@@ -71,6 +77,7 @@ for i = 1, n do
         packed = ticket_pack('w', line, '', 0)
       end
       redis.call('HSET', KEYS[3], user, packed)
+      redis.call('XADD', KEYS[5], '*', 'type', 'queue.joined', 'at', now, 'item', item, 'user', user)
       reply = {'joined', packed}
     end
   end

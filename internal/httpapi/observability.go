@@ -81,6 +81,10 @@ func (s *Server) observe(c *gin.Context) {
 			return metrics.Purchases.WithLabelValues(o)
 		}).Inc()
 		s.Stats.Purchase(outcome)
+		// A refusal from memory may name any id: only items the catalogue knows are tallied.
+		if item := c.Param("id"); outcome != "rate_limited" || s.Inventory == nil || s.Inventory.Known(c.Request.Context(), item) {
+			s.Stats.Tally(item, outcome)
+		}
 	}
 	s.access.record(c.Request.Context(), requestIDOf(c), c.Request.Method, route, status, took)
 }

@@ -19,17 +19,21 @@ func TestJoinScriptRefusesBeforeWriting(t *testing.T) {
 		"starts_at", "99999999999999").Err(); err != nil {
 		t.Fatal(err)
 	}
-	keyList := []string{k.Hash(), k.QueueLine(), k.QueueTickets(), k.QueueState()}
-	for _, bad := range []string{" 5", "5 ", "\t5"} {
-		err := joinScript.Run(ctx, rdb, keyList, "alice", "7", "bob", bad).Err()
+	keyList := []string{k.Hash(), k.QueueLine(), k.QueueTickets(), k.QueueState(), k.Outbox()}
+	for _, bad := range [][]any{{"j", "alice", "7", "bob", " 5"}, {"j", "alice", "7", "bob", "5 "},
+		{"j", "alice", "7", "bob", "\t5"}, {"j k", "alice", "7"}, {"alice", "7"}} {
+		err := joinScript.Run(ctx, rdb, keyList, bad...).Err()
 		if err == nil {
-			t.Errorf("score %q: no error", bad)
+			t.Errorf("args %q: no error", bad)
 		}
 		if n := rdb.ZCard(ctx, k.QueueLine()).Val(); n != 0 {
-			t.Fatalf("score %q: the refused batch left %d shoppers in the line", bad, n)
+			t.Fatalf("args %q: the refused batch left %d shoppers in the line", bad, n)
 		}
 		if n := rdb.HLen(ctx, k.QueueTickets()).Val(); n != 0 {
-			t.Fatalf("score %q: the refused batch left %d tickets", bad, n)
+			t.Fatalf("args %q: the refused batch left %d tickets", bad, n)
+		}
+		if n := rdb.XLen(ctx, k.Outbox()).Val(); n != 0 {
+			t.Fatalf("args %q: the refused batch left %d outbox entries", bad, n)
 		}
 	}
 }

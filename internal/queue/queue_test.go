@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/queue"
@@ -239,9 +240,37 @@ func TestConcurrentJoinsAndAdmission(t *testing.T) {
 			}
 		}
 	}
-	_, popped := r.tickets("hot")
+	tk, popped := r.tickets("hot")
 	if w := r.rdb.ZCard(ctx, k.QueueLine()).Val(); w == 0 || popped <= settings.MaxActive {
 		t.Fatalf("%d admitted, %d waiting: the steps did not reach and pass max_active", popped, w)
+	}
+
+	// The record learns every join and admission from the outbox, once per shopper, in the
+	// same calls that made them.
+	joined, admitted := map[string]int{}, map[string]int{}
+	for _, e := range testenv.StreamEvents(t, r.rdb, k.Outbox()) {
+		switch e.Type {
+		case events.QueueJoined:
+			joined[e.UserID]++
+		case events.QueueAdmitted:
+			admitted[e.UserID]++
+		}
+	}
+	if len(joined) != n {
+		t.Errorf("queue.joined events name %d shoppers, want %d", len(joined), n)
+	}
+	for u, c := range joined {
+		if c != 1 {
+			t.Errorf("%s: %d queue.joined events, want 1", u, c)
+		}
+	}
+	if int64(len(admitted)) != popped {
+		t.Errorf("queue.admitted events name %d shoppers, %d were admitted", len(admitted), popped)
+	}
+	for u, c := range admitted {
+		if x, ok := tk[u]; c != 1 || !ok || x.state == 'w' {
+			t.Errorf("%s: %d queue.admitted events, ticket %+v", u, c, x)
+		}
 	}
 }
 

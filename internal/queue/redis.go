@@ -111,12 +111,13 @@ func (s *Store) runJoins(item string, calls []*joinCall) {
 		return
 	}
 	k := s.keys.Item(item)
-	args := make([]any, 0, 2*len(calls))
+	args := make([]any, 0, 1+2*len(calls))
+	args = append(args, item)
 	for _, c := range calls {
 		args = append(args, c.user, strconv.FormatUint(c.score, 10))
 	}
 	res, err := joinScript.Run(context.Background(), s.rdb,
-		[]string{k.Hash(), k.QueueLine(), k.QueueTickets(), k.QueueState()}, args...).Slice()
+		[]string{k.Hash(), k.QueueLine(), k.QueueTickets(), k.QueueState(), k.Outbox()}, args...).Slice()
 	if err == nil && len(res) != 2+len(calls) {
 		err = errNoReply
 	}
@@ -229,7 +230,7 @@ const (
 func (s *Store) Admit(ctx context.Context, item string, starts time.Time) (AdmitResult, error) {
 	k := s.keys.Item(item)
 	res, err := admitScript.Run(ctx, s.rdb, []string{k.Hash(), k.QueueLine(), k.QueueTickets(),
-		k.QueueState(), k.QueuePasses(), k.QueueRecent()}, admitPerCall, numberPerCall, expirePerCall).Slice()
+		k.QueueState(), k.QueuePasses(), k.QueueRecent(), k.Outbox()}, admitPerCall, numberPerCall, expirePerCall, item).Slice()
 	if err != nil {
 		return AdmitResult{}, fmt.Errorf("queue: admit %s: %w", item, err)
 	}

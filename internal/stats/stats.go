@@ -63,6 +63,8 @@ type Recorder struct {
 	mu       sync.Mutex
 	gauges   []Gauge
 	counters []*sourceCounter
+
+	tally tallies
 }
 
 type sourceCounter struct {
@@ -180,6 +182,7 @@ func (r *Recorder) Flush(ctx context.Context, sec int64) error {
 		pipe.HSet(ctx, key, set)
 	}
 	pipe.Expire(ctx, key, Keep)
+	r.flushTallies(ctx, pipe, (sec+1)*1000-1)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("stats: flush second %d: %w", sec, err)
 	}
