@@ -29,7 +29,7 @@ import (
 	"github.com/flashsale/flashsale/internal/shutdown"
 )
 
-const usage = "usage: reconciler [run | migrate | batch [--repair] | restore]"
+const usage = "usage: reconciler [run | migrate | batch [--repair] | restore | report [--from T] [--to T] [--item ID] [--csv]]"
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
@@ -66,6 +66,8 @@ func cli(ctx context.Context, argv []string, getenv func(string) string) int {
 		err = batchCommand(ctx, cfg, args, os.Stdout)
 	case "restore":
 		err = restoreCommand(ctx, cfg, args, os.Stdout)
+	case "report":
+		err = reportCommand(ctx, cfg, args, os.Stdout)
 	default:
 		fmt.Fprintf(os.Stderr, "reconciler: unknown command %q\n%s\n", cmd, usage)
 		return 2
@@ -73,6 +75,9 @@ func cli(ctx context.Context, argv []string, getenv func(string) string) int {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0 // the command printed its usage
+	case errors.Is(err, errReportUsage):
+		fmt.Fprintln(os.Stderr, "reconciler:", err)
+		return 2
 	case errors.Is(err, errDrift):
 		fmt.Fprintln(os.Stderr, "reconciler:", err)
 		return 3

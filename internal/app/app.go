@@ -196,6 +196,7 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 		Web:            web.Files,
 		Reconciliation: a.record.LatestReport,
 		ReconcileRuns:  a.record.RecentRunsReport,
+		SalesReport:    a.record.SalesReport,
 		Queue:          a.Queue,
 		Stats:          a.stats,
 		Redis:          a.rdb,

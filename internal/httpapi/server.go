@@ -19,6 +19,7 @@ import (
 	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/stats"
 )
 
@@ -60,6 +61,8 @@ type Deps struct {
 	Reconciliation func(ctx context.Context) (any, error)
 	// ReconcileRuns returns the newest n reconciliation runs, newest first (reads Postgres).
 	ReconcileRuns func(ctx context.Context, n int) (any, error)
+	// SalesReport computes the post-sale report (reads Postgres).
+	SalesReport func(ctx context.Context, f record.SalesFilter) (record.SalesReport, error)
 	// Metrics serves /metrics (Prometheus text format).
 	Metrics http.Handler
 	// Queue keeps the items' waiting rooms (nil: the queue routes answer no_queue).
@@ -155,6 +158,7 @@ func (s *Server) routes() {
 	admin.GET("/reconciliation", s.reconciliationReport)
 	admin.GET("/reconciliation/runs", s.reconciliationRuns)
 	admin.GET("/stats", s.adminStats)
+	admin.GET("/reports/sales", s.salesReport)
 
 	if s.Web != nil {
 		s.webRoutes()
