@@ -71,23 +71,28 @@ type ItemSales struct {
 	} `json:"fairness"`
 }
 
-// salesItems selects the filter's items with their start, end, the stock free at the start
-// (stock_total less the admin's later adjustments) and a number k each (sorting by it is
-// cheaper than by the id's collation). $1 item ("" for all), $2 from, $3 to.
+// salesItems selects the filter's items with their start and end. $1 item ("" for all), $2
+// from, $3 to.
 const salesItems = `
-	SELECT id, row_number() OVER () AS k, name, stock_total, COALESCE(starts_at, created_at) AS start_at, ends_at,
-		stock_total - COALESCE((SELECT sum(delta) FROM stock_movements s WHERE s.item_id = i.id AND s.kind = 'adjusted'), 0) AS initial
+	SELECT id, name, stock_total, COALESCE(starts_at, created_at) AS start_at, ends_at,
+		LEAST(COALESCE(ends_at, 'infinity'), now()) AS end_at
 	FROM items i
 	WHERE ($1::text = '' OR id = $1)
 		AND ($2::timestamptz IS NULL OR COALESCE(ends_at, 'infinity') >= $2)
 		AND ($3::timestamptz IS NULL OR COALESCE(starts_at, created_at) <= $3)`
 
-// salesReport computes every figure but fairness, one row per item, each table read once.
-// Orders are counted per item and second (so the peak second comes from the same pass).
-// Sell-out: the units free after each instant's stock movements up to the end (or now); when
-// none is free at the last of them, the sale sold out at the first instant after the last
-// one that left a unit free. Refunds: payments refunded (in full or in part) of orders that
-// were paid.
+// salesReport computes every figure but fairness, one row per item, reading orders once:
+// counted per item and second, they give the funnel, money and the peak second together.
+//
+// Sell-out: the units free at the end (or now) are stock_total less the units orders held
+// then (orders expired or cancelled after the end still held theirs at the end). When none
+// was free, the item's stock movements are walked back from the end (the (item_id, at) index,
+// newest first, stopping at the first hit): the units free just before an instant are those
+// free at the end less the movements from that instant on, and the sale sold out at the
+// latest instant before which a unit was free. A sale that stayed sold out reads only the
+// movements after its sell-out.
+//
+// Refunds: payments refunded (in full or in part) of orders that were paid.
 const salesReport = `
 WITH it AS (` + salesItems + `),
 per_second AS (
@@ -97,14 +102,29 @@ per_second AS (
 		count(*) FILTER (WHERE o.status = 'cancelled') AS cancelled,
 		count(*) FILTER (WHERE o.status = 'refunded') AS refunded,
 		COALESCE(sum(o.quantity) FILTER (WHERE o.status IN ('paid', 'refunded')), 0) AS sold_units,
-		COALESCE(sum(o.quantity * o.price_cents) FILTER (WHERE o.status IN ('paid', 'refunded')), 0) AS revenue
+		COALESCE(sum(o.quantity * o.price_cents) FILTER (WHERE o.status IN ('paid', 'refunded')), 0) AS revenue,
+		COALESCE(sum(o.quantity) FILTER (WHERE o.status IN ('reserved', 'paid', 'refunded')
+			OR (o.status IN ('expired', 'cancelled') AND o.updated_at > it.end_at)), 0) AS held
 	FROM orders o JOIN it ON it.id = o.item_id
 	GROUP BY o.item_id, date_trunc('second', o.created_at)
 ),
 o AS (
 	SELECT item_id, sum(n) AS reserved, max(n) AS peak, sum(paid) AS paid, sum(expired) AS expired,
-		sum(cancelled) AS cancelled, sum(refunded) AS refunded, sum(sold_units) AS sold_units, sum(revenue) AS revenue
+		sum(cancelled) AS cancelled, sum(refunded) AS refunded, sum(sold_units) AS sold_units,
+		sum(revenue) AS revenue, sum(held) AS held
 	FROM per_second GROUP BY item_id
+),
+sellout AS (
+	SELECT it.id AS item_id, w.at
+	FROM it JOIN o ON o.item_id = it.id
+	CROSS JOIN LATERAL (
+		SELECT at FROM (
+			SELECT s.at, it.stock_total - o.held - sum(s.delta) OVER (ORDER BY s.at DESC) AS free_before
+			FROM stock_movements s WHERE s.item_id = it.id AND s.at <= it.end_at
+			ORDER BY s.at DESC) m
+		WHERE free_before > 0
+		LIMIT 1) w
+	WHERE it.stock_total - o.held <= 0
 ),
 refunds AS (
 	SELECT o.item_id, count(DISTINCT o.id) FILTER (WHERE o.status = 'paid') AS refunded,
@@ -127,20 +147,6 @@ q AS (
 	FROM (SELECT q.*, extract(epoch FROM q.admitted_at - GREATEST(q.joined_at, it.start_at))::float8 AS w
 		FROM queue_entries q JOIN it ON it.id = q.item_id) q
 	GROUP BY q.item_id
-),
-free AS (
-	SELECT s.item_id, s.at, it.initial + sum(s.delta) OVER (PARTITION BY it.k ORDER BY s.at) AS free
-	FROM stock_movements s JOIN it ON it.id = s.item_id
-	WHERE s.at <= LEAST(COALESCE(it.ends_at, 'infinity'), now())
-),
-last_free AS (
-	SELECT item_id, max(at) FILTER (WHERE free > 0) AS at, max(at) AS last FROM free GROUP BY item_id
-),
-sellout AS (
-	SELECT f.item_id, min(f.at) AS at
-	FROM free f JOIN last_free l ON l.item_id = f.item_id
-	WHERE f.at > COALESCE(l.at, '-infinity')
-	GROUP BY f.item_id
 )
 SELECT it.id, it.name, it.start_at, it.ends_at, it.stock_total,
 	COALESCE(o.sold_units, 0), extract(epoch FROM sellout.at - it.start_at)::float8,
@@ -168,15 +174,16 @@ WHERE q.admitted_at IS NOT NULL AND q.joined_at IS NOT NULL
 ORDER BY q.item_id, GREATEST(q.joined_at, it.start_at), q.admitted_at`
 
 // SalesReport computes the post-sale report from the record, in one read-only transaction (so
-// its figures agree with each other) without JIT: the query's cost estimate crosses Postgres's
-// JIT thresholds, and compiling it takes far longer than running it.
+// its figures agree with each other) without JIT (the query's cost estimate crosses Postgres's
+// JIT thresholds, and compiling it takes far longer than running it) and with room to sort
+// and hash in memory.
 func (q *Queries) SalesReport(ctx context.Context, f SalesFilter) (SalesReport, error) {
 	tx, err := q.db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return SalesReport{}, fmt.Errorf("record: sales report: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
+	if _, err := tx.Exec(ctx, "SET LOCAL jit = off; SET LOCAL work_mem = '64MB'"); err != nil {
 		return SalesReport{}, fmt.Errorf("record: sales report: %w", err)
 	}
 	rows, err := tx.Query(ctx, salesReport, f.Item, f.From, f.To)
