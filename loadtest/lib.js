@@ -71,9 +71,19 @@ export function payThresholds() {
   return SIM ? latency({ checkout_ms: ['p(95)<1000'], reservation_to_paid_ms: ['p(95)<5000'] }) : {};
 }
 
-// pay pays an order: through the payment simulator when SIM is set (checkout, confirm there
-// with pm_card_visa as the checkout page would, then the order read back until the webhook
-// has made it paid), else with POST /pay (a shop that settles outside).
+// paySession pays a Checkout Session on the simulator's hosted page with pm_card_visa, as a
+// shopper's browser would: read the page, post its form (answered 303 to the shop).
+export function paySession(url) {
+  const page = http.get(url, { tags: { name: 'sim_page' } });
+  const m = page.status === 200 ? /name="session_token" value="([^"]+)"/.exec(page.body) : null;
+  if (!record(page, [200], 'sim page') || !m) return false;
+  const sent = http.post(url, { session_token: m[1], payment_method: 'pm_card_visa' }, { redirects: 0, tags: { name: 'sim_pay' } });
+  return record(sent, [303], 'sim pay');
+}
+
+// pay pays an order: through the payment simulator when SIM is set (checkout, pay on the
+// session's hosted page as the shopper would, then the order read back until the webhook has
+// made it paid), else with POST /pay (a shop that settles outside).
 function pay(id, token, reservedAt) {
   if (!SIM) {
     const p = http.post(`${BASE}/api/orders/${id}/pay`, null, Object.assign(bearer(token), { tags: { name: 'pay' } }));
@@ -85,11 +95,7 @@ function pay(id, token, reservedAt) {
     return;
   }
   checkoutMs.add(c.timings.duration);
-  const pi = c.json('payment');
-  const conf = http.post(`${SIM}/v1/payment_intents/${pi.id}/confirm`,
-    { payment_method: 'pm_card_visa', client_secret: pi.client_secret },
-    { tags: { name: 'sim_confirm' } });
-  if (!record(conf, [200], 'sim confirm')) {
+  if (!paySession(c.json('payment.checkout_url'))) {
     return;
   }
   // Order reads are limited per shopper (FLASHSALE_LIMIT_READS, 10/s): poll at 5/s, and a 429

@@ -1,43 +1,82 @@
--- attach_payment.lua: attach the provider's payment to a reserved order, once. Checkout
--- creates the payment at the provider first (Idempotency-Key checkout-<order id>, so asking
--- again gives the same payment), then this script records it in the item's slot beside the
--- order: the order's status is checked and the payment written in one step, so a payment is
--- only ever attached to an order that was reserved and not yet due, and an order has at most
--- one payment (a second, different payment id is not attached: the first is answered).
+-- attach_payment.lua: the steps of a checkout attempt on a reserved order, each checked against
+-- the order and its payment record in one step. An attempt is one Checkout Session at the
+-- provider, made under an Idempotency-Key derived from the attempt's random id; the attempt is
+-- recorded ('creating') before the provider is asked, so a retry after an unknown outcome asks
+-- again under the same key, and the session is attached ('open') once made. An order has at
+-- most one attempt in force: a new one replaces only the named session, once the provider
+-- said it ended (expired, or completed with a failed debit) or its creation failed (abandon).
 --
--- KEYS[1] orders hash   KEYS[2] payments hash (order id -> "payment id|state|event id")
--- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)   ARGV[4] payment id
+-- KEYS[1] orders hash   KEYS[2] payments hash (order id -> "payment id|state|event id|attempt")
+-- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
+-- ARGV[4] mode: begin | attach | abandon
+-- ARGV[5] attempt id   ARGV[6] payment id (attach: the new session; begin: the ended session
+--   this attempt replaces, '' for none)
 --
--- Reply: {outcome, packed_order, payment_id}
---   outcome: attached (payment_id: the order's payment, this one or the one attached before)
+-- Reply: {outcome, packed_order, payment_id, attempt}
+--   outcome: creating (begin: the attempt in creation, this one or an earlier one whose
+--              outcome is unknown: payment_id '')
+--            | attached (the order's session in force, payment_id: this one or another)
+--            | abandoned (abandon: the attempt's record is gone, or was not this attempt's)
 --            | not_found (no such order, or another user's)
 --            | order_expired (the reservation's time ran out) | invalid_state (not reserved)
---   packed_order: the order ('' for not_found)   payment_id: '' unless attached
+--   packed_order: the order ('' for not_found and abandoned)
 -- A malformed argument is an error reply and writes nothing.
 
-local item_id, oid, user, pid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if not item_id or item_id == '' or not user or user == '' or not oid or not pid or pid == ''
-    or string.sub(oid, 1, #item_id + 1) ~= item_id .. '.' or string.find(pid, '|', 1, true) then
-  return redis.error_reply('ERR attach_payment: bad item, order, user or payment id')
+local item_id, oid, user, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local att, pid = ARGV[5] or '', ARGV[6] or ''
+if not item_id or item_id == '' or not user or user == '' or not oid
+    or string.sub(oid, 1, #item_id + 1) ~= item_id .. '.' or att == ''
+    or string.find(pid .. att, '|', 1, true)
+    or (mode ~= 'begin' and mode ~= 'attach' and mode ~= 'abandon')
+    or (mode == 'attach' and pid == '') then
+  return redis.error_reply('ERR attach_payment: bad item, order, user, mode, attempt or payment id')
 end
 
 local packed = redis.call('HGET', KEYS[1], oid)
 local o = unpack_order(packed)
 if not o or o.user ~= user then
-  return {'not_found', '', ''}
-end
-if o.status == 'expired' then
-  return {'order_expired', packed, ''}
-end
-if o.status ~= 'reserved' then
-  return {'invalid_state', packed, ''}
-end
-if now_int_ms() >= o.expires then
-  return {'order_expired', packed, ''}
+  return {'not_found', '', '', ''}
 end
 local rec = redis.call('HGET', KEYS[2], oid)
+local rpid, rstate, revt, ratt = '', '', '', ''
 if rec then
-  return {'attached', packed, string.match(rec, '^([^|]*)')}
+  rpid, rstate, revt, ratt = string.match(rec, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
 end
-redis.call('HSET', KEYS[2], oid, pid .. '|open|')
-return {'attached', packed, pid}
+
+if mode == 'abandon' then
+  -- The provider refused the attempt's creation or answered 5xx: the next checkout makes a
+  -- new attempt under a new key.
+  if rec and rpid == '' and rstate == 'creating' and ratt == att then
+    redis.call('HDEL', KEYS[2], oid)
+  end
+  return {'abandoned', '', '', ''}
+end
+
+if o.status == 'expired' then
+  return {'order_expired', packed, '', ''}
+end
+if o.status ~= 'reserved' then
+  return {'invalid_state', packed, '', ''}
+end
+if now_int_ms() >= o.expires then
+  return {'order_expired', packed, '', ''}
+end
+
+if mode == 'begin' then
+  if rec and rpid == '' and rstate == 'creating' then
+    return {'creating', packed, '', ratt}
+  end
+  local ended = rstate == 'open' or rstate == 'failed' or rstate == 'canceled'
+  if rec and not (pid ~= '' and rpid == pid and ended) then
+    return {'attached', packed, rpid, ratt}
+  end
+  redis.call('HSET', KEYS[2], oid, '|creating||' .. att)
+  return {'creating', packed, '', att}
+end
+
+-- attach
+if rec and rpid == '' and rstate == 'creating' and ratt == att then
+  redis.call('HSET', KEYS[2], oid, pid .. '|open||' .. att)
+  return {'attached', packed, pid, att}
+end
+return {'attached', packed, rpid, ratt}

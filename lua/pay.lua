@@ -9,8 +9,8 @@
 -- Two callers: the shopper's POST /pay where the shop settles outside (no payment id: the
 -- caller must own the order), and a provider's payment_intent.succeeded (a payment id: it must
 -- be the one checkout attached to the order in KEYS[9]; the order's user is then the payer).
--- The payment's record in KEYS[9] ("payment id|state|event id") moves open -> paid or
--- open -> refunding in the same step as the order, so however often and in whatever order the
+-- The payment's record in KEYS[9] ("payment id|state|event id|attempt") moves from open,
+-- processing, failed or canceled (not settled yet) -> paid or -> refunding in the same step as the order, so however often and in whatever order the
 -- provider delivers the event, the payment settles once: either it paid the order, or the order
 -- was already expired or cancelled and the payment is to be refunded (refund_payment.lua
 -- finishes that after the provider refunded).
@@ -46,11 +46,13 @@ end
 local packed = redis.call('HGET', KEYS[2], oid)
 local o = unpack_order(packed)
 local state = nil
+local att = ''
 if o and pid ~= '' then
   local rec = redis.call('HGET', KEYS[9], oid)
   local rpid
   if rec then
     rpid, state = string.match(rec, '^([^|]*)|([^|]*)')
+    att = string.match(rec, '^[^|]*|[^|]*|[^|]*|(.*)$') or ''
   end
   if rpid ~= pid then
     return {'not_found', '', 0}
@@ -72,10 +74,10 @@ end
 if state == 'refunding' then
   return {'refund', packed, paid}
 end
-if pid ~= '' and state ~= 'open' then
+if pid ~= '' and state ~= 'open' and state ~= 'processing' and state ~= 'failed' and state ~= 'canceled' then
   return redis.error_reply('ERR pay: payment record of ' .. oid .. ' is malformed')
 end
-local refund = pid .. '|refunding|' .. evt
+local refund = pid .. '|refunding|' .. evt .. '|' .. att
 if o.status == 'expired' then
   if pid ~= '' then
     redis.call('HSET', KEYS[9], oid, refund)
@@ -115,7 +117,7 @@ paid = redis.call('HINCRBY', KEYS[1], 'paid', o.qty)
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 mark_changed(KEYS[7], KEYS[8], item_id)
 if pid ~= '' then
-  redis.call('HSET', KEYS[9], oid, pid .. '|paid|' .. evt)
+  redis.call('HSET', KEYS[9], oid, pid .. '|paid|' .. evt .. '|' .. att)
   redis.call('XADD', KEYS[6], '*', 'type', 'order.paid', 'at', now, 'item', item_id,
     'order', oid, 'user', user, 'quantity', o.qty, 'price_cents', o.price, 'payment', pid)
 else

@@ -250,6 +250,7 @@ func HTTPOptions(cfg config.Config) httpapi.Options {
 		Limits: httpapi.RateLimits{Pay: cfg.LimitPay, Cancel: cfg.LimitCancel, Rating: cfg.LimitRating,
 			LoginUser: cfg.LimitLoginUser, LoginIP: cfg.LimitLoginIP, Reads: cfg.LimitReads},
 		AccessLog: httpapi.AccessLog{Slow: cfg.AccessLogSlow, Sample: cfg.AccessLogSample},
+		PublicURL: cfg.Payment.PublicURL,
 	}
 }
 

@@ -11,21 +11,30 @@ import (
 // (started here unless one already answers on its address), or none.
 func (a *API) newPayments(ctx context.Context, cfg config.Config) (*payment.Service, error) {
 	p := cfg.Payment
+	var provider payment.Provider
 	switch p.Provider {
 	case payment.ProviderStripe:
-		return payment.NewService(payment.NewStripe(payment.StripeOptions{
+		provider = payment.NewStripe(payment.StripeOptions{
 			Name: payment.ProviderStripe, APIBase: p.StripeAPIBase, SecretKey: p.StripeSecretKey,
 			Secrets: p.WebhookSecrets,
-		}), a.Orders, p.Currency), nil
+		})
 	case payment.ProviderSim:
 		base, err := a.startSimulator(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
-		return payment.NewService(payment.NewStripe(payment.StripeOptions{
-			Name: payment.ProviderSim, APIBase: base, SecretKey: p.SimAPIKey,
-			Secrets: p.WebhookSecrets, CheckoutURL: base,
-		}), a.Orders, p.Currency), nil
+		provider = payment.NewStripe(payment.StripeOptions{
+			Name: payment.ProviderSim, APIBase: base, SecretKey: p.SimAPIKey, Secrets: p.WebhookSecrets,
+		})
 	}
-	return payment.NewService(nil, a.Orders, p.Currency), nil
+	svc := payment.NewService(provider, a.Orders, p.Currency)
+	svc.Hold = p.ProcessingHold
+	svc.ItemName = func(ctx context.Context, id string) string {
+		it, err := a.Inventory.Lookup(ctx, id)
+		if err != nil {
+			return ""
+		}
+		return it.Name
+	}
+	return svc, nil
 }

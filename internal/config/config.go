@@ -120,7 +120,9 @@ type Payment struct {
 	SimMaxObjects   int           // payment objects the simulator keeps
 	StripeAPIBase   string        // Stripe's API base URL (tests point it at the simulator)
 	StripeSecretKey string
-	Currency        string // ISO 4217, lower case
+	Currency        string        // ISO 4217, lower case
+	ProcessingHold  time.Duration // how long a processing payment holds its reservation past expires_at
+	PublicURL       string        // the shop's URL as shoppers reach it (Checkout returns there); "": the request's host
 }
 
 // WebhookURL is where the simulator delivers webhooks: FLASHSALE_PAYMENT_SIM_WEBHOOK_URL, or
@@ -221,6 +223,8 @@ func parse(p *parser) (Config, error) {
 			StripeAPIBase:   p.str("FLASHSALE_STRIPE_API_BASE", "https://api.stripe.com"),
 			StripeSecretKey: p.str("FLASHSALE_STRIPE_SECRET_KEY", ""),
 			Currency:        p.str("FLASHSALE_CURRENCY", "usd"),
+			ProcessingHold:  p.duration("FLASHSALE_PAYMENT_PROCESSING_HOLD", 30*time.Minute),
+			PublicURL:       p.str("FLASHSALE_PUBLIC_URL", ""),
 		},
 	}
 	// Redis replication: where the primary is, and what acknowledges a change.
@@ -402,12 +406,15 @@ func (p Payment) check() error {
 	if k := p.SimAPIKey; k != "" && (!strings.HasPrefix(k, "sk_test_") || len(k) < 24 || len(k) > 255 || placeholder(k)) {
 		return fmt.Errorf("config: FLASHSALE_PAYMENT_SIM_API_KEY must be a test key: sk_test_ and at least 16 more characters")
 	}
-	for _, u := range []string{p.SimWebhookURL, p.StripeAPIBase} {
+	if p.ProcessingHold < 0 || p.ProcessingHold > 23*time.Hour {
+		return fmt.Errorf("config: FLASHSALE_PAYMENT_PROCESSING_HOLD=%s: want 0s..23h", p.ProcessingHold)
+	}
+	for _, u := range []string{p.SimWebhookURL, p.StripeAPIBase, p.PublicURL} {
 		if u == "" {
 			continue
 		}
 		if v, err := url.Parse(u); err != nil || (v.Scheme != "http" && v.Scheme != "https") || v.Host == "" {
-			return fmt.Errorf("config: %q is not an http(s) URL (FLASHSALE_PAYMENT_SIM_WEBHOOK_URL, FLASHSALE_STRIPE_API_BASE)", u)
+			return fmt.Errorf("config: %q is not an http(s) URL (FLASHSALE_PAYMENT_SIM_WEBHOOK_URL, FLASHSALE_STRIPE_API_BASE, FLASHSALE_PUBLIC_URL)", u)
 		}
 	}
 	for _, s := range p.WebhookSecrets {

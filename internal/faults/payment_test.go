@@ -5,7 +5,6 @@ package faults
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -130,21 +129,21 @@ func TestWebhookStorm(t *testing.T) {
 			t.Errorf("checkout %s: %d %v %v", c.OrderID, status, out, err)
 			return
 		}
-		pid, _ := out["payment"].(map[string]any)["id"].(string)
+		pay, _ := out["payment"].(map[string]any)
+		pid, _ := pay["id"].(string)
+		page, _ := pay["checkout_url"].(string)
 		p := purchase{order: c.OrderID, pid: pid, async: i%100 < 15}
 		if i%10 == 3 { // a declined card first: nothing changes, the shopper tries again
-			_, err := sc.V1PaymentIntents.Confirm(ctx, pid, &stripe.PaymentIntentConfirmParams{PaymentMethod: stripe.String(paysim.CardDeclined)})
-			var se *stripe.Error
-			if !errors.As(err, &se) || se.Code != stripe.ErrorCodeCardDeclined {
-				t.Errorf("declined card for %s: %v", pid, err)
+			if back, err := paysim.PaySession(ctx, page, paysim.CardDeclined); err != nil || !strings.HasSuffix(page, back) {
+				t.Errorf("declined card for %s: back to %q, %v", pid, back, err)
 			}
 		}
 		card := paysim.CardVisa
 		if p.async {
 			card = paysim.CardAsync
 		}
-		if _, err := sc.V1PaymentIntents.Confirm(ctx, pid, &stripe.PaymentIntentConfirmParams{PaymentMethod: stripe.String(card)}); err != nil {
-			t.Errorf("confirm %s with %s: %v", pid, card, err)
+		if _, err := paysim.PaySession(ctx, page, card); err != nil {
+			t.Errorf("paying %s with %s: %v", pid, card, err)
 			return
 		}
 		mu.Lock()
@@ -240,14 +239,23 @@ func TestWebhookStorm(t *testing.T) {
 	report(t, "webhook storm (payments)", figures{calls: len(s.shop.Calls()), created: len(bought)})
 }
 
-// settled reports whether the payment reached succeeded at the provider.
-func settled(ctx context.Context, sc *stripe.Client, pid string) bool {
-	pi, err := sc.V1PaymentIntents.Retrieve(ctx, pid, nil)
+// settled reports whether the session's payment reached succeeded at the provider.
+func settled(ctx context.Context, sc *stripe.Client, sid string) bool {
+	cs, err := sc.V1CheckoutSessions.Retrieve(ctx, sid, nil)
+	if err != nil || cs.PaymentIntent == nil {
+		return false
+	}
+	pi, err := sc.V1PaymentIntents.Retrieve(ctx, cs.PaymentIntent.ID, nil)
 	return err == nil && pi.Status == stripe.PaymentIntentStatusSucceeded
 }
 
-// countRefunds is how many refunds the provider made of the payment.
-func countRefunds(ctx context.Context, t *testing.T, sc *stripe.Client, pid string) int {
+// countRefunds is how many refunds the provider made of the session's payment.
+func countRefunds(ctx context.Context, t *testing.T, sc *stripe.Client, sid string) int {
+	cs, err := sc.V1CheckoutSessions.Retrieve(ctx, sid, nil)
+	if err != nil || cs.PaymentIntent == nil {
+		t.Fatalf("session %s: %v", sid, err)
+	}
+	pid := cs.PaymentIntent.ID
 	n := 0
 	for _, err := range sc.V1Refunds.List(ctx, &stripe.RefundListParams{PaymentIntent: stripe.String(pid)}).All(ctx) {
 		if err != nil {

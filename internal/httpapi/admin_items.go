@@ -19,6 +19,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/jsonx"
+	"github.com/flashsale/flashsale/internal/payment"
 )
 
 // itemBody is the admin's item JSON (PUT body, and one element of a JSON import).
@@ -91,6 +92,9 @@ func (s *Server) putItem(c *gin.Context) {
 		return
 	}
 	in, err := body.input(id)
+	if err == nil {
+		err = s.chargeable(in.PriceCents)
+	}
 	if err != nil {
 		fail(c, asInvalid(err))
 		return
@@ -105,6 +109,18 @@ func (s *Server) putItem(c *gin.Context) {
 		status = http.StatusCreated
 	}
 	c.JSON(status, gin.H{"item": it})
+}
+
+// chargeable refuses a price the payment provider would refuse to charge (Stripe's minimum
+// for the currency): the shop learns it when saving the item, not a shopper at checkout.
+func (s *Server) chargeable(price int64) error {
+	if !s.Payments.Enabled() {
+		return nil
+	}
+	if floor := payment.MinCharge(s.Payments.Currency); price < floor {
+		return fmt.Errorf("price_cents %d is below the payment provider's minimum charge of %d (%s)", price, floor, s.Payments.Currency)
+	}
+	return nil
 }
 
 // asInvalid makes a plain validation error a 400; sentinel errors keep their mapping.
@@ -234,8 +250,11 @@ func (s *Server) importItems(c *gin.Context) {
 // file order) and adds each row's outcome to rep in file order, as if saved one by one.
 func (s *Server) saveImportChunk(ctx context.Context, rows []importRow, rep *importReport) error {
 	ins := make([]inventory.Input, 0, len(rows))
-	for _, r := range rows {
+	for i, r := range rows {
 		if r.err == nil {
+			rows[i].err = s.chargeable(r.in.PriceCents)
+		}
+		if rows[i].err == nil {
 			ins = append(ins, r.in)
 		}
 	}

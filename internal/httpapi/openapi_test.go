@@ -261,7 +261,7 @@ func mustJSON(t *testing.T, v any) string {
 // statusOf is the number of each http.Status name the package answers errors with.
 var statusOf = map[string]int{
 	"BadRequest": 400, "Unauthorized": 401, "Forbidden": 403, "NotFound": 404, "Conflict": 409,
-	"RequestEntityTooLarge": 413, "TooManyRequests": 429, "InternalServerError": 500, "ServiceUnavailable": 503,
+	"RequestEntityTooLarge": 413, "TooManyRequests": 429, "InternalServerError": 500, "BadGateway": 502, "ServiceUnavailable": 503,
 }
 
 // answeredCodes reads the package's source for every error it can answer: each

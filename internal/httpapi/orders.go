@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -77,14 +78,21 @@ func (s *Server) needProvider(c *gin.Context) {
 	}
 }
 
-// checkout answers POST /api/orders/:id/checkout: 200 {"order","payment"} with the order's one
-// payment at the provider (created on the first call). Another user's or a malformed id is
-// 404; an order that is not reserved, or provider none, 409 invalid_state; a reservation whose
-// time ran out 409 order_expired; a provider that cannot be reached 503, nothing changed.
+// checkout answers POST /api/orders/:id/checkout: 200 {"order","payment"} with the order's
+// payment attempt in force (a Checkout Session, opened on the first call or after the last
+// one ended). Another user's or a malformed id is 404; an order that is not reserved, or
+// provider none, 409 invalid_state; a reservation whose time ran out 409 order_expired; a
+// refusal by the provider 502 payment_refused with its reason; a provider that cannot be
+// reached or answers 5xx 503, nothing changed.
 func (s *Server) checkout(c *gin.Context) {
-	o, p, err := s.Payments.Checkout(c.Request.Context(), userOf(c), c.Param("id"))
+	o, p, err := s.Payments.Checkout(c.Request.Context(), userOf(c), c.Param("id"), s.shopURL(c))
 	if err != nil {
-		if errors.Is(err, payment.ErrUnavailable) {
+		var refusal *payment.Refusal
+		switch {
+		case errors.As(err, &refusal):
+			slog.Warn("checkout: the payment provider refused", "request_id", requestIDOf(c), "err", err)
+			err = &apiError{http.StatusBadGateway, "payment_refused", "the payment provider refused this payment: " + refusal.Reason}
+		case errors.Is(err, payment.ErrUnavailable):
 			slog.Warn("checkout: payment provider unavailable", "request_id", requestIDOf(c), "err", err)
 			err = errProviderDown
 		}
@@ -93,6 +101,19 @@ func (s *Server) checkout(c *gin.Context) {
 	}
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, gin.H{"order": o, "payment": p})
+}
+
+// shopURL is the shop page Checkout returns the shopper to: FLASHSALE_PUBLIC_URL, or this
+// request's own host (a shopper can only point their own return elsewhere).
+func (s *Server) shopURL(c *gin.Context) string {
+	if u := s.Options.PublicURL; u != "" {
+		return strings.TrimRight(u, "/") + "/"
+	}
+	scheme := "http"
+	if c.Request.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + c.Request.Host + "/"
 }
 
 // paymentWebhook answers POST /api/payments/webhook: 400 invalid_request for a delivery

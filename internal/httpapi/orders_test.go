@@ -112,7 +112,7 @@ func TestOrderLifecycleContract(t *testing.T) {
 					keys = append(keys, k)
 				}
 				sort.Strings(keys)
-				if len(r.Body) != 1 || strings.Join(keys, ",") != "created_at,expires_at,id,item_id,payment_id,price_cents,quantity,status,user_id" ||
+				if len(r.Body) != 1 || strings.Join(keys, ",") != "created_at,expires_at,id,item_id,payment_id,payment_status,price_cents,quantity,status,user_id" ||
 					o["id"] != id || o["item_id"] != item || o["user_id"] != "alice" || o["quantity"] != 2.0 ||
 					o["price_cents"] != 1999.0 || o["status"] != string(tc.after) {
 					t.Errorf("body %s", r.Raw)

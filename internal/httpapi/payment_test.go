@@ -2,12 +2,12 @@ package httpapi_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +73,7 @@ func newPayAPI(t *testing.T, simCfg paysim.Config, tweak func(*config.Config)) *
 	cfg.Payment.SimAddr = sim.Addr()
 	cfg.Payment.WebhookSecrets, cfg.Payment.SecretGenerated = []string{paySecret}, false
 	cfg.Payment.SimAPIKey, cfg.Payment.SimKeyGenerated = sim.APIKey(), false
+	cfg.Payment.PublicURL = base
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -113,9 +114,25 @@ func (a *payAPI) checkout(user, order string) map[string]any {
 	return r.Body["payment"].(map[string]any)
 }
 
-// confirm pays on the simulator as the shopper's page would, with one of its test cards.
-func (a *payAPI) confirm(pid, card string) (*stripe.PaymentIntent, error) {
-	return a.stripe.V1PaymentIntents.Confirm(context.Background(), pid, &stripe.PaymentIntentConfirmParams{PaymentMethod: stripe.String(card)})
+// pay submits the session's hosted page (checkoutURL) with one of the simulator's test
+// cards, as the shopper's browser would, and returns where the page sends the browser.
+func (a *payAPI) pay(checkoutURL, card string) string {
+	a.t.Helper()
+	back, err := paysim.PaySession(context.Background(), checkoutURL, card)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return back
+}
+
+// session is the order's Checkout Session at the simulator, as the shop's key sees it.
+func (a *payAPI) session(id string) *stripe.CheckoutSession {
+	a.t.Helper()
+	cs, err := a.stripe.V1CheckoutSessions.Retrieve(context.Background(), id, nil)
+	if err != nil {
+		a.t.Fatalf("session %s: %v", id, err)
+	}
+	return cs
 }
 
 // status is the order's status as the shopper sees it.
@@ -173,13 +190,14 @@ func TestCheckoutContract(t *testing.T) {
 
 	o1 := a.reserve("co", "alice")
 	p := a.checkout("alice", o1)
-	for _, f := range []string{"id", "provider", "status", "amount_cents", "currency", "client_secret", "checkout_url"} {
+	for _, f := range []string{"id", "payment_intent", "provider", "status", "amount_cents", "currency", "client_secret", "checkout_url"} {
 		if _, ok := p[f]; !ok {
 			t.Errorf("payment lacks %s: %v", f, p)
 		}
 	}
-	if p["provider"] != "sim" || p["status"] != "requires_payment_method" || p["amount_cents"] != float64(1999) ||
-		p["currency"] != "usd" || p["client_secret"] == "" || p["checkout_url"] != a.sim.URL()+"/checkout/"+p["id"].(string) {
+	if !strings.HasPrefix(p["id"].(string), "cs_") || p["payment_intent"] != nil || p["provider"] != "sim" || p["status"] != "open" ||
+		p["amount_cents"] != float64(1999) || p["currency"] != "usd" || p["client_secret"] != nil ||
+		p["checkout_url"] != a.sim.URL()+"/c/pay/"+p["id"].(string) {
 		t.Fatalf("payment %v", p)
 	}
 	// Once per order: asking again answers the same payment.
@@ -187,11 +205,11 @@ func TestCheckoutContract(t *testing.T) {
 		t.Fatalf("second checkout made %v, first %v", again["id"], p["id"])
 	}
 	r := a.do("GET", "/api/orders/"+o1, a.token("alice"), nil)
-	if r.Body["order"].(map[string]any)["payment_id"] != p["id"] {
+	if ro := r.Body["order"].(map[string]any); ro["payment_id"] != p["id"] || ro["payment_status"] != "open" {
 		t.Fatalf("order after checkout: %s", r.Raw)
 	}
 	fresh := a.reserve("co", "alice")
-	if r := a.do("GET", "/api/orders/"+fresh, a.token("alice"), nil); !strings.Contains(r.Raw, `"payment_id":null`) {
+	if r := a.do("GET", "/api/orders/"+fresh, a.token("alice"), nil); !strings.Contains(r.Raw, `"payment_id":null`) || !strings.Contains(r.Raw, `"payment_status":null`) {
 		t.Fatalf("order before checkout must say payment_id null: %s", r.Raw)
 	}
 	if r := a.do("GET", "/api/orders", a.token("alice"), nil); !strings.Contains(r.Raw, `"payment_id":"`+p["id"].(string)+`"`) {
@@ -275,7 +293,7 @@ func TestCheckoutProviderDown(t *testing.T) {
 		t.Fatalf("restarting the simulator on %s: %v", addr, err)
 	}
 	defer back.Close()
-	if p := a.checkout("alice", o); p["id"] == "" || p["status"] != "requires_payment_method" {
+	if p := a.checkout("alice", o); p["id"] == "" || p["status"] != "open" {
 		t.Fatalf("payment after the provider came back: %v", p)
 	}
 }
@@ -288,7 +306,7 @@ func TestWebhookSignature(t *testing.T) {
 	o := a.reserve("ws", "alice")
 	p := a.checkout("alice", o)
 	pid := p["id"].(string)
-	body := fmt.Sprintf(`{"id":"evt_forged1","object":"event","type":"payment_intent.succeeded","created":%d,"data":{"object":{"id":%q,"object":"payment_intent","status":"succeeded","amount":1999,"currency":"usd","metadata":{"order_id":%q}}}}`,
+	body := fmt.Sprintf(`{"id":"evt_forged1","object":"event","type":"checkout.session.completed","created":%d,"data":{"object":{"id":%q,"object":"checkout.session","status":"complete","payment_status":"paid","payment_intent":"pi_forged","amount_total":1999,"currency":"usd","metadata":{"order_id":%q}}}}`,
 		time.Now().Unix(), pid, o)
 	now := time.Now()
 	for _, c := range []struct {
@@ -311,7 +329,7 @@ func TestWebhookSignature(t *testing.T) {
 		t.Fatal("a refused webhook paid the order")
 	}
 	// Several v1 signatures: any valid one will do. Within the tolerance either way: accepted.
-	unknown := strings.ReplaceAll(body, pid, "pi_unknown0000")
+	unknown := strings.ReplaceAll(body, pid, "cs_unknown0000")
 	for _, at := range []time.Time{now.Add(-290 * time.Second), now.Add(290 * time.Second)} {
 		good := paysim.Sign([]byte(unknown), paySecret, at)
 		bad := paysim.Sign([]byte(unknown), "whsec_other-secret-0123456789abcdef01", at)
@@ -326,7 +344,7 @@ func TestWebhookSignature(t *testing.T) {
 		t.Fatal("an unknown payment whose metadata names the order paid it")
 	}
 	// An ignored type, verified: 200.
-	other := strings.Replace(body, "payment_intent.succeeded", "charge.updated", 1)
+	other := strings.Replace(body, "checkout.session.completed", "charge.updated", 1)
 	if r := a.do("POST", "/api/payments/webhook", "", other, "Stripe-Signature", paysim.Sign([]byte(other), paySecret, now)); r.Status != 200 {
 		t.Errorf("ignored type: %d %s", r.Status, r.Raw)
 	}
@@ -342,19 +360,26 @@ func TestPaidByProvider(t *testing.T) {
 	a := newPayAPI(t, paysim.Config{Chaos: paysim.Chaos{Duplicates: 4, ReorderWindow: 50 * time.Millisecond}}, nil)
 	a.item("pp", 10, 5)
 	o := a.reserve("pp", "alice")
-	pid := a.checkout("alice", o)["id"].(string)
+	p := a.checkout("alice", o)
+	pid := p["id"].(string)
 
-	_, err := a.confirm(pid, paysim.CardDeclined)
-	var se *stripe.Error
-	if !errors.As(err, &se) || se.Code != stripe.ErrorCodeCardDeclined {
-		t.Fatalf("declined card: %v", err)
+	if back := a.pay(p["checkout_url"].(string), paysim.CardDeclined); back != "/c/pay/"+pid {
+		t.Fatalf("a declined card sent the shopper to %q, not back to the page", back)
 	}
 	a.delivered()
 	if s := a.status("alice", o); s != "reserved" {
 		t.Fatalf("after a declined card the order is %s", s)
 	}
-	if _, err := a.confirm(pid, paysim.CardVisa); err != nil {
-		t.Fatal(err)
+	r := a.do("GET", "/api/orders/"+o, a.token("alice"), nil)
+	if st := r.Body["order"].(map[string]any)["payment_status"]; st != "failed" {
+		t.Fatalf("payment_status after a decline: %v", st)
+	}
+	// A declined card does not end the attempt: checkout answers the same session.
+	if again := a.checkout("alice", o); again["id"] != pid {
+		t.Fatalf("checkout after a decline made %v, want %s", again["id"], pid)
+	}
+	if back := a.pay(p["checkout_url"].(string), paysim.CardVisa); !strings.HasPrefix(back, a.url+"/?checkout=success&order="+o) || !strings.Contains(back, pid) {
+		t.Fatalf("paying sent the shopper to %q, not back to the shop", back)
 	}
 	waitFor(t, "the order to be paid", 30*time.Second, func() bool { return a.status("alice", o) == "paid" })
 	a.delivered()
@@ -379,11 +404,10 @@ func TestLatePaymentRefunded(t *testing.T) {
 	})
 	a.item("lp", 10, 5)
 	o := a.reserve("lp", "alice")
-	pid := a.checkout("alice", o)["id"].(string)
-	pi, err := a.confirm(pid, paysim.CardAsync)
-	if err != nil || pi.Status != stripe.PaymentIntentStatusProcessing {
-		t.Fatalf("async confirm: %v %v", pi, err)
-	}
+	p := a.checkout("alice", o)
+	pid := p["id"].(string)
+	a.pay(p["checkout_url"].(string), paysim.CardAsync)
+	pi := a.session(pid).PaymentIntent.ID
 	// The expiry asks the provider to cancel the payment; it is processing, so it cannot be.
 	waitFor(t, "the refund", 30*time.Second, func() bool {
 		_, pay := a.outboxTypes("lp")
@@ -394,7 +418,7 @@ func TestLatePaymentRefunded(t *testing.T) {
 	if n["payment.refunded"] != 1 || n["order.paid"] != 0 || a.status("alice", o) != "expired" {
 		t.Fatalf("events %v, order %s", n, a.status("alice", o))
 	}
-	refunds := a.stripe.V1Refunds.List(context.Background(), &stripe.RefundListParams{PaymentIntent: stripe.String(pid)})
+	refunds := a.stripe.V1Refunds.List(context.Background(), &stripe.RefundListParams{PaymentIntent: stripe.String(pi)})
 	count := 0
 	for r, err := range refunds.All(context.Background()) {
 		if err != nil {
@@ -410,8 +434,8 @@ func TestLatePaymentRefunded(t *testing.T) {
 	}
 }
 
-// TestExpiryCancelsOpenPayment: a reservation that expires, or is cancelled, with its payment
-// still open has that payment cancelled at the provider.
+// TestExpiryCancelsOpenPayment: a reservation that expires, or is cancelled, with its session
+// still open has that session expired at the provider.
 func TestExpiryCancelsOpenPayment(t *testing.T) {
 	a := newPayAPI(t, paysim.Config{}, func(c *config.Config) { c.ReservationTTL = 500 * time.Millisecond })
 	a.item("ec", 10, 5)
@@ -423,12 +447,217 @@ func TestExpiryCancelsOpenPayment(t *testing.T) {
 		t.Fatal(r.Raw)
 	}
 	for _, pid := range []string{pc, pe} {
-		waitFor(t, "payment "+pid+" cancelled at the provider", 20*time.Second, func() bool {
-			pi, err := a.stripe.V1PaymentIntents.Retrieve(context.Background(), pid, nil)
-			return err == nil && pi.Status == stripe.PaymentIntentStatusCanceled
+		waitFor(t, "session "+pid+" expired at the provider", 20*time.Second, func() bool {
+			cs, err := a.stripe.V1CheckoutSessions.Retrieve(context.Background(), pid, nil)
+			return err == nil && cs.Status == stripe.CheckoutSessionStatusExpired
 		})
 	}
 	if a.status("alice", expiring) != "expired" {
 		t.Fatal("not expired")
+	}
+}
+
+// TestCheckoutSession: the payment step is a Checkout Session carrying the order's metadata
+// (on the session and on its PaymentIntent), card payments only, returning to the shop, alive
+// at least Stripe's 30 minutes and past the reservation plus the processing hold; paying it
+// pays the order once.
+func TestCheckoutSession(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{}, nil)
+	a.item("cs", 10, 5)
+	o := a.reserve("cs", "alice")
+	before := time.Now()
+	p := a.checkout("alice", o)
+	cs := a.session(p["id"].(string))
+	att := cs.Metadata["flashsale_attempt"]
+	if cs.Metadata["order_id"] != o || cs.Metadata["user_id"] != "alice" || !strings.HasPrefix(att, "fsa_") {
+		t.Fatalf("session metadata %v", cs.Metadata)
+	}
+	if cs.Mode != stripe.CheckoutSessionModePayment || cs.AmountTotal != 1999 || cs.Currency != "usd" ||
+		len(cs.PaymentMethodTypes) != 1 || cs.PaymentMethodTypes[0] != "card" {
+		t.Fatalf("session %+v", cs)
+	}
+	if !strings.HasPrefix(cs.SuccessURL, a.url+"/?checkout=success&order="+o) || !strings.HasPrefix(cs.CancelURL, a.url+"/?checkout=cancel&order="+o) {
+		t.Fatalf("return URLs %q %q", cs.SuccessURL, cs.CancelURL)
+	}
+	// Reservation 10 min + hold 30 min: past Stripe's 30-minute minimum.
+	if least := before.Add(40 * time.Minute).Unix(); cs.ExpiresAt < least || cs.ExpiresAt > before.Add(24*time.Hour).Unix() {
+		t.Fatalf("expires_at %d, want >= %d", cs.ExpiresAt, least)
+	}
+	a.pay(p["checkout_url"].(string), paysim.CardVisa)
+	waitFor(t, "the order to be paid", 30*time.Second, func() bool { return a.status("alice", o) == "paid" })
+	cs = a.session(cs.ID)
+	pi, err := a.stripe.V1PaymentIntents.Retrieve(context.Background(), cs.PaymentIntent.ID, nil)
+	if err != nil || pi.Metadata["order_id"] != o || pi.Metadata["user_id"] != "alice" || pi.Metadata["flashsale_attempt"] != att {
+		t.Fatalf("payment intent %v metadata %v", err, pi.Metadata)
+	}
+	a.delivered()
+	r := a.do("GET", "/api/orders/"+o, a.token("alice"), nil)
+	if ro := r.Body["order"].(map[string]any); ro["payment_id"] != cs.ID || ro["payment_status"] != "succeeded" {
+		t.Fatalf("paid order %s", r.Raw)
+	}
+	if n, pay := a.outboxTypes("cs"); n["order.paid"] != 1 || pay[cs.ID] != "order.paid" {
+		t.Fatalf("events %v %v", n, pay)
+	}
+}
+
+// TestCheckoutKeysNeverCollide: payments made under the keys an order id alone would give
+// ("checkout-<order id>": another deployment's, or this one's before a restore) are never
+// taken for this order's.
+func TestCheckoutKeysNeverCollide(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{}, nil)
+	a.item("collide", 10, 5)
+	ctx := context.Background()
+	pip := &stripe.PaymentIntentCreateParams{Amount: stripe.Int64(1999), Currency: stripe.String("usd")}
+	pip.AddMetadata("order_id", "collide.1")
+	pip.SetIdempotencyKey("checkout-collide.1")
+	foreign, err := a.stripe.V1PaymentIntents.Create(ctx, pip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := a.reserve("collide", "alice")
+	if o != "collide.1" {
+		t.Fatalf("order id %s: the test expects collide.1", o)
+	}
+	p := a.checkout("alice", o)
+	if p["id"] == foreign.ID || !strings.HasPrefix(p["id"].(string), "cs_") || p["amount_cents"] != float64(1999) {
+		t.Fatalf("checkout answered %v; a payment pre-made under checkout-%s is %s", p, o, foreign.ID)
+	}
+	// Every attempt's key is its own: a second order (another attempt) gets its own session.
+	o2 := a.reserve("collide", "bob")
+	if p2 := a.checkout("bob", o2); p2["id"] == p["id"] {
+		t.Fatalf("two orders share session %v", p["id"])
+	}
+	if a.session(p["id"].(string)).Metadata["flashsale_attempt"] == a.session(a.checkout("bob", o2)["id"].(string)).Metadata["flashsale_attempt"] {
+		t.Fatal("two attempts share an attempt id")
+	}
+}
+
+// TestCheckoutAfterProvider500: a provider that answers 500 to a checkout (and keeps that
+// answer under the request's key) does not block the order: the next checkout makes a new
+// attempt, and the session the 500 made anyway is found by its metadata and expired.
+func TestCheckoutAfterProvider500(t *testing.T) {
+	var fails atomic.Int32
+	fails.Store(1)
+	a := newPayAPI(t, paysim.Config{Chaos: paysim.Chaos{FailAfterWrite: func(op paysim.Op, _ string) bool {
+		return op == paysim.OpSession && fails.Add(-1) >= 0
+	}}}, nil)
+	a.item("five", 10, 5)
+	o := a.reserve("five", "alice")
+	r := a.do("POST", "/api/orders/"+o+"/checkout", a.token("alice"), nil)
+	if r.Status != 503 || r.code() != "unavailable" {
+		t.Fatalf("checkout answered 500 by the provider: %d %s", r.Status, r.Raw)
+	}
+	p := a.checkout("alice", o)
+	if p["status"] != "open" {
+		t.Fatalf("checkout after the 500: %v", p)
+	}
+	var orphan *stripe.CheckoutSession
+	waitFor(t, "the orphaned session expired", 20*time.Second, func() bool {
+		orphan = nil
+		for cs, err := range a.stripe.V1CheckoutSessions.List(context.Background(), &stripe.CheckoutSessionListParams{}).All(context.Background()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cs.ID != p["id"] && cs.Metadata["order_id"] == o {
+				orphan = cs
+			}
+		}
+		return orphan != nil && orphan.Status == stripe.CheckoutSessionStatusExpired
+	})
+	if a.session(p["id"].(string)).Status != stripe.CheckoutSessionStatusOpen {
+		t.Fatal("the session in force was expired")
+	}
+}
+
+// TestCheckoutAfterSessionExpired: once the provider expired the attempt's session, checkout
+// opens a new attempt (a new session, a new attempt id); while it is open, the same one.
+func TestCheckoutAfterSessionExpired(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{}, nil)
+	a.item("again", 10, 5)
+	o := a.reserve("again", "alice")
+	first := a.checkout("alice", o)["id"].(string)
+	if again := a.checkout("alice", o)["id"]; again != first {
+		t.Fatalf("an open session was replaced: %v, %s", again, first)
+	}
+	if _, err := a.stripe.V1CheckoutSessions.Expire(context.Background(), first, nil); err != nil {
+		t.Fatal(err)
+	}
+	second := a.checkout("alice", o)["id"].(string)
+	if second == first || a.session(second).Metadata["flashsale_attempt"] == a.session(first).Metadata["flashsale_attempt"] {
+		t.Fatalf("after the session expired checkout answered %s (first %s)", second, first)
+	}
+	r := a.do("GET", "/api/orders/"+o, a.token("alice"), nil)
+	if ro := r.Body["order"].(map[string]any); ro["payment_id"] != second || ro["payment_status"] != "open" {
+		t.Fatalf("order after a new attempt: %s", r.Raw)
+	}
+}
+
+// TestCheckoutWithStripe: with FLASHSALE_PAYMENT_PROVIDER=stripe the shopper has a page to pay
+// on: the Checkout Session's url (here the simulator stands in for Stripe's API).
+func TestCheckoutWithStripe(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{}, func(c *config.Config) {
+		c.Payment.Provider = "stripe"
+		c.Payment.StripeAPIBase = "http://" + c.Payment.SimAddr
+		c.Payment.StripeSecretKey = c.Payment.SimAPIKey
+	})
+	a.item("st", 10, 5)
+	o := a.reserve("st", "alice")
+	p := a.checkout("alice", o)
+	if p["provider"] != "stripe" || p["checkout_url"] != a.sim.URL()+"/c/pay/"+p["id"].(string) {
+		t.Fatalf("payment with stripe: %v", p)
+	}
+	a.pay(p["checkout_url"].(string), paysim.CardVisa)
+	waitFor(t, "the order to be paid", 30*time.Second, func() bool { return a.status("alice", o) == "paid" })
+}
+
+// TestPriceBelowProviderMinimum: with a payment provider, a price under its minimum charge for
+// the currency (Stripe's 50 cents in usd) is refused when the item is saved, naming the
+// minimum, in a PUT and in an import row, and nothing is saved.
+func TestPriceBelowProviderMinimum(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{}, nil)
+	body := map[string]any{"name": "Pin", "category": "c", "price_cents": 49, "stock": 5, "per_user_limit": 1}
+	r := a.do("PUT", "/api/admin/items/pin", testAdminToken, body)
+	if r.Status != 400 || r.code() != "invalid_request" || !strings.Contains(r.Raw, "minimum charge of 50 (usd)") {
+		t.Fatalf("price 49: %d %s", r.Status, r.Raw)
+	}
+	if g := a.do("GET", "/api/items/pin", "", nil); g.Status != 404 {
+		t.Fatalf("a refused item was saved: %d %s", g.Status, g.Raw)
+	}
+	body["price_cents"] = 50
+	if r := a.do("PUT", "/api/admin/items/pin", testAdminToken, body); r.Status != 201 {
+		t.Fatalf("price 50: %d %s", r.Status, r.Raw)
+	}
+	csv := "id,name,category,price_cents,stock,per_user_limit,starts_at,ends_at\ncheap,Cheap,c,30,1,1,,\nfine,Fine,c,500,1,1,,\n"
+	r = a.do("POST", "/api/admin/items/import", testAdminToken, csv, "Content-Type", "text/csv")
+	if r.Status != 200 || r.Body["created"] != 1.0 || !strings.Contains(r.Raw, `"line":2`) || !strings.Contains(r.Raw, "minimum charge") {
+		t.Fatalf("import: %d %s", r.Status, r.Raw)
+	}
+}
+
+// TestCheckoutRefused: a provider's permanent refusal (a 4xx) is 502 payment_refused with its
+// reason, not "cannot be reached, try again"; the order stays reserved without a payment.
+func TestCheckoutRefused(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{}, nil)
+	// 2 × 60,000,000 cents is over the most Stripe (and the simulator) takes in one payment.
+	r := a.do("PUT", "/api/admin/items/yacht", testAdminToken, map[string]any{
+		"name": "Yacht", "category": "boats", "price_cents": 60_000_000, "stock": 5, "per_user_limit": 2})
+	if r.Status != 201 {
+		t.Fatal(r.Raw)
+	}
+	r = a.do("POST", "/api/items/yacht/purchase", a.token("alice"), map[string]any{"quantity": 2})
+	if r.Status != 201 {
+		t.Fatal(r.Raw)
+	}
+	o := r.Body["order"].(map[string]any)["id"].(string)
+	for range 2 { // a second try makes a new attempt and is refused the same way
+		r = a.do("POST", "/api/orders/"+o+"/checkout", a.token("alice"), nil)
+		msg, _ := r.Body["error"].(map[string]any)["message"].(string)
+		if r.Status != 502 || r.code() != "payment_refused" || !strings.Contains(msg, "99999999") {
+			t.Fatalf("refused checkout: %d %s", r.Status, r.Raw)
+		}
+	}
+	g := a.do("GET", "/api/orders/"+o, a.token("alice"), nil)
+	if !strings.Contains(g.Raw, `"payment_id":null`) || a.status("alice", o) != "reserved" {
+		t.Fatalf("after a refusal: %s", g.Raw)
 	}
 }

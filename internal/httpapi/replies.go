@@ -121,10 +121,17 @@ func appendOrder(b []byte, o orders.Order) []byte {
 	b = jsonx.AppendTime(b, o.CreatedAt)
 	b = append(b, `,"expires_at":`...)
 	b = jsonx.AppendTime(b, o.ExpiresAt)
-	if o.PaymentID == "" {
-		return append(b, `,"payment_id":null}`...)
-	}
 	b = append(b, `,"payment_id":`...)
-	b = jsonx.AppendString(b, o.PaymentID)
+	b = appendNullable(b, o.PaymentID)
+	b = append(b, `,"payment_status":`...)
+	b = appendNullable(b, o.PaymentStatus)
 	return append(b, '}')
+}
+
+// appendNullable appends s as a JSON string, or null when it is empty.
+func appendNullable(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, "null"...)
+	}
+	return jsonx.AppendString(b, s)
 }

@@ -33,6 +33,7 @@ type Options struct {
 	Stream           StreamOptions  // GET /api/items/stream (zero: the contract's defaults)
 	StatsKeys        keyspace.Space // where GET /api/admin/stats reads the monitor's series
 	AccessLog        AccessLog      // which requests get an access log line, at which level
+	PublicURL        string         // the shop's URL as shoppers reach it ("": the request's host)
 }
 
 // RateLimits are the policies the HTTP layer applies through the limiter.

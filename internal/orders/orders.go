@@ -41,21 +41,29 @@ type Order struct {
 	Status     Status    `json:"status"`
 	CreatedAt  time.Time `json:"created_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
-	// PaymentID is the provider's payment for this order, "" until checkout (null in JSON).
+	// PaymentID is the order's current payment attempt (its Checkout Session), "" until
+	// checkout (null in JSON).
 	PaymentID string `json:"payment_id"`
+	// PaymentStatus is what the provider last said of it, in the contract's words (open,
+	// processing, succeeded, failed, canceled, refunded, disputed); "" (null) before checkout.
+	PaymentStatus string `json:"payment_status"`
 }
 
-// MarshalJSON writes the contract's Order: payment_id is null until checkout.
+// MarshalJSON writes the contract's Order: payment_id and payment_status are null until checkout.
 func (o Order) MarshalJSON() ([]byte, error) {
 	type plain Order
-	var pid *string
+	var pid, pst *string
 	if o.PaymentID != "" {
 		pid = &o.PaymentID
 	}
+	if o.PaymentStatus != "" {
+		pst = &o.PaymentStatus
+	}
 	return json.Marshal(struct {
 		plain
-		PaymentID *string `json:"payment_id"`
-	}{plain(o), pid})
+		PaymentID     *string `json:"payment_id"`
+		PaymentStatus *string `json:"payment_status"`
+	}{plain(o), pid, pst})
 }
 
 // Unpack decodes the packed form the scripts store: "user|quantity|price_cents|status|created_ms|expires_ms".

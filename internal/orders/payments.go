@@ -18,6 +18,7 @@ import (
 var (
 	attachPaymentScript = lua.NewChange("attach_payment", "release.lua", "attach_payment.lua")
 	refundPaymentScript = lua.NewChange("refund_payment", "release.lua", "refund_payment.lua")
+	paymentStatusScript = lua.NewChange("payment_status", "payment_status.lua")
 )
 
 // ErrUnknownPayment means a payment id that no checkout attached to an order (or to this order).
@@ -36,10 +37,28 @@ const (
 	SettledBefore Settlement = "duplicate"
 )
 
-// paymentIDOf is the payment id of a payments-hash record "payment id|state|event id".
-func paymentIDOf(rec string) string {
-	pid, _, _ := strings.Cut(rec, "|")
-	return pid
+// paymentOf is the payment id and the contract's payment_status of a payments-hash record
+// "payment id|state|event id|attempt" ("", "" for none, or an attempt still being created).
+func paymentOf(rec string) (string, string) {
+	pid, rest, _ := strings.Cut(rec, "|")
+	state, _, _ := strings.Cut(rest, "|")
+	if pid == "" {
+		return "", ""
+	}
+	return pid, paymentStatusWord(state)
+}
+
+// paymentStatusWord maps a record's state to the contract's payment_status.
+func paymentStatusWord(state string) string {
+	switch state {
+	case "paid":
+		return "succeeded"
+	case "refunding", "refunded":
+		return "refunded"
+	case "":
+		return ""
+	}
+	return state // open, processing, failed, canceled, disputed
 }
 
 // validPaymentID reports whether id can be a provider's payment id: 1-255 of [A-Za-z0-9_].
@@ -102,42 +121,106 @@ func (s *Store) OrderOfPayment(ctx context.Context, paymentID string) (string, e
 	return oid, nil
 }
 
-// AttachPayment makes paymentID the caller's order's payment unless it has one: the returned
-// order carries the payment id it has after the call (the earlier one, if any). An order that
-// is not reserved is ErrInvalidState, a reservation whose time ran out ErrExpired (the order
-// is returned alongside both), another user's order ErrNotFound.
+// Attempt is an order's checkout attempt as recorded beside it.
+type Attempt struct {
+	ID        string // the attempt's id (metadata flashsale_attempt; its Idempotency-Keys derive from it)
+	PaymentID string // its Checkout Session, "" while it is being created
+}
+
+// BeginAttempt records a new checkout attempt of the caller's reserved order before the
+// provider is asked to make its session, replacing the session named by replace (one the
+// provider said ended; "" when the order has none). It returns the attempt in force: this
+// one, an earlier one whose creation had an unknown outcome (PaymentID "": ask the provider
+// again under its key), or the session another checkout attached (PaymentID set). Errors as
+// AttachSession.
+func (s *Store) BeginAttempt(ctx context.Context, user, id, attempt, replace string) (Order, Attempt, error) {
+	return s.attempt(ctx, "begin", user, id, attempt, replace)
+}
+
+// AttachSession records the session the provider made for the attempt: the returned attempt
+// is the one in force (another, when a concurrent checkout replaced this attempt). An order
+// that is not reserved is ErrInvalidState, a reservation whose time ran out ErrExpired (the
+// order is returned alongside both), another user's order ErrNotFound.
+func (s *Store) AttachSession(ctx context.Context, user, id, attempt, sessionID string) (Order, Attempt, error) {
+	return s.attempt(ctx, "attach", user, id, attempt, sessionID)
+}
+
+// AbandonAttempt forgets an attempt whose creation the provider refused or answered 5xx, so
+// the next checkout makes a new one under a new key. Any other record is left alone.
+func (s *Store) AbandonAttempt(ctx context.Context, user, id, attempt string) error {
+	_, _, err := s.attempt(ctx, "abandon", user, id, attempt, "")
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// AttachPayment makes paymentID the caller's order's payment unless it has one, under an
+// attempt named after the payment (tools and tests that make sessions themselves).
 func (s *Store) AttachPayment(ctx context.Context, user, id, paymentID string) (Order, error) {
+	o, a, err := s.BeginAttempt(ctx, user, id, "att_"+paymentID, "")
+	if err != nil || a.PaymentID != "" {
+		o.PaymentID = a.PaymentID
+		return o, err
+	}
+	o, a, err = s.AttachSession(ctx, user, id, a.ID, paymentID)
+	o.PaymentID = a.PaymentID
+	return o, err
+}
+
+func (s *Store) attempt(ctx context.Context, mode, user, id, attempt, paymentID string) (Order, Attempt, error) {
 	item, ok := keyspace.ItemOfOrder(id)
 	if !ok || !keyspace.ValidID(user) {
-		return Order{}, ErrNotFound
+		return Order{}, Attempt{}, ErrNotFound
 	}
-	if !validPaymentID(paymentID) {
-		return Order{}, fmt.Errorf("orders: attach payment %q: malformed payment id", paymentID)
+	if !validPaymentID(attempt) || (paymentID != "" && !validPaymentID(paymentID)) {
+		return Order{}, Attempt{}, fmt.Errorf("orders: %s attempt %q (payment %q): malformed id", mode, attempt, paymentID)
 	}
 	k := s.keys.Item(item)
 	res, err := attachPaymentScript.Run(ctx, s.rdb, []string{k.Orders(), k.Payments()},
-		item, id, user, paymentID).Slice()
+		item, id, user, mode, attempt, paymentID).Slice()
 	if err != nil {
-		return Order{}, fmt.Errorf("orders: attach payment to %s: %w", id, err)
+		return Order{}, Attempt{}, fmt.Errorf("orders: %s attempt on %s: %w", mode, id, err)
 	}
-	if len(res) != 3 {
-		return Order{}, fmt.Errorf("orders: attach payment to %s: %w", id, errReply)
+	if len(res) != 4 {
+		return Order{}, Attempt{}, fmt.Errorf("orders: %s attempt on %s: %w", mode, id, errReply)
 	}
 	outcome, _ := res[0].(string)
+	if outcome == "abandoned" {
+		return Order{}, Attempt{}, nil
+	}
 	o, err := s.replyOrder(id, item, outcome, res[1])
 	if err != nil {
-		return Order{}, fmt.Errorf("orders: attach payment to %s: %w", id, err)
+		return Order{}, Attempt{}, fmt.Errorf("orders: %s attempt on %s: %w", mode, id, err)
 	}
+	a := Attempt{}
+	a.PaymentID, _ = res[2].(string)
+	a.ID, _ = res[3].(string)
 	switch outcome {
-	case "attached":
-		o.PaymentID, _ = res[2].(string)
-		return o, nil
+	case "creating", "attached":
+		return o, a, nil
 	case "order_expired":
-		return o, fmt.Errorf("orders: attach payment to %s: %w", id, ErrExpired)
+		return o, a, fmt.Errorf("orders: %s attempt on %s: %w", mode, id, ErrExpired)
 	case "invalid_state":
-		return o, fmt.Errorf("orders: attach payment to %s (%s): %w", id, o.Status, ErrInvalidState)
+		return o, a, fmt.Errorf("orders: %s attempt on %s (%s): %w", mode, id, o.Status, ErrInvalidState)
 	}
-	return Order{}, fmt.Errorf("orders: attach payment to %s: unknown outcome %q: %w", id, outcome, errReply)
+	return Order{}, Attempt{}, fmt.Errorf("orders: %s attempt on %s: unknown outcome %q: %w", mode, id, outcome, errReply)
+}
+
+// SetPaymentStatus records what the provider said of the order's session while it is not
+// settled (open, processing, failed, canceled); it reports whether the record changed. A
+// settled payment, another attempt's session or an unknown order change nothing.
+func (s *Store) SetPaymentStatus(ctx context.Context, orderID, sessionID, status string) (bool, error) {
+	item, ok := keyspace.ItemOfOrder(orderID)
+	if !ok || !validPaymentID(sessionID) {
+		return false, ErrUnknownPayment
+	}
+	n, err := paymentStatusScript.Run(ctx, s.rdb, []string{s.keys.Item(item).Payments()},
+		item, orderID, sessionID, status).Int64()
+	if err != nil {
+		return false, fmt.Errorf("orders: payment status of %s: %w", orderID, err)
+	}
+	return n == 1, nil
 }
 
 // SettlePayment applies a provider's "payment succeeded" (eventID names the event) to the
@@ -210,7 +293,7 @@ func (s *Store) FinishRefund(ctx context.Context, orderID, paymentID string) (bo
 
 // PaymentState is an order's payment as recorded beside it: its id and how far it got (open,
 // paid, refunding, refunded); zero when the order has none.
-type PaymentState struct{ ID, State string }
+type PaymentState struct{ ID, State, Attempt string }
 
 // PaymentsOf returns the recorded payments of some orders of one item (ids of other items or
 // orders without a payment are left out).
@@ -228,16 +311,22 @@ func (s *Store) PaymentsOf(ctx context.Context, item string, ids []string) (map[
 		if !ok {
 			continue
 		}
-		pid, rest, _ := strings.Cut(rec, "|")
-		state, _, _ := strings.Cut(rest, "|")
-		out[ids[i]] = PaymentState{ID: pid, State: state}
+		f := strings.SplitN(rec, "|", 4)
+		st := PaymentState{ID: f[0]}
+		if len(f) > 1 {
+			st.State = f[1]
+		}
+		if len(f) > 3 {
+			st.Attempt = f[3]
+		}
+		out[ids[i]] = st
 	}
 	return out, nil
 }
 
-// OpenPaymentsOf returns the payment ids, among some orders of one item, that are still open
-// although their order is no longer reserved (expired or cancelled): the payments to cancel at
-// the provider.
+// OpenPaymentsOf returns the sessions, among some orders of one item, that are still open at
+// the provider (open, or failed: a declined card leaves the session payable) although their
+// order is no longer reserved (expired or cancelled): the sessions to expire at the provider.
 func (s *Store) OpenPaymentsOf(ctx context.Context, item string, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -256,7 +345,7 @@ func (s *Store) OpenPaymentsOf(ctx context.Context, item string, ids []string) (
 			continue
 		}
 		pid, rest, _ := strings.Cut(rec, "|")
-		if state, _, _ := strings.Cut(rest, "|"); state != "open" {
+		if state, _, _ := strings.Cut(rest, "|"); pid == "" || (state != "open" && state != "failed") {
 			continue
 		}
 		packed, _ := recs.Val()[i].(string)

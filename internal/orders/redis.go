@@ -86,7 +86,7 @@ func (s *Store) Get(ctx context.Context, user, id string) (Order, error) {
 	if o.UserID != user {
 		return Order{}, ErrNotFound
 	}
-	o.PaymentID = paymentIDOf(pay.Val())
+	o.PaymentID, o.PaymentStatus = paymentOf(pay.Val())
 	return o, nil
 }
 
@@ -163,7 +163,7 @@ func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
 			}
 			if o.UserID == user {
 				if p, ok := pays[i].Val()[j].(string); ok {
-					o.PaymentID = paymentIDOf(p)
+					o.PaymentID, o.PaymentStatus = paymentOf(p)
 				}
 				out = append(out, o)
 			}

@@ -2,11 +2,14 @@ package payment
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/logging"
 	"github.com/flashsale/flashsale/internal/orders"
 )
@@ -16,8 +19,14 @@ type Service struct {
 	Provider Provider
 	Orders   *orders.Store
 	Currency string // FLASHSALE_CURRENCY, e.g. "usd"
+	// Hold is how long a processing payment holds its reservation past expires_at
+	// (FLASHSALE_PAYMENT_PROCESSING_HOLD); a session lives at least that long past it.
+	Hold time.Duration
+	// ItemName names an item on the provider's page (nil or "": the item id).
+	ItemName func(ctx context.Context, item string) string
 
 	cancels chan release
+	orphans chan orphan
 }
 
 // release is a batch of order ids of one item whose reservations ended (expired or cancelled).
@@ -26,20 +35,43 @@ type release struct {
 	ids  []string
 }
 
-// NewService returns a Service; call Run to have it cancel the open payments of reservations
+// orphan is an attempt whose creation the provider answered 5xx: it may have made the session
+// anyway, to be found by its metadata and expired.
+type orphan struct {
+	attempt string
+	since   time.Time
+}
+
+// DefaultHold is FLASHSALE_PAYMENT_PROCESSING_HOLD's default.
+const DefaultHold = 30 * time.Minute
+
+// Stripe's bounds on a Checkout Session's expires_at, from its creation.
+const (
+	sessionMinLife = 30 * time.Minute
+	sessionMaxLife = 24 * time.Hour
+)
+
+// NewService returns a Service; call Run to have it end the open sessions of reservations
 // that ended (Released is the orders hook that feeds it).
 func NewService(p Provider, store *orders.Store, currency string) *Service {
-	return &Service{Provider: p, Orders: store, Currency: currency, cancels: make(chan release, 4096)}
+	return &Service{Provider: p, Orders: store, Currency: currency, Hold: DefaultHold,
+		cancels: make(chan release, 4096), orphans: make(chan orphan, 1024)}
 }
 
 // Enabled reports whether a provider takes payment (false: the shop settles outside).
 func (s *Service) Enabled() bool { return s != nil && s.Provider != nil }
 
-// Checkout returns the caller's reserved order with its one payment at the provider, creating
-// it on the first call. Errors: orders.ErrNotFound (another user's order), ErrInvalidState
-// (not reserved), ErrExpired (its time ran out), ErrNoProvider, ErrUnavailable (the provider
-// could not be reached: nothing was changed).
-func (s *Service) Checkout(ctx context.Context, user, orderID string) (orders.Order, Payment, error) {
+// newAttempt is a fresh attempt id: random, so it is unique across deployments, restores and
+// attempts of one order, and so are the Idempotency-Keys derived from it.
+func newAttempt() string { return "fsa_" + rand.Text() }
+
+// Checkout returns the caller's reserved order with its payment attempt in force, opening
+// one (a Checkout Session whose success and cancel URLs lead back to shopURL) when the order
+// has none or its last one ended. Errors: orders.ErrNotFound (another user's order),
+// ErrInvalidState (not reserved), ErrExpired (its time ran out), ErrNoProvider, a *Refusal
+// (ErrRejected: the provider refused for good), ErrUnavailable (the provider could not be
+// reached or answered 5xx: nothing was changed).
+func (s *Service) Checkout(ctx context.Context, user, orderID, shopURL string) (orders.Order, Payment, error) {
 	if !s.Enabled() {
 		return orders.Order{}, Payment{}, ErrNoProvider
 	}
@@ -47,51 +79,158 @@ func (s *Service) Checkout(ctx context.Context, user, orderID string) (orders.Or
 	if err != nil {
 		return orders.Order{}, Payment{}, err
 	}
-	switch {
-	case o.Status == orders.Expired, o.Status == orders.Reserved && !time.Now().Before(o.ExpiresAt):
-		return o, Payment{}, fmt.Errorf("payment: checkout %s: %w", orderID, orders.ErrExpired)
-	case o.Status != orders.Reserved:
-		return o, Payment{}, fmt.Errorf("payment: checkout %s (%s): %w", orderID, o.Status, orders.ErrInvalidState)
+	if err := payable(o); err != nil {
+		return o, Payment{}, err
 	}
+	replace := ""
 	if o.PaymentID != "" {
-		p, err := s.Provider.GetPayment(ctx, o.PaymentID)
+		cs, err := s.Provider.GetCheckout(ctx, o.PaymentID)
 		if err != nil {
 			return o, Payment{}, unavailable(err)
 		}
-		return o, p, nil
+		ended, err := s.ended(ctx, cs)
+		if err != nil {
+			return o, Payment{}, unavailable(err)
+		}
+		if !ended {
+			return o, s.payment(cs, o.PaymentStatus), nil
+		}
+		replace = cs.ID
 	}
-	p, err := s.Provider.CreatePayment(ctx, orderID, o.Quantity*o.PriceCents, s.Currency)
+	o, a, err := s.Orders.BeginAttempt(ctx, user, orderID, newAttempt(), replace)
 	if err != nil {
-		return o, Payment{}, unavailable(err)
-	}
-	// The index first: once the shopper holds the payment's client secret (after this reply)
-	// its webhook must find the order.
-	if err := s.Orders.IndexPayment(ctx, p.ID, orderID); err != nil {
 		return o, Payment{}, err
 	}
-	attached, err := s.Orders.AttachPayment(ctx, user, orderID, p.ID)
+	if a.PaymentID != "" && a.PaymentID != replace {
+		// Another checkout of this order attached its session meanwhile.
+		return s.current(ctx, o, a.PaymentID)
+	}
+	// The attempt is indexed before its session exists, so its PaymentIntent's events (which
+	// carry only the metadata) find the order.
+	if err := s.Orders.IndexPayment(ctx, a.ID, orderID); err != nil {
+		return o, Payment{}, err
+	}
+	req := CheckoutRequest{
+		OrderID: orderID, UserID: user, Attempt: a.ID, ItemName: s.itemName(ctx, o.ItemID),
+		Quantity: o.Quantity, UnitAmount: o.PriceCents, Currency: s.Currency,
+		SuccessURL: shopURL + "?checkout=success&order=" + url.QueryEscape(orderID) + "&session_id={CHECKOUT_SESSION_ID}",
+		CancelURL:  shopURL + "?checkout=cancel&order=" + url.QueryEscape(orderID),
+		ExpiresAt:  sessionExpiry(o.ExpiresAt, s.Hold, time.Now()),
+	}
+	cs, err := s.Provider.CreateCheckout(ctx, req)
+	if err != nil {
+		if errors.Is(err, ErrRejected) || errors.Is(err, errAnswered5xx) {
+			// The provider keeps this answer under the attempt's key: the next checkout makes
+			// a new attempt. A 5xx may have made the session anyway: it is found and expired.
+			if aerr := s.Orders.AbandonAttempt(ctx, user, orderID, a.ID); aerr != nil {
+				slog.Warn("payment: abandoning a refused checkout attempt failed", "order", orderID, "attempt", a.ID, "err", aerr)
+			}
+			if errors.Is(err, errAnswered5xx) {
+				s.expireOrphan(orphan{attempt: a.ID, since: time.Now().Add(-time.Minute)})
+			}
+		}
+		// Otherwise (no answer) the outcome is unknown: the attempt stays, and the next
+		// checkout asks again under its key.
+		return o, Payment{}, err
+	}
+	if err := s.Orders.IndexPayment(ctx, cs.ID, orderID); err != nil {
+		return o, Payment{}, err
+	}
+	attached, now, err := s.Orders.AttachSession(ctx, user, orderID, a.ID, cs.ID)
 	if err != nil {
 		if errors.Is(err, orders.ErrExpired) || errors.Is(err, orders.ErrInvalidState) {
-			// The reservation ended while the payment was being made: nobody can pay it now.
-			s.cancelLater(p.ID)
+			// The reservation ended while the session was being made: nobody may pay it now.
+			s.expireLater(cs.ID)
 		}
 		return attached, Payment{}, err
 	}
-	if attached.PaymentID != p.ID {
-		// An earlier checkout attached another payment (the provider forgot the idempotency
-		// key): the order keeps its first one, and this one is cancelled.
-		s.cancelLater(p.ID)
-		if p, err = s.Provider.GetPayment(ctx, attached.PaymentID); err != nil {
-			return attached, Payment{}, unavailable(err)
-		}
+	if now.PaymentID != cs.ID {
+		// A concurrent checkout replaced this attempt: its session is the order's.
+		s.expireLater(cs.ID)
+		return s.current(ctx, attached, now.PaymentID)
 	}
-	return attached, p, nil
+	attached.PaymentID, attached.PaymentStatus = cs.ID, PaymentOpen
+	return attached, s.payment(cs, PaymentOpen), nil
 }
 
-// unavailable makes every provider failure ErrUnavailable for the caller (a 4xx the provider
-// gave stays in the message, for the log).
+// payable refuses an order that cannot be paid.
+func payable(o orders.Order) error {
+	switch {
+	case o.Status == orders.Expired, o.Status == orders.Reserved && !time.Now().Before(o.ExpiresAt):
+		return fmt.Errorf("payment: checkout %s: %w", o.ID, orders.ErrExpired)
+	case o.Status != orders.Reserved:
+		return fmt.Errorf("payment: checkout %s (%s): %w", o.ID, o.Status, orders.ErrInvalidState)
+	}
+	return nil
+}
+
+// current answers the order with the session another checkout attached.
+func (s *Service) current(ctx context.Context, o orders.Order, sessionID string) (orders.Order, Payment, error) {
+	if sessionID == "" {
+		return o, Payment{}, fmt.Errorf("%w: another checkout of %s is being opened", ErrUnavailable, o.ID)
+	}
+	cs, err := s.Provider.GetCheckout(ctx, sessionID)
+	if err != nil {
+		return o, Payment{}, unavailable(err)
+	}
+	o.PaymentID = sessionID
+	if o.PaymentStatus == "" {
+		o.PaymentStatus = PaymentOpen
+	}
+	return o, s.payment(cs, o.PaymentStatus), nil
+}
+
+// ended reports whether a session can no longer be paid: it expired, or it completed and its
+// debit failed.
+func (s *Service) ended(ctx context.Context, cs Session) (bool, error) {
+	switch {
+	case cs.Status == "expired":
+		return true, nil
+	case cs.Status == "complete" && cs.PaymentStatus != "paid" && cs.PaymentIntent != "":
+		st, err := s.Provider.PaymentStatus(ctx, cs.PaymentIntent)
+		return err == nil && (st == StatusRequiresPaymentMethod || st == StatusCanceled), err
+	}
+	return false, nil
+}
+
+// sessionExpiry is a new session's expires_at: the reservation's end plus the processing
+// hold, but at least Stripe's minimum from now (and at most its maximum).
+func sessionExpiry(reservationEnd time.Time, hold time.Duration, now time.Time) time.Time {
+	at := reservationEnd.Add(hold)
+	if lo := now.Add(sessionMinLife + time.Minute); at.Before(lo) { // a minute for the trip and clocks
+		at = lo
+	}
+	if hi := now.Add(sessionMaxLife - time.Minute); at.After(hi) {
+		at = hi
+	}
+	return at
+}
+
+func (s *Service) itemName(ctx context.Context, item string) string {
+	if s.ItemName != nil {
+		if n := s.ItemName(ctx, item); n != "" {
+			return n
+		}
+	}
+	return item
+}
+
+// payment is the contract's Payment of a session; status is the order's payment_status.
+func (s *Service) payment(cs Session, status string) Payment {
+	p := Payment{ID: cs.ID, Provider: s.Provider.Name(), Status: status, AmountCents: cs.AmountTotal,
+		Currency: cs.Currency, CheckoutURL: cs.URL}
+	if cs.PaymentIntent != "" {
+		p.PaymentIntent = &cs.PaymentIntent
+	}
+	if p.Status == "" {
+		p.Status = PaymentOpen
+	}
+	return p
+}
+
+// unavailable makes a provider failure that is not a refusal ErrUnavailable for the caller.
 func unavailable(err error) error {
-	if errors.Is(err, ErrUnavailable) {
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected) {
 		return err
 	}
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -109,36 +248,97 @@ func (s *Service) HandleWebhook(ctx context.Context, raw []byte, header string) 
 	if err != nil {
 		return err
 	}
-	if ev.Type != EventSucceeded {
-		// payment_failed: nothing changes, the shopper may try again until the reservation
-		// ends; every other type is not ours to act on.
-		return nil
+	var status string
+	succeeded := false
+	switch ev.Type {
+	case EventSessionCompleted:
+		if ev.PaymentStatus == "paid" {
+			succeeded = true
+		} else {
+			status = PaymentProcessing // an async method: the debit is on its way
+		}
+	case EventSessionAsyncSucceded, EventSucceeded:
+		succeeded = true
+	case EventSessionAsyncFailed, EventFailed:
+		status = PaymentFailed
+	case EventProcessing:
+		status = PaymentProcessing
+	case EventSessionExpired:
+		status = PaymentCanceled
+	default:
+		return nil // not ours to act on
 	}
-	o, st, err := s.Orders.SettlePayment(ctx, ev.Payment.ID, ev.ID)
+	oid, sid, err := s.find(ctx, ev)
 	if errors.Is(err, orders.ErrUnknownPayment) {
-		slog.Info("payment webhook: unknown payment, ignored", "event", ev.ID, "payment", ev.Payment.ID)
+		slog.Info("payment webhook: unknown payment, ignored", "event", ev.ID, "type", ev.Type, "session", ev.SessionID, "payment_intent", ev.PaymentIntent)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if st != orders.SettledRefund {
+	if !succeeded {
+		_, err := s.Orders.SetPaymentStatus(ctx, oid, sid, status)
+		return err
+	}
+	o, st, err := s.Orders.SettlePayment(ctx, sid, ev.ID)
+	if errors.Is(err, orders.ErrUnknownPayment) {
+		slog.Info("payment webhook: unknown payment, ignored", "event", ev.ID, "session", sid)
 		return nil
+	}
+	if err != nil || st != orders.SettledRefund {
+		return err
 	}
 	// The order was expired or cancelled before the payment succeeded: give the money back.
 	// A failure here leaves the payment marked refunding; the provider's next delivery of
 	// this event (or of a duplicate) refunds again under the same Idempotency-Key.
-	if err := s.Provider.Refund(ctx, ev.Payment.ID); err != nil {
+	pi := ev.PaymentIntent
+	if pi == "" {
+		cs, err := s.Provider.GetCheckout(ctx, sid)
+		if err != nil {
+			return err
+		}
+		pi = cs.PaymentIntent
+	}
+	if err := s.Provider.Refund(ctx, pi); err != nil {
 		return err
 	}
-	if _, err := s.Orders.FinishRefund(ctx, o.ID, ev.Payment.ID); err != nil {
-		return err
+	_, err = s.Orders.FinishRefund(ctx, o.ID, sid)
+	return err
+}
+
+// find is the order and session an event is about: a session event by its session id (the
+// checkout indexed it); a PaymentIntent event by its attempt (the metadata), whose order's
+// session in force is the attempt's. ErrUnknownPayment when this shop has no such attempt.
+func (s *Service) find(ctx context.Context, ev Event) (string, string, error) {
+	if ev.SessionID != "" {
+		oid, err := s.Orders.OrderOfPayment(ctx, ev.SessionID)
+		return oid, ev.SessionID, err
 	}
-	return nil
+	att := ev.Metadata[MetaAttempt]
+	if att == "" {
+		return "", "", orders.ErrUnknownPayment
+	}
+	oid, err := s.Orders.OrderOfPayment(ctx, att)
+	if err != nil {
+		return "", "", err
+	}
+	if ev.Metadata[MetaOrder] != oid {
+		return "", "", orders.ErrUnknownPayment
+	}
+	item, _ := keyspace.ItemOfOrder(oid)
+	recs, err := s.Orders.PaymentsOf(ctx, item, []string{oid})
+	if err != nil {
+		return "", "", err
+	}
+	rec := recs[oid]
+	if rec.Attempt != att || rec.ID == "" {
+		return "", "", orders.ErrUnknownPayment
+	}
+	return oid, rec.ID, nil
 }
 
 // Released is the orders hook (orders.Hooks.Released): reservations of item ended; their
-// open payments are cancelled at the provider in the background. It never blocks: when the
+// open sessions are expired at the provider in the background. It never blocks: when the
 // queue is full the batch is dropped (the payment then stays open at the provider, and a late
 // success is refunded like any other).
 func (s *Service) Released(item string, ids []string) {
@@ -152,58 +352,78 @@ func (s *Service) Released(item string, ids []string) {
 	}
 }
 
-func (s *Service) cancelLater(paymentID string) {
+func (s *Service) expireLater(sessionID string) {
 	select {
-	case s.cancels <- release{ids: []string{paymentID}}: // item "" means: ids are payment ids
+	case s.cancels <- release{ids: []string{sessionID}}: // item "" means: ids are session ids
 	default:
 	}
 }
 
-// Run cancels the open payments of ended reservations until ctx ends.
+func (s *Service) expireOrphan(o orphan) {
+	select {
+	case s.orphans <- o:
+	default:
+		slog.Warn("payment: orphan queue full, a checkout answered 5xx stays open until it expires", "attempt", o.attempt)
+	}
+}
+
+// Run ends the open sessions of ended reservations, and those of attempts answered 5xx,
+// until ctx ends. A session the provider could not be asked to end is asked again with
+// backoff until it answers.
 func (s *Service) Run(ctx context.Context) {
 	if !s.Enabled() {
 		return
 	}
 	warn := logging.NewThrottle(10 * time.Second)
+	retry := map[string]time.Time{} // session id -> next try
+	backoff := map[string]time.Duration{}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	expire := func(sid string) {
+		_, err := s.Provider.ExpireCheckout(ctx, sid)
+		if err == nil || errors.Is(err, ErrRejected) {
+			// Expired now, or no longer open (paid, processing or expired already): a payment
+			// that succeeds later is refunded by the webhook.
+			delete(retry, sid)
+			delete(backoff, sid)
+			return
+		}
+		b := min(max(2*backoff[sid], 500*time.Millisecond), time.Minute)
+		backoff[sid], retry[sid] = b, time.Now().Add(b)
+		warn.Warn("payment: ending an ended reservation's checkout failed; will retry", "session", sid, "err", err)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case r := <-s.cancels:
-			pids := r.ids
+			sids := r.ids
 			if r.item != "" {
 				var err error
-				if pids, err = s.Orders.OpenPaymentsOf(ctx, r.item, r.ids); err != nil {
+				if sids, err = s.Orders.OpenPaymentsOf(ctx, r.item, r.ids); err != nil {
 					warn.Warn("payment: reading payments of ended reservations failed", "item", r.item, "err", err)
 					continue
 				}
 			}
-			for _, pid := range pids {
-				s.cancel(ctx, pid, warn)
+			for _, sid := range sids {
+				expire(sid)
+			}
+		case o := <-s.orphans:
+			found, err := s.Provider.FindCheckouts(ctx, o.attempt, o.since)
+			if err != nil {
+				warn.Warn("payment: looking for a checkout answered 5xx failed", "attempt", o.attempt, "err", err)
+				continue
+			}
+			for _, cs := range found {
+				slog.Info("payment: expiring the session of a checkout answered 5xx", "attempt", o.attempt, "session", cs.ID)
+				expire(cs.ID)
+			}
+		case now := <-tick.C:
+			for sid, at := range retry {
+				if now.After(at) {
+					expire(sid)
+				}
 			}
 		}
-	}
-}
-
-// cancel cancels one payment, retrying a provider that is unavailable a few times. A refusal
-// (it is processing, succeeded or already cancelled) is final: a payment that succeeds later
-// is refunded by the webhook.
-func (s *Service) cancel(ctx context.Context, pid string, warn *logging.Throttle) {
-	wait := 200 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		_, err := s.Provider.CancelPayment(ctx, pid)
-		if err == nil || errors.Is(err, ErrRejected) {
-			return
-		}
-		if attempt == 4 || ctx.Err() != nil {
-			warn.Warn("payment: cancelling an ended reservation's payment failed", "payment", pid, "err", err)
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait *= 2
 	}
 }

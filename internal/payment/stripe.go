@@ -13,15 +13,16 @@ import (
 
 // StripeOptions configure the Stripe client (also used, pointed at the simulator, for sim).
 type StripeOptions struct {
-	Name        string // ProviderStripe or ProviderSim: how payments are labelled
-	APIBase     string // e.g. https://api.stripe.com or http://127.0.0.1:8090
-	SecretKey   string
-	Secrets     []string // webhook signing secrets: a signature under any one is accepted
-	CheckoutURL string   // base of the hosted checkout page (the simulator's); "" for Stripe
-	Timeout     time.Duration
+	Name      string // ProviderStripe or ProviderSim: how payments are labelled
+	APIBase   string // e.g. https://api.stripe.com or http://127.0.0.1:8090
+	SecretKey string
+	Secrets   []string // webhook signing secrets: a signature under any one is accepted
+	Timeout   time.Duration
 }
 
-// Stripe is the Provider speaking Stripe's API through stripe-go.
+// Stripe is the Provider speaking Stripe's API through stripe-go (Stripe's own client: its
+// form encoding, its retry rules and its error types are Stripe's, where hand-written HTTP
+// would have to guess them).
 type Stripe struct {
 	opts   StripeOptions
 	client *stripe.Client
@@ -51,45 +52,101 @@ func NewStripe(o StripeOptions) *Stripe {
 // Name is the provider's name.
 func (s *Stripe) Name() string { return s.opts.Name }
 
-// CreatePayment creates (or, with the same Idempotency-Key, finds again) the order's payment.
-func (s *Stripe) CreatePayment(ctx context.Context, orderID string, amountCents int64, currency string) (Payment, error) {
-	p := &stripe.PaymentIntentCreateParams{Amount: stripe.Int64(amountCents), Currency: stripe.String(currency)}
-	p.Context = ctx
-	p.SetIdempotencyKey("checkout-" + orderID)
-	p.AddMetadata("order_id", orderID)
-	pi, err := s.client.V1PaymentIntents.Create(ctx, p)
-	if err != nil {
-		return Payment{}, classify("create payment for "+orderID, err)
+// CreateCheckout opens the attempt's Checkout Session: card payments only (they settle at
+// once, or within the processing hold), the order's metadata on the session and on its
+// PaymentIntent.
+func (s *Stripe) CreateCheckout(ctx context.Context, r CheckoutRequest) (Session, error) {
+	md := map[string]string{MetaOrder: r.OrderID, MetaUser: r.UserID, MetaAttempt: r.Attempt}
+	p := &stripe.CheckoutSessionCreateParams{
+		Mode: stripe.String(string(stripe.CheckoutSessionModePayment)),
+		LineItems: []*stripe.CheckoutSessionCreateLineItemParams{{
+			Quantity: stripe.Int64(r.Quantity),
+			PriceData: &stripe.CheckoutSessionCreateLineItemPriceDataParams{
+				Currency:    stripe.String(r.Currency),
+				UnitAmount:  stripe.Int64(r.UnitAmount),
+				ProductData: &stripe.CheckoutSessionCreateLineItemPriceDataProductDataParams{Name: stripe.String(r.ItemName)},
+			},
+		}},
+		PaymentMethodTypes: []*string{stripe.String("card")},
+		SuccessURL:         stripe.String(r.SuccessURL),
+		CancelURL:          stripe.String(r.CancelURL),
+		ClientReferenceID:  stripe.String(r.OrderID),
+		ExpiresAt:          stripe.Int64(r.ExpiresAt.Unix()),
+		Metadata:           md,
+		PaymentIntentData:  &stripe.CheckoutSessionCreatePaymentIntentDataParams{Metadata: md},
 	}
-	return s.payment(pi), nil
+	p.SetIdempotencyKey("checkout-" + r.Attempt)
+	cs, err := s.client.V1CheckoutSessions.Create(ctx, p)
+	if err != nil {
+		return Session{}, classify("create checkout for "+r.OrderID, err)
+	}
+	return session(cs), nil
 }
 
-// GetPayment returns the payment's current state.
-func (s *Stripe) GetPayment(ctx context.Context, id string) (Payment, error) {
+// GetCheckout returns the session's current state.
+func (s *Stripe) GetCheckout(ctx context.Context, id string) (Session, error) {
+	cs, err := s.client.V1CheckoutSessions.Retrieve(ctx, id, &stripe.CheckoutSessionRetrieveParams{})
+	if err != nil {
+		return Session{}, classify("get checkout "+id, err)
+	}
+	return session(cs), nil
+}
+
+// ExpireCheckout ends an open session.
+func (s *Stripe) ExpireCheckout(ctx context.Context, id string) (Session, error) {
+	p := &stripe.CheckoutSessionExpireParams{}
+	p.SetIdempotencyKey("expire-" + id)
+	cs, err := s.client.V1CheckoutSessions.Expire(ctx, id, p)
+	if err != nil {
+		return Session{}, classify("expire checkout "+id, err)
+	}
+	return session(cs), nil
+}
+
+// FindCheckouts pages through the open sessions made since since, newest first, and returns
+// those whose metadata names attempt (Stripe cannot filter sessions by metadata).
+func (s *Stripe) FindCheckouts(ctx context.Context, attempt string, since time.Time) ([]Session, error) {
+	p := &stripe.CheckoutSessionListParams{
+		Status:       stripe.String(string(stripe.CheckoutSessionStatusOpen)),
+		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()},
+	}
+	p.Limit = stripe.Int64(100)
+	var out []Session
+	for cs, err := range s.client.V1CheckoutSessions.List(ctx, p).All(ctx) {
+		if err != nil {
+			return out, classify("list checkouts", err)
+		}
+		if cs.Metadata[MetaAttempt] == attempt {
+			out = append(out, session(cs))
+		}
+	}
+	return out, nil
+}
+
+// PaymentStatus is a payment's status at the provider (for reconciliation): a
+// PaymentIntent's, or for a Checkout Session (cs_…) its PaymentIntent's, or the session's own
+// status while it has none.
+func (s *Stripe) PaymentStatus(ctx context.Context, id string) (string, error) {
+	if strings.HasPrefix(id, "cs_") {
+		cs, err := s.GetCheckout(ctx, id)
+		if err != nil || cs.PaymentIntent == "" {
+			return cs.Status, err
+		}
+		id = cs.PaymentIntent
+	}
 	pi, err := s.client.V1PaymentIntents.Retrieve(ctx, id, &stripe.PaymentIntentRetrieveParams{})
 	if err != nil {
-		return Payment{}, classify("get payment "+id, err)
+		return "", classify("get payment "+id, err)
 	}
-	return s.payment(pi), nil
+	return string(pi.Status), nil
 }
 
-// CancelPayment cancels a payment that has not succeeded.
-func (s *Stripe) CancelPayment(ctx context.Context, id string) (Payment, error) {
-	p := &stripe.PaymentIntentCancelParams{}
-	p.SetIdempotencyKey("cancel-" + id)
-	pi, err := s.client.V1PaymentIntents.Cancel(ctx, id, p)
-	if err != nil {
-		return Payment{}, classify("cancel payment "+id, err)
-	}
-	return s.payment(pi), nil
-}
-
-// Refund refunds the payment in full, once.
-func (s *Stripe) Refund(ctx context.Context, paymentID string) error {
-	p := &stripe.RefundCreateParams{PaymentIntent: stripe.String(paymentID)}
-	p.SetIdempotencyKey("refund-" + paymentID)
+// Refund refunds the PaymentIntent in full, once.
+func (s *Stripe) Refund(ctx context.Context, paymentIntent string) error {
+	p := &stripe.RefundCreateParams{PaymentIntent: stripe.String(paymentIntent)}
+	p.SetIdempotencyKey("refund-" + paymentIntent)
 	if _, err := s.client.V1Refunds.Create(ctx, p); err != nil {
-		return classify("refund payment "+paymentID, err)
+		return classify("refund payment "+paymentIntent, err)
 	}
 	return nil
 }
@@ -100,44 +157,40 @@ func (s *Stripe) VerifyWebhook(raw []byte, header string) (Event, error) {
 	if err := verifySignature(raw, header, s.opts.Secrets, time.Now()); err != nil {
 		return Event{}, err
 	}
-	ev, err := decodeEvent(raw)
-	if err != nil {
-		return Event{}, err
-	}
-	ev.Payment.Provider = s.opts.Name
-	ev.Payment.CheckoutURL = s.checkoutURL(ev.Payment.ID)
-	return ev, nil
+	return decodeEvent(raw)
 }
 
-func (s *Stripe) payment(pi *stripe.PaymentIntent) Payment {
-	return Payment{
-		ID: pi.ID, Provider: s.opts.Name, Status: string(pi.Status), AmountCents: pi.Amount,
-		Currency: string(pi.Currency), ClientSecret: pi.ClientSecret, CheckoutURL: s.checkoutURL(pi.ID),
-		OrderID: pi.Metadata["order_id"],
+func session(cs *stripe.CheckoutSession) Session {
+	out := Session{
+		ID: cs.ID, Status: string(cs.Status), PaymentStatus: string(cs.PaymentStatus), URL: cs.URL,
+		AmountTotal: cs.AmountTotal, Currency: string(cs.Currency), Metadata: cs.Metadata,
+		ExpiresAt: time.Unix(cs.ExpiresAt, 0).UTC(),
 	}
+	if cs.PaymentIntent != nil {
+		out.PaymentIntent = cs.PaymentIntent.ID
+	}
+	return out
 }
 
-func (s *Stripe) checkoutURL(id string) string {
-	if s.opts.CheckoutURL == "" || id == "" {
-		return ""
-	}
-	return strings.TrimRight(s.opts.CheckoutURL, "/") + "/checkout/" + id
-}
-
-// classify wraps a stripe-go error: a 4xx answer is ErrRejected (retrying will not help), the
-// rest (no connection, a timeout, a 5xx) ErrUnavailable.
+// classify wraps a stripe-go error: a 4xx answer is a *Refusal (ErrRejected: retrying will
+// not help), except 409 (a concurrent request with the same Idempotency-Key) and 429 (rate
+// limited), which pass; the rest (no connection, a timeout, a 5xx) is ErrUnavailable.
 func classify(op string, err error) error {
 	var se *stripe.Error
-	if errors.As(err, &se) && se.HTTPStatusCode >= 400 && se.HTTPStatusCode < 500 {
-		return fmt.Errorf("payment: %s: %w: %d %s: %s", op, ErrRejected, se.HTTPStatusCode, se.Code, se.Msg)
+	if errors.As(err, &se) {
+		st := se.HTTPStatusCode
+		switch {
+		case st >= 400 && st < 500 && st != http.StatusConflict && st != http.StatusTooManyRequests:
+			reason := se.Msg
+			if reason == "" {
+				reason = fmt.Sprintf("refused (%d %s)", st, se.Code)
+			}
+			return fmt.Errorf("payment: %s: %w", op, &Refusal{Status: st, Code: string(se.Code), Reason: reason})
+		case st >= 500:
+			return fmt.Errorf("payment: %s: %w: %w: %d %s", op, ErrUnavailable, errAnswered5xx, st, se.Msg)
+		}
 	}
 	return fmt.Errorf("payment: %s: %w: %v", op, ErrUnavailable, err)
-}
-
-// PaymentStatus is the payment's current status at the provider (for reconciliation).
-func (s *Stripe) PaymentStatus(ctx context.Context, id string) (string, error) {
-	p, err := s.GetPayment(ctx, id)
-	return p.Status, err
 }
 
 // ProviderFor is the provider the configuration names, for processes that only ask about
@@ -148,8 +201,7 @@ func ProviderFor(name, simAddr, simKey, stripeBase, stripeKey string, secrets []
 	case ProviderStripe:
 		return NewStripe(StripeOptions{Name: name, APIBase: stripeBase, SecretKey: stripeKey, Secrets: secrets})
 	case ProviderSim:
-		base := "http://" + simAddr
-		return NewStripe(StripeOptions{Name: name, APIBase: base, SecretKey: simKey, Secrets: secrets, CheckoutURL: base})
+		return NewStripe(StripeOptions{Name: name, APIBase: "http://" + simAddr, SecretKey: simKey, Secrets: secrets})
 	}
 	return nil
 }

@@ -54,20 +54,24 @@ func signedAt(header string) (time.Time, bool) {
 	return at, !at.IsZero()
 }
 
-// decodeEvent reads the event's id, type and payment from a verified body. A body that is not
-// such an event is ErrBadSignature's sibling: nothing a provider signs, answered 400 too.
+// decodeEvent reads the event's id, type and object (a Checkout Session or a PaymentIntent)
+// from a verified body. A body that is not such an event is ErrBadSignature's sibling:
+// nothing a provider signs, answered 400 too.
 func decodeEvent(raw []byte) (Event, error) {
 	var e struct {
 		ID   string `json:"id"`
 		Type string `json:"type"`
 		Data struct {
 			Object struct {
-				ID           string            `json:"id"`
-				Status       string            `json:"status"`
-				Amount       int64             `json:"amount"`
-				Currency     string            `json:"currency"`
-				ClientSecret string            `json:"client_secret"`
-				Metadata     map[string]string `json:"metadata"`
+				ID            string            `json:"id"`
+				Object        string            `json:"object"`
+				Status        string            `json:"status"`
+				PaymentStatus string            `json:"payment_status"`
+				PaymentIntent json.RawMessage   `json:"payment_intent"`
+				Amount        int64             `json:"amount"`
+				AmountTotal   int64             `json:"amount_total"`
+				Currency      string            `json:"currency"`
+				Metadata      map[string]string `json:"metadata"`
 			} `json:"object"`
 		} `json:"data"`
 	}
@@ -75,8 +79,27 @@ func decodeEvent(raw []byte) (Event, error) {
 		return Event{}, fmt.Errorf("%w: not a provider event", ErrBadSignature)
 	}
 	o := e.Data.Object
-	return Event{ID: e.ID, Type: e.Type, Payment: Payment{
-		ID: o.ID, Status: o.Status, AmountCents: o.Amount, Currency: o.Currency,
-		ClientSecret: o.ClientSecret, OrderID: o.Metadata["order_id"],
-	}}, nil
+	ev := Event{ID: e.ID, Type: e.Type, Status: o.Status, PaymentStatus: o.PaymentStatus,
+		Currency: o.Currency, Metadata: o.Metadata}
+	switch o.Object {
+	case "checkout.session":
+		ev.SessionID, ev.AmountCents = o.ID, o.AmountTotal
+		ev.PaymentIntent = expandableID(o.PaymentIntent)
+	case "payment_intent":
+		ev.PaymentIntent, ev.AmountCents = o.ID, o.Amount
+	}
+	return ev, nil
+}
+
+// expandableID is the id of a field Stripe sends as an id string or an expanded object.
+func expandableID(raw json.RawMessage) string {
+	var id string
+	if json.Unmarshal(raw, &id) == nil {
+		return id
+	}
+	var obj struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(raw, &obj) // null or malformed: no id
+	return obj.ID
 }

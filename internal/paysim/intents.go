@@ -54,6 +54,7 @@ type intent struct {
 	lastError                    *apiError
 	canceledAt                   int64
 	cancellationReason           string
+	session                      string // the Checkout Session that made it, if any
 }
 
 type charge struct {
@@ -492,6 +493,9 @@ func (s *Server) settleAsync(id string) {
 		return
 	}
 	evts := s.succeedLocked(pi)
+	if ev := s.sessionSettledLocked(pi); ev != nil {
+		evts = append(evts, ev)
+	}
 	s.mu.Unlock()
 	s.hooks.enqueue(evts)
 }

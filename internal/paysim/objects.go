@@ -13,7 +13,7 @@ import (
 
 // objectsLocked is how many objects are kept (s.mu held).
 func (s *Server) objectsLocked() int {
-	return len(s.intents) + len(s.charges) + len(s.refunds) + s.disputes
+	return len(s.intents) + len(s.charges) + len(s.refunds) + s.disputes + len(s.sessions)
 }
 
 // roomLocked makes room for n more objects, never evicting keep (s.mu held); a 429 when no
@@ -26,6 +26,9 @@ func (s *Server) roomLocked(n int, keep *intent) *apiError {
 				victim = pi
 				break
 			}
+		}
+		if victim == nil && s.evictSessionLocked() {
+			continue
 		}
 		if victim == nil {
 			return &apiError{status: http.StatusTooManyRequests, Type: invalidRequest, Code: "rate_limit",
@@ -166,4 +169,18 @@ func (s *Server) listIntents(_ *http.Request, c *caller) (int, any) {
 	}
 	out.Data = data
 	return http.StatusOK, out
+}
+
+// evictSessionLocked evicts the oldest Checkout Session that has ended (complete or expired),
+// counted like an evicted payment; false when every session kept is open.
+func (s *Server) evictSessionLocked() bool {
+	for el := s.sessionOrder.Front(); el != nil; el = el.Next() {
+		if cs := el.Value.(*session); cs.status != SessionOpen {
+			s.sessionOrder.Remove(el)
+			delete(s.sessions, cs.id)
+			s.evicted.Add(1)
+			return true
+		}
+	}
+	return false
 }

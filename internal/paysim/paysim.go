@@ -44,6 +44,7 @@ const (
 	OpConfirm Op = "confirm" // POST /v1/payment_intents/{id}/confirm
 	OpCancel  Op = "cancel"  // POST /v1/payment_intents/{id}/cancel
 	OpRefund  Op = "refund"  // POST /v1/refunds
+	OpSession Op = "session" // POST /v1/checkout/sessions
 )
 
 // Config describes one simulator. The zero value works: a random key, no webhooks, a random
@@ -127,21 +128,23 @@ type Server struct {
 	mux     *http.ServeMux
 	secrets []string
 
-	mu       sync.Mutex
-	intents  map[string]*intent
-	charges  map[string]*charge
-	refunds  map[string]*refund
-	timers   map[string]*time.Timer // async payments still processing, disputes to come
-	order    *list.List             // every intent, oldest first: eviction looks here
-	byOwner  map[string]*list.List  // each key's intents, oldest first: listings page here
-	disputes int                    // disputes kept (objects beside intents, charges, refunds)
-	seq      int64                  // creation order of intents and refunds
-	evicted  atomic.Int64
-	closed   bool
-	idem     *idempotency
-	hooks    *deliverer
-	lifetime context.Context
-	stop     context.CancelFunc
+	mu           sync.Mutex
+	intents      map[string]*intent
+	charges      map[string]*charge
+	refunds      map[string]*refund
+	timers       map[string]*time.Timer // async payments still processing, disputes to come, open sessions' expiry
+	order        *list.List             // every intent, oldest first: eviction looks here
+	byOwner      map[string]*list.List  // each key's intents, oldest first: listings page here
+	disputes     int                    // disputes kept (objects beside intents, charges, refunds)
+	seq          int64                  // creation order of intents and refunds
+	evicted      atomic.Int64
+	sessions     map[string]*session
+	sessionOrder *list.List // every session, oldest first: eviction looks here
+	closed       bool
+	idem         *idempotency
+	hooks        *deliverer
+	lifetime     context.Context
+	stop         context.CancelFunc
 	// closeIdle closes the webhook client's kept-alive connections at Close (nil when the
 	// client is the caller's).
 	closeIdle func()
@@ -205,18 +208,20 @@ func New(cfg Config) *Server {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "paysim"),
-		secrets:  secrets,
-		intents:  map[string]*intent{},
-		charges:  map[string]*charge{},
-		refunds:  map[string]*refund{},
-		timers:   map[string]*time.Timer{},
-		idem:     newIdempotency(cfg.IdempotencyTTL, cfg.MaxObjects),
-		order:    list.New(),
-		byOwner:  map[string]*list.List{},
-		lifetime: ctx,
-		stop:     stop,
+		cfg:          cfg,
+		log:          cfg.Logger.With("component", "paysim"),
+		secrets:      secrets,
+		intents:      map[string]*intent{},
+		charges:      map[string]*charge{},
+		refunds:      map[string]*refund{},
+		sessions:     map[string]*session{},
+		timers:       map[string]*time.Timer{},
+		idem:         newIdempotency(cfg.IdempotencyTTL, cfg.MaxObjects),
+		order:        list.New(),
+		sessionOrder: list.New(),
+		byOwner:      map[string]*list.List{},
+		lifetime:     ctx,
+		stop:         stop,
 	}
 	if ownClient {
 		s.closeIdle = cfg.HTTPClient.CloseIdleConnections

@@ -1,5 +1,5 @@
 // The shopper page: dev login, the live item grid, buying, My orders (pay at the payment
-// provider's checkout page, cancel, rate) and the leaderboards.
+// provider's hosted Checkout page, cancel, rate) and the leaderboards.
 //
 // Live stock is pushed: an EventSource on GET /api/items/stream gets the catalogue at once and
 // again within a second of any change (one encoded event fanned out to every shopper, so the
@@ -30,9 +30,21 @@
     loggingIn: false,
     provider: '', // 'none' once the shop said it settles outside (POST /pay pays)
     checkouts: new Set(), // order ids this page opened a checkout for
+    returned: checkoutReturn(), // {order, outcome} when the shopper just came back from Checkout
 
     category: sessionStorage.getItem('flashsale.category') || '',
   };
+
+  // checkoutReturn reads (and takes out of the address bar) what Checkout's success or cancel
+  // URL says: ?checkout=success|cancel&order=<id>. The order's row says it once orders load.
+  function checkoutReturn() {
+    const q = new URLSearchParams(location.search);
+    const outcome = q.get('checkout');
+    const order = q.get('order');
+    if (!outcome) return null;
+    history.replaceState(null, '', location.pathname);
+    return (outcome === 'success' || outcome === 'cancel') && order ? { order, outcome } : null;
+  }
 
   // ---- rate limits -------------------------------------------------------------------------
 
@@ -551,8 +563,9 @@
     for (const o of list) {
       seen.add(o.id);
       let row = state.rows.get(o.id);
-      // Rebuilt only when its status changes (or its item's name arrives), so focus stays put.
-      if (!row || row.status !== o.status || row.name !== itemName(o.item_id)) {
+      // Rebuilt only when its status changes (or its payment's, or its item's name arrives), so
+      // focus stays put.
+      if (!row || row.status !== o.status || row.pstatus !== o.payment_status || row.name !== itemName(o.item_id)) {
         const fresh = makeOrderRow(o);
         updateRow(fresh);
         if (row) {
@@ -569,6 +582,10 @@
         row = fresh;
         state.rows.set(o.id, row);
       }
+      if (state.returned && state.returned.order === o.id) {
+        sayReturned(row, o, state.returned.outcome);
+        state.returned = null;
+      }
       const want = prev ? prev.nextSibling : ul.firstChild;
       if (want !== row.root) ul.insertBefore(row.root, want);
       prev = row.root;
@@ -582,14 +599,34 @@
     $('orders-empty').hidden = list.length > 0;
   }
 
+  // sayReturned tells the shopper back from Checkout where their payment stands.
+  function sayReturned(row, o, outcome) {
+    if (outcome === 'cancel') {
+      say(row.msg, o.status === 'reserved'
+        ? 'Checkout cancelled: nothing was charged. Pay again before the time runs out.'
+        : 'Checkout cancelled: nothing was charged.', 'warn');
+    } else if (o.status === 'paid') {
+      say(row.msg, 'Paid, thank you! The payment went through. You can rate it now.', 'ok');
+    } else if (o.status === 'reserved') {
+      state.checkouts.add(o.id); // says Paid (or why not) when the provider's word arrives
+      say(row.msg, o.payment_status === 'processing'
+        ? 'Your payment is processing. This order stays reserved for you and turns Paid when it goes through.'
+        : 'Thank you! This order turns Paid as soon as the payment provider confirms the payment.', 'ok');
+    } else {
+      say(row.msg, 'The reservation ended before the payment went through. A payment that still goes through is refunded in full.', 'warn');
+    }
+  }
+
+  const PAYMENT_TEXT = { processing: 'payment processing', failed: 'card declined, pay again', canceled: 'checkout ended' };
+
   function makeOrderRow(o) {
-    const row = { id: o.id, status: o.status, name: itemName(o.item_id), busy: false, pay: null, cancel: null, stars: [] };
+    const row = { id: o.id, status: o.status, pstatus: o.payment_status, name: itemName(o.item_id), busy: false, pay: null, cancel: null, stars: [] };
     row.msg = el('p', { class: 'msg', role: 'status', 'aria-live': 'polite' });
     const total = money(o.price_cents * o.quantity);
     const what = el('div', { class: 'what' },
       el('strong', { text: `${o.quantity} × ${itemName(o.item_id)}` }), ' ',
       el('span', { class: 'badge ' + o.status, text: ORDER_TEXT[o.status] || o.status }),
-      el('div', { class: 'hint', text: `${total} · order ${o.id}` }));
+      el('div', { class: 'hint', text: `${total} · order ${o.id}` + (o.status === 'reserved' && PAYMENT_TEXT[o.payment_status] ? ` · ${PAYMENT_TEXT[o.payment_status]}` : '') }));
     const actions = el('div', { class: 'actions' });
     if (o.status === 'reserved') {
       const clock = el('span', { class: 'clock', 'data-deadline': String(Date.parse(o.expires_at)), 'data-prefix': 'Pay within ', 'data-expires': '1' });
@@ -624,12 +661,12 @@
     for (const b of row.stars) b.disabled = row.busy || wait > 0;
   }
 
-  // checkout starts paying o at the shop's payment provider: the api creates (once per order)
-  // the payment, and its checkout page opens in a new tab, where the shopper picks a card (a
-  // declined one says so there, and another can be tried until the reservation ends). This
-  // page does not learn the outcome from that tab: the order turns Paid here when the
-  // provider's webhook reached the shop (the orders refresh every few seconds). It answers
-  // false when the shop has no provider (it settles outside: POST /pay pays).
+  // checkout starts paying o at the shop's payment provider: the api opens (or answers again)
+  // the order's Checkout Session, and this tab goes to its hosted page, where the shopper picks
+  // a card (a declined one says so there, and another can be tried until the reservation
+  // ends). Checkout sends the shopper back here (?checkout=success|cancel&order=…); the order
+  // turns Paid when the provider's webhook reached the shop (orders refresh every few
+  // seconds). It answers false when the shop has no provider (it settles outside: POST /pay).
   async function checkout(row, o) {
     const r = await api('POST', `/api/orders/${encodeURIComponent(o.id)}/checkout`, { token: state.token });
     if (!r.ok && r.status === 409 && r.error && /no payment provider/.test(r.error.message || '')) {
@@ -640,12 +677,11 @@
       const p = r.data.payment || {};
       state.checkouts.add(o.id);
       if (p.checkout_url) {
-        const url = p.checkout_url + '?return_url=' + encodeURIComponent(location.origin + location.pathname);
-        el('a', { href: url, target: '_blank', rel: 'noopener' }).click();
-        say(row.msg, 'Pay on the checkout page that opened. This order turns Paid here once the payment goes through; if a card is declined, try another there before the time runs out (Pay opens the page again).', 'ok');
-      } else {
-        say(row.msg, 'Your payment is ready; complete it with the shop\'s payment form.', 'ok');
+        say(row.msg, 'Taking you to the checkout page…', 'ok');
+        location.assign(p.checkout_url);
+        return true; // the buttons stay disabled while the page goes
       }
+      say(row.msg, 'The payment provider gave no checkout page; nothing was charged. Try again in a moment.', 'warn');
     } else {
       refused('pay', r, row.msg, describe(r, { what: 'pay' }));
       handleAuth(r);

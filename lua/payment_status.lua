@@ -1,0 +1,37 @@
+-- payment_status.lua: record what the provider last said of an order's session while it is
+-- not settled: open (waiting for the shopper), processing (a debit on its way: the order is
+-- held past its expires_at, see expire.lua and cancel.lua), failed (the last try was declined;
+-- the session stays open, or ended with a failed debit) or canceled (the session expired).
+-- Only a record of this session in one of those states moves, so a late or repeated event
+-- never undoes a settlement (paid, refunding, refunded) or touches another attempt's record.
+--
+-- KEYS[1] payments hash (order id -> "payment id|state|event id|attempt")
+-- ARGV[1] item id   ARGV[2] order id   ARGV[3] payment id (the session)
+-- ARGV[4] status: open | processing | failed | canceled
+--
+-- Reply: 1 when the record changed, 0 when it did not (another session's, settled, or the same).
+-- A malformed argument is an error reply and writes nothing.
+
+local item_id, oid, pid, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if not item_id or item_id == '' or not oid or not pid or pid == ''
+    or string.sub(oid, 1, #item_id + 1) ~= item_id .. '.' or string.find(pid, '|', 1, true)
+    or (status ~= 'open' and status ~= 'processing' and status ~= 'failed' and status ~= 'canceled') then
+  return redis.error_reply('ERR payment_status: bad item, order, payment id or status')
+end
+local rec = redis.call('HGET', KEYS[1], oid)
+if not rec then
+  return 0
+end
+local rpid, rstate, rest = string.match(rec, '^([^|]*)|([^|]*)|(.*)$')
+if rpid ~= pid or rstate == status then
+  return 0
+end
+if rstate ~= 'open' and rstate ~= 'processing' and rstate ~= 'failed' then
+  return 0 -- settled, or the session ended (canceled is final)
+end
+-- A processing debit is decided by the provider: only its outcome (failed) moves it on.
+if rstate == 'processing' and status ~= 'failed' then
+  return 0
+end
+redis.call('HSET', KEYS[1], oid, pid .. '|' .. status .. '|' .. rest)
+return 1
