@@ -61,6 +61,9 @@ type Store struct {
 	// clocks holds, per shard, the highest change-log clock the snapshot has read (only the
 	// loader, under snapLoad, touches it); nil until the first full load.
 	clocks []int64
+	// histories holds, per shard, the replication id of the primary the snapshot was read
+	// from (only the loader touches it).
+	histories []string
 	// sweep is the slow full pass behind the change logs (only the loader touches it).
 	sweep   sweepState
 	soldOut sync.Map // item id -> time.Time: answer sold_out from memory until then (soldout.go)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +25,16 @@ var UnknownLookups = limits.Policy{Rate: 20, Period: time.Second, Burst: 20}
 // maxStale is how old a snapshot reads serve: through a blip of Redis (the refresh failed),
 // and, while RunSnapshot runs, without refreshing it themselves (or two intervals if longer).
 const maxStale = 2 * time.Second
+
+// Every call the catalogue makes to Redis has a deadline, whatever its caller's context: a
+// refresh stuck on a primary that was cut off (a connection that never completes) would
+// otherwise hold every purchase that looks its item up. A refresh is given loadTimeout; a
+// reader waits for one at most refreshWait, then serves the snapshot it has (up to maxStale)
+// or fails, so a purchase is answered 503 at once rather than after the connection's timeouts.
+const (
+	loadTimeout = 5 * time.Second
+	refreshWait = time.Second
+)
 
 // snapOrder is what List and Queued derive from one snapshot generation: found once per
 // generation, not per call, so a tick over a 10,000-item catalogue sorts nothing.
@@ -83,6 +94,8 @@ func (s *Store) Known(ctx context.Context, id string) bool {
 	if !keyspace.ValidID(id) || !s.lookups.Allow("", time.Now()).Allowed {
 		return false
 	}
+	ctx, cancel := context.WithTimeout(ctx, refreshWait)
+	defer cancel()
 	h, err := s.rdb.HGetAll(ctx, s.keys.Item(id).Hash()).Result()
 	if err != nil {
 		return true
@@ -220,21 +233,106 @@ func (s *Store) Catalogue(ctx context.Context) (map[string]Item, uint64, error) 
 // whole catalogue; later calls read only what changed: one ZRANGE of each shard's change log
 // (lua/changed.lua) past the clock last seen, then one HGETALL per changed item. So an idle
 // catalogue costs one command per shard per refresh, whatever its size.
+//
+// The snapshot follows the primary of record: each refresh first asks the nodes it reads which
+// history they hold (their replication ids, nodeHistories). When one changed (a failover, a
+// restart) the whole catalogue is read again and replaces the snapshot, without the rule that
+// an older version never replaces a newer one: a promoted replica's versions may be behind
+// the deposed primary's, whose figures must not be served on.
 func (s *Store) refresh(ctx context.Context) error {
-	_, err, _ := s.snapLoad.Do("snap", func() (any, error) {
+	done := s.snapLoad.DoChan("snap", func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
+		defer cancel()
 		seen := time.Now() // before the reads: the age of what they tell the sold-out short cut
-		if s.clocks == nil {
-			return nil, s.loadAll(ctx, seen)
+		hist, err := s.nodeHistories(ctx)
+		if err != nil {
+			return nil, err
 		}
-		return nil, s.loadChanged(ctx, seen)
+		switch {
+		case s.clocks == nil:
+			err = s.loadAll(ctx, seen, false)
+		case !slices.Equal(hist, s.histories):
+			slog.Warn("inventory: the Redis primary changed (failover or restart); reloading the catalogue from it")
+			err = s.loadAll(ctx, seen, true)
+		default:
+			err = s.loadChanged(ctx, seen)
+		}
+		if err == nil {
+			s.histories = hist
+		}
+		return nil, err
 	})
-	return err
+	s.snapMu.RLock()
+	patience := refreshWait
+	if s.snap == nil {
+		patience = loadTimeout // nothing to serve meanwhile: the first load is worth its time
+	}
+	s.snapMu.RUnlock()
+	wait := time.NewTimer(patience)
+	defer wait.Stop()
+	select {
+	case r := <-done:
+		return r.Err
+	case <-wait.C:
+		return errors.New("inventory: catalogue refresh still running")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// nodeHistories returns, per shard, the replication id of the primary serving it (INFO
+// replication's master_replid): a node's id changes when it is promoted or restarted.
+func (s *Store) nodeHistories(ctx context.Context) ([]string, error) {
+	out := make([]string, keyspace.Shards)
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		id, err := replID(ctx, s.rdb)
+		if err != nil {
+			return nil, err
+		}
+		for n := range out {
+			out[n] = id
+		}
+		return out, nil
+	}
+	byNode := map[string]string{}
+	for n := range out {
+		node, err := cc.MasterForKey(ctx, s.keys.Shard(n).Clock())
+		if err != nil {
+			return nil, fmt.Errorf("inventory: primary of shard %d: %w", n, err)
+		}
+		addr := node.Options().Addr
+		id, seen := byNode[addr]
+		if !seen {
+			if id, err = replID(ctx, node); err != nil {
+				return nil, err
+			}
+			byNode[addr] = id
+		}
+		out[n] = id
+	}
+	return out, nil
+}
+
+// replID reads a node's replication id.
+func replID(ctx context.Context, c redis.Cmdable) (string, error) {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return "", fmt.Errorf("inventory: INFO replication: %w", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid:"); ok {
+			return v, nil
+		}
+	}
+	return "", nil
 }
 
 // loadAll reads every shard's clock, then every item (SMEMBERS of the catalogue, one
 // pipelined HGETALL per item). Clocks first: a change made during the item reads is read
-// again by the next loadChanged, never missed.
-func (s *Store) loadAll(ctx context.Context, seen time.Time) error {
+// again by the next loadChanged, never missed. With reset, what it read replaces the snapshot
+// whole: the data it read is the primary of record's, whatever versions the snapshot holds.
+func (s *Store) loadAll(ctx context.Context, seen time.Time, reset bool) error {
 	pipe := s.rdb.Pipeline()
 	heads := make([]*redis.ZSliceCmd, keyspace.Shards)
 	for n := range keyspace.Shards {
@@ -264,7 +362,7 @@ func (s *Store) loadAll(ctx context.Context, seen time.Time) error {
 			s.observeStock(*it, seen)
 		}
 	}
-	s.install(snap, nil)
+	s.install(snap, nil, reset)
 	s.clocks = clocks
 	return nil
 }
@@ -294,7 +392,7 @@ func (s *Store) loadChanged(ctx context.Context, seen time.Time) error {
 		// query would skip: read the whole catalogue again.
 		if c, _ := head.Int64(); c < s.clocks[n] {
 			slog.Warn("inventory: a change clock went back (failover or data loss); reloading the catalogue", "shard", n, "clock", c, "seen", s.clocks[n])
-			return s.loadAll(ctx, seen)
+			return s.loadAll(ctx, seen, true)
 		}
 	}
 	var ids []string
@@ -340,7 +438,7 @@ func (s *Store) loadChanged(ctx context.Context, seen time.Time) error {
 		}
 		return true
 	})
-	s.install(nil, read)
+	s.install(nil, read, false)
 	s.clocks = clocks
 	if ended {
 		s.sweep.seen = nil
@@ -444,9 +542,10 @@ func (s *Store) current(id string) (Item, bool) {
 
 // install publishes a new snapshot: all (a full load) or the current one with changes applied
 // (nil: the item is gone). A write that finished while the reads ran may have put a newer
-// version of an item into the snapshot (update): it is never replaced with an older one. The
+// version of an item into the snapshot (update): it is never replaced with an older one,
+// unless reset says all is the primary of record's after a change of primary. The
 // generation moves only when something changed, so what readers derive from it stays cached.
-func (s *Store) install(all map[string]Item, changes map[string]*Item) {
+func (s *Store) install(all map[string]Item, changes map[string]*Item, reset bool) {
 	if all == nil && len(changes) == 0 {
 		s.snapMu.Lock()
 		s.snapAt = time.Now()
@@ -454,6 +553,9 @@ func (s *Store) install(all map[string]Item, changes map[string]*Item) {
 		return
 	}
 	s.swap(true, func(base map[string]Item) map[string]Item {
+		if all != nil && reset {
+			return all
+		}
 		if all != nil {
 			for id, cur := range base {
 				if it, ok := all[id]; ok && cur.Version > it.Version {
