@@ -35,7 +35,16 @@ func (r *Reconciler) Batch(ctx context.Context, opt BatchOptions) (*Report, erro
 		if r.opt.afterStart != nil {
 			r.opt.afterStart(ctx)
 		}
-		rep, err = r.run(ctx, opt, n)
+		restarts := 0
+		err = r.rideThrough(ctx, "batch", func(attempt int) error {
+			restarts = attempt - 1
+			var err error
+			rep, err = r.run(ctx, opt, n)
+			return err
+		})
+		if rep != nil {
+			rep.Restarts = restarts
+		}
 		if err != nil && ctx.Err() != nil {
 			// Stopped (the reconciler shutting down, or the lock lost): the run's row says
 			// why, not only "context canceled".
@@ -151,6 +160,9 @@ func (r *Reconciler) firstPass(ctx context.Context, items []string, rep *Report)
 			c, stats, err := r.scanItem(gctx, item)
 			if err != nil {
 				return err
+			}
+			if r.opt.afterScan != nil {
+				r.opt.afterScan(gctx, item)
 			}
 			mu.Lock()
 			defer mu.Unlock()

@@ -10,6 +10,9 @@ import (
 // SetAfterStart makes Batch call f after it recorded the run's start (tests stall a runner).
 func SetAfterStart(o *Options, f func(ctx context.Context)) { o.afterStart = f }
 
+// SetAfterScan makes a batch's first pass call f after it compared each item.
+func SetAfterScan(o *Options, f func(ctx context.Context, item string)) { o.afterScan = f }
+
 // SetBeforeRepair makes Batch call f after it confirmed its drift, before it re-emits.
 func SetBeforeRepair(o *Options, f func(ctx context.Context)) { o.beforeRepair = f }
 

@@ -74,6 +74,9 @@ type Options struct {
 
 	// hooks for tests
 	afterStart func(ctx context.Context)
+	// afterScan, when set, runs after a batch's first pass compared an item (tests kill the
+	// primary there).
+	afterScan func(ctx context.Context, item string)
 	// beforeRepair, when set, runs after a batch confirmed its drift and before it re-emits
 	// (tests change an order or stall the runner there).
 	beforeRepair func(ctx context.Context)

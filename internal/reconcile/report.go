@@ -93,6 +93,8 @@ type Report struct {
 	Drift         []Drift      `json:"drift"`
 	Unverified    []Unverified `json:"unverified"`
 	Repair        *Repair      `json:"repair,omitempty"`
+	// Restarts is how often the comparison started over because Redis went away (a failover).
+	Restarts int `json:"restarts,omitempty"`
 	// Payments: every succeeded payment recorded is exactly one paid order or one refund.
 	Payments *PaymentCheck `json:"payments,omitempty"`
 }
@@ -131,6 +133,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		time.Duration(r.DurationMs)*time.Millisecond, r.RowsPerSecond)
 	fmt.Fprintf(w, "in flight at start: %d outbox entries, consumer lag %d; %d candidates settled in %d rounds\n",
 		r.InFlight.OutboxBacklog, r.InFlight.ConsumerLag, r.Candidates, r.Rounds)
+	if r.Restarts > 0 {
+		fmt.Fprintf(w, "Redis went away during the run (a failover?): the comparison started over %d times\n", r.Restarts)
+	}
 	if len(r.Drift) == 0 {
 		fmt.Fprintln(w, "no drift")
 	} else {

@@ -92,11 +92,18 @@ func (r *Reconciler) Restore(ctx context.Context, opt RestoreOptions) (*RestoreR
 				res.Refused = append(res.Refused, Refusal{ID: id, Reason: "not a valid item id"})
 				continue
 			}
-			item, err := r.restoreItem(ctx, id, n, opt.Force)
+			var item RestoredItem
+			err := r.rideThrough(ctx, "restore of item "+id, func(int) error {
+				var err error
+				item, err = r.restoreItem(ctx, id, n, opt.Force)
+				return err
+			})
 			var refusal *refusedError
 			switch {
 			case errors.As(err, &refusal):
 				res.Refused = append(res.Refused, Refusal{ID: id, Reason: refusal.Error()})
+			case redisGone(err):
+				return fmt.Errorf("reconcile: restore %s stopped: %w; if its rebuild had begun, the item refuses sales until `reconciler restore --item %s` runs again", id, err, id)
 			case err != nil:
 				return fmt.Errorf("reconcile: restore %s: %w", id, err)
 			default:
