@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -58,16 +59,19 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 	}
 	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
 	var payments reconcile.PaymentProvider
+	var money reconcile.MoneyProvider
 	switch p := cfg.Payment; {
 	case p.Provider == "sim" && p.SimKeyGenerated:
 		// The simulator shows a key's payments to that key only: without the api's, there is
 		// nothing to compare with.
 		slog.Warn("FLASHSALE_PAYMENT_SIM_API_KEY is not set: payments are not reconciled against the simulator")
 	case p.Provider != "none":
-		payments = payment.ProviderFor(p.Provider, p.SimAddr, p.SimAPIKey, p.StripeAPIBase, p.StripeSecretKey, p.WebhookSecrets)
+		st := payment.ProviderFor(p.Provider, p.SimAddr, p.SimAPIKey, p.StripeAPIBase, p.StripeSecretKey, p.WebhookSecrets)
+		payments, money = st, moneyProvider{st}
 	}
 	r := reconcile.New(rdb, keys, db, reconcile.Options{
 		Payments:       payments,
+		Money:          money,
 		ReservationTTL: cfg.ReservationTTL,
 		Retention:      cfg.OrderRetention,
 		IdempotencyTTL: cfg.IdempotencyTTL,
@@ -77,6 +81,16 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 		}),
 	})
 	return r, func() { db.Close(); rdb.Close() }, nil
+}
+
+// moneyProvider adapts the payment provider to what the money check asks of it.
+type moneyProvider struct{ *payment.Stripe }
+
+func (m moneyProvider) ListPayments(ctx context.Context, since time.Time, fn func(reconcile.ProviderPayment) error) error {
+	return m.Stripe.ListPayments(ctx, since, func(p payment.ProviderPayment) error {
+		return fn(reconcile.ProviderPayment{ID: p.ID, Status: p.Status, AmountCents: p.AmountCents, Currency: p.Currency,
+			RefundedCents: p.RefundedCents, OrderID: p.OrderID, Created: p.Created})
+	})
 }
 
 // batchCommand is `reconciler batch [--repair] [--json|--table]`: one batch run, its report

@@ -89,7 +89,7 @@ type intentJSON struct {
 	Currency           string            `json:"currency"`
 	Description        *string           `json:"description"`
 	LastPaymentError   *apiError         `json:"last_payment_error"`
-	LatestCharge       *string           `json:"latest_charge"`
+	LatestCharge       any               `json:"latest_charge"` // its id, or the charge when expanded
 	Livemode           bool              `json:"livemode"`
 	Metadata           map[string]string `json:"metadata"`
 	PaymentMethod      *string           `json:"payment_method"`

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // The simulator's memory is bounded by Config.MaxObjects: payment intents, charges, refunds
@@ -124,7 +125,7 @@ func createdParam(c *caller) (createdRange, *apiError) {
 }
 
 // listIntents is GET /v1/payment_intents: the caller's payment intents, newest first, with
-// Stripe's created filter and limit / starting_after pagination. A page costs its length, not
+// Stripe's created filter, limit / starting_after pagination and expand[]=data.latest_charge. A page costs its length, not
 // the number of payments kept.
 func (s *Server) listIntents(_ *http.Request, c *caller) (int, any) {
 	if e := c.only("created", "created[", "limit", "starting_after", "expand["); e != nil {
@@ -139,6 +140,12 @@ func (s *Server) listIntents(_ *http.Request, c *caller) (int, any) {
 		return fail(e)
 	}
 	after := c.get("starting_after")
+	expandCharge := false
+	for name, vals := range c.form {
+		if strings.HasPrefix(name, "expand[") && len(vals) > 0 && vals[0] == "data.latest_charge" {
+			expandCharge = true
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var el *list.Element
@@ -165,7 +172,11 @@ func (s *Server) listIntents(_ *http.Request, c *caller) (int, any) {
 			out.HasMore = true
 			break
 		}
-		data = append(data, pi.view())
+		v := pi.view()
+		if ch := s.charges[pi.latestCharge]; expandCharge && ch != nil {
+			v.LatestCharge = ch.view()
+		}
+		data = append(data, v)
 	}
 	out.Data = data
 	return http.StatusOK, out

@@ -123,6 +123,9 @@ func (r *Reconciler) run(ctx context.Context, opt BatchOptions, n int64) (*Repor
 	if rep.Payments, err = r.checkPayments(ctx); err != nil {
 		return nil, err
 	}
+	if rep.Money, err = r.checkMoney(ctx, opt.Repair); err != nil {
+		return nil, err
+	}
 	if opt.Repair && len(drift) > 0 {
 		if r.opt.beforeRepair != nil {
 			r.opt.beforeRepair(ctx)

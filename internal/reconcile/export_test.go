@@ -46,3 +46,8 @@ func PrunePass(ctx context.Context, r *Reconciler, n int64) (PruneResult, error)
 func PruneChunk(ctx context.Context, r *Reconciler, n int64, item string, orders []record.PrunableOrder) ([]string, error) {
 	return r.pruneChunk(ctx, n, item, orders)
 }
+
+// CheckMoney runs the batch's money check alone.
+func (r *Reconciler) CheckMoney(ctx context.Context, repair bool) (*MoneyCheck, error) {
+	return r.checkMoney(ctx, repair)
+}

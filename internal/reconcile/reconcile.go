@@ -63,6 +63,11 @@ type Options struct {
 	// Payments, when set, is asked for the state of a payment the record does not account
 	// for exactly once.
 	Payments PaymentProvider
+	// Money, when set, lists the provider's payments for the batch's money check (see
+	// checkMoney), and refunds a payment without an order on --repair.
+	Money MoneyProvider
+	// MoneyWindow is how far back the money check lists payments (DefaultMoneyWindow).
+	MoneyWindow time.Duration
 	// Retention is how long a final order stays in Redis after it became final
 	// (FLASHSALE_ORDER_RETENTION; default DefaultOrderRetention); IdempotencyTTL the window
 	// since its creation within which it never leaves (default

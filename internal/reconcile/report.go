@@ -97,6 +97,8 @@ type Report struct {
 	Restarts int `json:"restarts,omitempty"`
 	// Payments: every succeeded payment recorded is exactly one paid order or one refund.
 	Payments *PaymentCheck `json:"payments,omitempty"`
+	// Money: the provider's payments of the window against the record (drift by kind).
+	Money *MoneyCheck `json:"money,omitempty"`
 }
 
 // paymentDrift is how many payments do not add up.
@@ -109,7 +111,7 @@ func (r *Report) paymentDrift() int {
 
 // Clean reports whether the run found no drift and verified everything.
 func (r *Report) Clean() bool {
-	return len(r.Drift) == 0 && len(r.Unverified) == 0 && r.paymentDrift() == 0
+	return len(r.Drift) == 0 && len(r.Unverified) == 0 && r.paymentDrift() == 0 && (r.Money == nil || len(r.Money.Drift) == 0)
 }
 
 // DriftRemains reports whether the run leaves drift behind, which `reconciler batch` exits 3
@@ -118,6 +120,9 @@ func (r *Report) Clean() bool {
 // the re-emitted events), although the report still lists what it found.
 func (r *Report) DriftRemains() bool {
 	if len(r.Unverified) > 0 || r.paymentDrift() > 0 { // payments are reported, never repaired
+		return true
+	}
+	if r.Money != nil && r.Money.Skipped != "" || r.Money.unrepaired() > 0 { // money drift other than a refunded payment needs a person
 		return true
 	}
 	if r.Repair == nil {
@@ -149,6 +154,17 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	for _, u := range r.Unverified {
 		fmt.Fprintf(w, "unverified: item %s (%d orders, %d ratings): %s\n", u.ItemID, len(u.Orders), len(u.Users), u.Reason)
+	}
+	if m := r.Money; m != nil {
+		fmt.Fprintf(w, "money: %d payments listed since %s (%d not a shop order's), %d drift\n",
+			m.Listed, m.From.Format(time.RFC3339), m.Foreign, len(m.Drift))
+		if m.Skipped != "" {
+			fmt.Fprintf(w, "  money check not done: %s\n", m.Skipped)
+		}
+		for _, d := range m.Drift {
+			fmt.Fprintf(w, "  %s: payment %s order %s (provider %s %d, record %s %d) %s\n", d.Kind, d.PaymentID,
+				d.OrderID, dash(d.ProviderStatus), d.ProviderCents, dash(d.OrderStatus), d.RecordCents, d.Repair)
+		}
 	}
 	if r.Repair != nil {
 		fmt.Fprintf(w, "repair: %d events re-emitted, %d fixed, %d not fixed\n",

@@ -3,6 +3,7 @@ package record
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // PaymentIssue is a payment the record does not account for exactly once: a succeeded payment
@@ -49,4 +50,85 @@ func (q *Queries) PaymentIssues(ctx context.Context) ([]PaymentIssue, int, error
 		return nil, 0, fmt.Errorf("record: payments: %w", err)
 	}
 	return out, checked, nil
+}
+
+// RecordedPayment is a payments row.
+type RecordedPayment struct {
+	ID, OrderID, Status        string
+	AmountCents, RefundedCents int64
+}
+
+// OrderMoney is an order as the money check reads it: its status, what it costs, and the
+// payments recorded for it.
+type OrderMoney struct {
+	Status      string
+	AmountCents int64
+	Payments    []RecordedPayment
+}
+
+// OrdersMoney returns the recorded orders among ids (absent ones are left out) with their
+// payments. Two index lookups, not a join: a join of a few hundred orders with the whole
+// payments table is what the planner picks for tables it has no statistics on yet.
+func (q *Queries) OrdersMoney(ctx context.Context, ids []string) (map[string]OrderMoney, error) {
+	out := make(map[string]OrderMoney, len(ids))
+	rows, err := q.db.Query(ctx, `SELECT id, status, quantity * price_cents FROM orders WHERE id = ANY($1::text[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("record: orders' payments: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var o OrderMoney
+		if err := rows.Scan(&id, &o.Status, &o.AmountCents); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("record: orders' payments: %w", err)
+		}
+		out[id] = o
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("record: orders' payments: %w", err)
+	}
+	rows, err = q.db.Query(ctx, `SELECT id, order_id, status, amount_cents, refunded_cents FROM payments WHERE order_id = ANY($1::text[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("record: orders' payments: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p RecordedPayment
+		if err := rows.Scan(&p.ID, &p.OrderID, &p.Status, &p.AmountCents, &p.RefundedCents); err != nil {
+			return nil, fmt.Errorf("record: orders' payments: %w", err)
+		}
+		if o, ok := out[p.OrderID]; ok {
+			o.Payments = append(o.Payments, p)
+			out[p.OrderID] = o
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("record: orders' payments: %w", err)
+	}
+	return out, nil
+}
+
+// SucceededPayments returns the payments recorded succeeded (they paid their order) whose
+// first event came in [from, to).
+func (q *Queries) SucceededPayments(ctx context.Context, from, to time.Time) ([]RecordedPayment, error) {
+	rows, err := q.db.Query(ctx, `
+	SELECT id, order_id, status, amount_cents, refunded_cents FROM payments
+	WHERE status = 'succeeded' AND created_at >= $1 AND created_at < $2 ORDER BY id`, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("record: succeeded payments: %w", err)
+	}
+	defer rows.Close()
+	var out []RecordedPayment
+	for rows.Next() {
+		var p RecordedPayment
+		if err := rows.Scan(&p.ID, &p.OrderID, &p.Status, &p.AmountCents, &p.RefundedCents); err != nil {
+			return nil, fmt.Errorf("record: succeeded payments: %w", err)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("record: succeeded payments: %w", err)
+	}
+	return out, nil
 }

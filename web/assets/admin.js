@@ -390,6 +390,8 @@
     order_status: 'Order status', order_user: 'Order user', order_quantity: 'Order quantity',
     order_price: 'Order price', rating: 'Rating',
     order_id_reused: 'Order id holds two orders', order_conflict_parked: 'Conflicting order event parked',
+    payment_without_order: 'Money: payment without a paid order', paid_without_payment: 'Money: paid without a succeeded payment',
+    amount_mismatch: 'Money: amount differs from the order', refund_missing: 'Money: refund missing at the provider',
   };
 
   // reportView: the run's summary, its drift counted by kind (with a few examples of each),
@@ -407,12 +409,15 @@
     const parts = [el('dl', { class: 'summary' }, ...rows.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { text: String(v) })]))];
 
     const byKind = new Map();
-    for (const d of rep.drift || []) {
+    // The money check's drift (the provider's payments against the record) sits beside the
+    // orders' drift, one row per kind.
+    for (const d of [...(rep.drift || []), ...((rep.money && rep.money.drift) || [])]) {
       const k = d.kind || 'other';
       if (!byKind.has(k)) byKind.set(k, []);
       byKind.get(k).push(d);
     }
-    const example = (d) => [d.item_id, d.order_id, d.user_id].filter(Boolean).join(' / ') + (d.field ? ` (${d.field})` : '');
+    const example = (d) => [d.item_id, d.order_id, d.user_id, d.payment_id].filter(Boolean).join(' / ') +
+      (d.field ? ` (${d.field})` : '') + (d.repair ? ` [${d.repair}]` : '');
     const table = el('table', { class: 'recon' },
       el('thead', {}, el('tr', {}, el('th', { text: 'Kind' }), el('th', { class: 'num', text: 'Drift' }), el('th', { text: 'Examples' }))),
       el('tbody', {}, ...(byKind.size
@@ -422,6 +427,9 @@
           el('td', { text: list.slice(0, 3).map(example).join(', ') + (list.length > 3 ? ', …' : '') })))
         : [el('tr', {}, el('td', { colspan: '3', text: run.report ? 'No drift: Redis and PostgreSQL agree.' : 'No report (see the status).' }))])));
     parts.push(el('div', { class: 'table-wrap' }, table));
+    if (rep.money && rep.money.skipped) {
+      parts.push(el('p', { class: 'msg warn', text: `The money check did not run: ${rep.money.skipped}` }));
+    }
     const unv = rep.unverified || [];
     if (unv.length) {
       parts.push(el('p', { class: 'msg warn', text: `${unv.length} ${unv.length === 1 ? 'item' : 'items'} could not be verified (checked again next run): ` +

@@ -1,0 +1,268 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/record"
+)
+
+// Money drift kinds: a payment at the provider and the record disagree about money.
+const (
+	// MoneyPaymentWithoutOrder: a succeeded payment (not refunded in full) whose order is not
+	// paid in the record, or whose order another payment paid. --repair refunds it.
+	MoneyPaymentWithoutOrder = "payment_without_order"
+	// MoneyPaidWithoutPayment: the record has an order paid by a payment that did not succeed
+	// at the provider (or that the provider does not list).
+	MoneyPaidWithoutPayment = "paid_without_payment"
+	// MoneyAmountMismatch: the payment that paid an order is not the order's amount.
+	MoneyAmountMismatch = "amount_mismatch"
+	// MoneyRefundMissing: the record says the payment was refunded; the provider has not
+	// refunded it in full.
+	MoneyRefundMissing = "refund_missing"
+)
+
+// DefaultMoneyWindow is how far back a batch lists the provider's payments: as long as
+// Stripe retries a webhook, so a payment whose events may still come is in it.
+const DefaultMoneyWindow = 72 * time.Hour
+
+// ProviderPayment is one payment as the provider lists it.
+type ProviderPayment struct {
+	ID            string
+	Status        string // "succeeded", "processing", "canceled", ...
+	AmountCents   int64
+	Currency      string
+	RefundedCents int64
+	OrderID       string // metadata[order_id]: "" for a payment that is not a shop's order
+	Created       time.Time
+}
+
+// MoneyProvider lists the provider's payments and refunds one (payment.Stripe, adapted).
+type MoneyProvider interface {
+	// ListPayments calls fn with every payment created at or after since, page by page.
+	ListPayments(ctx context.Context, since time.Time, fn func(ProviderPayment) error) error
+	// Refund refunds a succeeded payment in full, once (the same Idempotency-Key every time).
+	Refund(ctx context.Context, paymentID string) error
+}
+
+// MoneyRecord is what the money check reads from the record (*record.Queries has it).
+type MoneyRecord interface {
+	OrdersMoney(ctx context.Context, ids []string) (map[string]record.OrderMoney, error)
+	SucceededPayments(ctx context.Context, from, to time.Time) ([]record.RecordedPayment, error)
+}
+
+// MoneyDrift is one payment whose money the record does not account for.
+type MoneyDrift struct {
+	Kind           string `json:"kind"`
+	PaymentID      string `json:"payment_id"`
+	OrderID        string `json:"order_id"`
+	ProviderStatus string `json:"provider_status"` // "" when the provider does not list it
+	ProviderCents  int64  `json:"provider_cents"`  // the payment's amount (refunded: what was refunded)
+	RecordCents    int64  `json:"record_cents"`    // the order's amount in the record
+	OrderStatus    string `json:"order_status"`    // in the record ("" = no such order)
+	// Repair is what --repair did: "refunded", "refund failed: …", or "recorded" (reported
+	// in the stored run for a person to act on).
+	Repair string `json:"repair,omitempty"`
+}
+
+// MoneyCheck is what the batch found comparing the provider's payments with the record.
+type MoneyCheck struct {
+	From    time.Time    `json:"from"`
+	To      time.Time    `json:"to"`
+	Listed  int          `json:"listed"`  // payments the provider listed in [from, to)
+	Foreign int          `json:"foreign"` // of which not a shop order's (no order metadata): left alone
+	Drift   []MoneyDrift `json:"drift"`
+	// Skipped says why the check did not run ("" when it did).
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// unrepaired counts the drift --repair did not resolve.
+func (m *MoneyCheck) unrepaired() int {
+	if m == nil {
+		return 0
+	}
+	n := 0
+	for _, d := range m.Drift {
+		if d.Repair != "refunded" {
+			n++
+		}
+	}
+	return n
+}
+
+const moneyPage = 500 // provider payments judged per record query
+
+// checkMoney lists the provider's payments of the window and checks each of the shop's
+// against the record, then the record's succeeded payments against the listing. A candidate
+// is judged again after QuietFor, so an order.paid still on its way to Postgres is not drift.
+// With repair, a payment without an order is refunded.
+func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, error) {
+	mp := r.opt.Money
+	if mp == nil {
+		return nil, nil
+	}
+	rec, ok := r.db.(MoneyRecord)
+	if !ok {
+		return nil, nil
+	}
+	window := r.opt.MoneyWindow
+	if window <= 0 {
+		window = DefaultMoneyWindow
+	}
+	now := time.Now().UTC()
+	out := &MoneyCheck{From: now.Add(-window), To: now, Drift: []MoneyDrift{}}
+	seen := map[string]ProviderPayment{}
+	var page []ProviderPayment
+	var cands []ProviderPayment
+	judgePage := func(ps []ProviderPayment) ([]MoneyDrift, error) {
+		ids := make([]string, 0, len(ps))
+		for _, p := range ps {
+			ids = append(ids, p.OrderID)
+		}
+		om, err := rec.OrdersMoney(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		var ds []MoneyDrift
+		for _, p := range ps {
+			o, found := om[p.OrderID]
+			if d, bad := judgePayment(p, o, found); bad {
+				ds = append(ds, d)
+			}
+		}
+		return ds, nil
+	}
+	flush := func() error {
+		ds, err := judgePage(page)
+		if err != nil {
+			return err
+		}
+		for _, d := range ds {
+			cands = append(cands, seen[d.PaymentID])
+		}
+		page = page[:0]
+		return nil
+	}
+	err := mp.ListPayments(ctx, out.From, func(p ProviderPayment) error {
+		out.Listed++
+		if p.OrderID == "" {
+			out.Foreign++
+			return nil
+		}
+		seen[p.ID] = p
+		page = append(page, p)
+		if len(page) == moneyPage {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		// The provider (or the record) could not be read: the orders' check still stands;
+		// this one is reported as not done, and the batch does not pass.
+		slog.Warn("reconcile: money check skipped", "err", err)
+		return &MoneyCheck{From: out.From, To: out.To, Listed: out.Listed, Drift: []MoneyDrift{}, Skipped: err.Error()}, nil
+	}
+	// The record's succeeded payments the provider does not list as succeeded. Only those a
+	// day into the window: a payment is created up to a day (a session's longest life) before
+	// it succeeds, so an older one may be listed before the window.
+	recs, err := rec.SucceededPayments(ctx, out.From.Add(24*time.Hour), now)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: money: %w", err)
+	}
+	var missing []record.RecordedPayment
+	for _, rp := range recs {
+		if _, listed := seen[rp.ID]; !listed && strings.HasPrefix(rp.ID, "pi_") {
+			missing = append(missing, rp)
+		}
+	}
+	// Judge the candidates again once in-flight events had time to land.
+	if len(cands) > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(r.opt.QuietFor):
+		}
+		for i := 0; i < len(cands); i += moneyPage {
+			ds, err := judgePage(cands[i:min(i+moneyPage, len(cands))])
+			if err != nil {
+				return nil, fmt.Errorf("reconcile: money: %w", err)
+			}
+			out.Drift = append(out.Drift, ds...)
+		}
+	}
+	for _, rp := range missing {
+		out.Drift = append(out.Drift, MoneyDrift{Kind: MoneyPaidWithoutPayment, PaymentID: rp.ID, OrderID: rp.OrderID,
+			RecordCents: rp.AmountCents, OrderStatus: "paid"})
+	}
+	for i := range out.Drift {
+		d := &out.Drift[i]
+		if !repair {
+			continue
+		}
+		if d.Kind != MoneyPaymentWithoutOrder {
+			d.Repair = "recorded"
+			continue
+		}
+		if err := mp.Refund(ctx, d.PaymentID); err != nil {
+			d.Repair = "refund failed: " + err.Error()
+			continue
+		}
+		d.Repair = "refunded"
+		slog.Warn("reconcile: refunded a payment without an order", "payment", d.PaymentID, "order", d.OrderID, "cents", d.ProviderCents)
+	}
+	return out, nil
+}
+
+// judgePayment says whether one of the shop's payments at the provider is drift against its
+// order in the record (found: the record has the order).
+func judgePayment(p ProviderPayment, o record.OrderMoney, found bool) (MoneyDrift, bool) {
+	d := MoneyDrift{PaymentID: p.ID, OrderID: p.OrderID, ProviderStatus: p.Status, ProviderCents: p.AmountCents,
+		RecordCents: o.AmountCents, OrderStatus: o.Status}
+	var mine *record.RecordedPayment // the record's row of this payment
+	othersPaid := false              // another payment of the provider's (pi_) paid the order
+	unknownRows := false             // rows keyed otherwise (a Checkout Session): cannot tell
+	for i := range o.Payments {
+		rp := &o.Payments[i]
+		switch {
+		case rp.ID == p.ID:
+			mine = rp
+		case !strings.HasPrefix(rp.ID, "pi_"):
+			unknownRows = true
+		case rp.Status == "succeeded":
+			othersPaid = true
+		}
+	}
+	refundedInFull := p.RefundedCents >= p.AmountCents
+	if p.Status != "succeeded" {
+		if mine != nil && mine.Status == "succeeded" && o.Status == "paid" {
+			d.Kind = MoneyPaidWithoutPayment
+			return d, true
+		}
+		return d, false
+	}
+	if mine != nil && mine.Status == "refunded" || found && o.Status == "refunded" {
+		if !refundedInFull {
+			d.Kind, d.ProviderCents = MoneyRefundMissing, p.RefundedCents
+			return d, true
+		}
+		return d, false
+	}
+	if refundedInFull {
+		return d, false
+	}
+	if !found || o.Status != "paid" || othersPaid && mine == nil {
+		d.Kind = MoneyPaymentWithoutOrder
+		return d, true
+	}
+	if (mine != nil || unknownRows || len(o.Payments) == 0) && p.AmountCents != o.AmountCents {
+		d.Kind = MoneyAmountMismatch
+		return d, true
+	}
+	return d, false
+}
