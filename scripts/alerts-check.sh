@@ -32,7 +32,7 @@ def fail(msg):
     status = 1
 
 metrics_go = open("internal/metrics/metrics.go").read()
-defined = set(re.findall(r'Name:\s*"(flashsale_\w+)"', metrics_go)) | set(re.findall(r'newFuncCounter\(\s*"(flashsale_\w+)"', metrics_go))
+defined = set(re.findall(r'Name:\s*"(flashsale_\w+)"', metrics_go)) | set(re.findall(r'new(?:FuncCounter|FlagGauge)\(\s*"(flashsale_\w+)"', metrics_go))
 if not defined:
     fail("found no metric names in internal/metrics/metrics.go")
 def check_names(where, expr):

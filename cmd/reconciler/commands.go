@@ -15,8 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/datamark"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
@@ -58,6 +60,8 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 		return nil, nil, err
 	}
 	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
+	markers := datamark.NewKeeper(rdb, keys, db)
+	metrics.RedisDataLost.From(func() bool { return markers.Lost() != nil })
 	var payments reconcile.PaymentProvider
 	var money reconcile.MoneyProvider
 	switch p := cfg.Payment; {
@@ -75,6 +79,7 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 		ReservationTTL: cfg.ReservationTTL,
 		Retention:      cfg.OrderRetention,
 		IdempotencyTTL: cfg.IdempotencyTTL,
+		Markers:        markers,
 		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, kafkaconn.ConsumerGroup, transport),
 		Ranking: ranking.NewStore(rdb, keys, ranking.Options{
 			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,

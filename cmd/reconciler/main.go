@@ -191,6 +191,7 @@ func startSchedule(ctx context.Context, cfg config.Config) (stop func(), err err
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.PruneEvery(ctx, reconcile.PruneInterval(cfg.OrderRetention)) })
+	wg.Go(func() { r.Markers().Run(ctx) }) // notices a Redis that lost its data
 	slog.Info("order pruning on", "retention", cfg.OrderRetention.String(),
 		"every", reconcile.PruneInterval(cfg.OrderRetention).String())
 	if cfg.ReconcileInterval > 0 {

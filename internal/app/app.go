@@ -21,6 +21,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/crashpoint"
+	"github.com/flashsale/flashsale/internal/datamark"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/kafkabroker"
@@ -57,6 +58,7 @@ type API struct {
 	expirer    *orders.Expirer
 	stats      *stats.Recorder
 	lag        *lagGauge
+	marks      *datamark.Watch
 	server     *httpapi.Server
 	Inventory  *inventory.Store
 	Orders     *orders.Store
@@ -92,6 +94,8 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 	}
 
 	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
+	a.marks = datamark.NewWatch(a.rdb, keys)
+	metrics.RedisDataLost.From(func() bool { return a.marks.Lost() != nil })
 	a.Inventory = inventory.NewStore(a.rdb, keys, inventory.Options{
 		Admit:            func() error { return a.relay.Admit() }, // the outbox bound
 		ReservationTTL:   cfg.ReservationTTL,
@@ -193,6 +197,7 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 		Metrics:        metrics.Handler(),
 		Ranking:        a.Ranking,
 		Ready:          a.ready,
+		DataLost:       a.marks.Lost,
 		Web:            web.Files,
 		Reconciliation: a.record.LatestReport,
 		ReconcileRuns:  a.record.RecentRunsReport,
@@ -293,6 +298,9 @@ func (a *API) ready(ctx context.Context) error {
 	if a.stopping.Load() {
 		return errShuttingDown
 	}
+	if err := a.marks.Lost(); err != nil { // the data-marker check (internal/datamark)
+		return err
+	}
 	if err := redisconn.Ready(a.rdb); err != nil {
 		return err
 	}
@@ -316,6 +324,9 @@ func (a *API) Handler() http.Handler { return a.server }
 
 // Server is the HTTP layer, for tests that add routes or list them.
 func (a *API) Server() *httpapi.Server { return a.server }
+
+// DataMarks is the api's watch on Redis's data markers (tests run its checks).
+func (a *API) DataMarks() *datamark.Watch { return a.marks }
 
 // Redis is the api's Redis client.
 func (a *API) Redis() redis.UniversalClient { return a.rdb }
@@ -347,7 +358,8 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() { stopBG(); wg.Wait() }()
-	wg.Add(7)
+	wg.Add(8)
+	go func() { defer wg.Done(); a.marks.Run(bg) }()
 	go func() { defer wg.Done(); a.Payments.Run(bg) }()
 	go func() { defer wg.Done(); a.Inventory.RunSnapshot(bg) }()
 	go func() { defer wg.Done(); a.Queue.Run(bg) }()

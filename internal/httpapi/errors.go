@@ -31,20 +31,21 @@ func errInvalid(msg string) *apiError {
 }
 
 var (
-	errUnauthorized = &apiError{http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"}
-	errForbidden    = &apiError{http.StatusForbidden, "forbidden", "this route needs the admin token"}
-	errTooLarge     = &apiError{http.StatusRequestEntityTooLarge, "too_large", "request body is too large"}
-	errNoRoute      = &apiError{http.StatusNotFound, "not_found", "no such route"}
-	errBadItemID    = &apiError{http.StatusBadRequest, "invalid_request", "item id must match [A-Za-z0-9_-]{1,64}"}
-	errUnavailable  = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service is unavailable; nothing was changed, try again"}
-	errUnknown      = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service did not answer in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
-	errNotReady     = &apiError{http.StatusServiceUnavailable, "unavailable", "not ready"}
-	errShuttingDown = &apiError{http.StatusServiceUnavailable, "unavailable", "the server is shutting down; nothing was changed, try again"}
-	errNoReports    = &apiError{http.StatusServiceUnavailable, "unavailable", "reconciliation reports are not configured"}
-	errNoRecord     = &apiError{http.StatusServiceUnavailable, "unavailable", "the reconciliation record (Postgres) is unreachable"}
-	errNoReplicas   = &apiError{http.StatusServiceUnavailable, "unavailable", "too few Redis replicas are live to confirm a change; nothing was changed, try again"}
-	errNotConfirmed = &apiError{http.StatusServiceUnavailable, "unavailable", "the Redis replicas did not confirm the change in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
-	errInternal     = &apiError{http.StatusInternalServerError, "internal", "an internal error occurred (a bug, logged); the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
+	errUnauthorized  = &apiError{http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"}
+	errForbidden     = &apiError{http.StatusForbidden, "forbidden", "this route needs the admin token"}
+	errTooLarge      = &apiError{http.StatusRequestEntityTooLarge, "too_large", "request body is too large"}
+	errNoRoute       = &apiError{http.StatusNotFound, "not_found", "no such route"}
+	errBadItemID     = &apiError{http.StatusBadRequest, "invalid_request", "item id must match [A-Za-z0-9_-]{1,64}"}
+	errUnavailable   = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service is unavailable; nothing was changed, try again"}
+	errUnknown       = &apiError{http.StatusServiceUnavailable, "unavailable", "a backing service did not answer in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
+	errNotReady      = &apiError{http.StatusServiceUnavailable, "unavailable", "not ready"}
+	errRestoreNeeded = &apiError{http.StatusServiceUnavailable, "unavailable", "restore needed: Redis lost its data and awaits `reconciler restore --all`; nothing was changed, try again later"}
+	errShuttingDown  = &apiError{http.StatusServiceUnavailable, "unavailable", "the server is shutting down; nothing was changed, try again"}
+	errNoReports     = &apiError{http.StatusServiceUnavailable, "unavailable", "reconciliation reports are not configured"}
+	errNoRecord      = &apiError{http.StatusServiceUnavailable, "unavailable", "the reconciliation record (Postgres) is unreachable"}
+	errNoReplicas    = &apiError{http.StatusServiceUnavailable, "unavailable", "too few Redis replicas are live to confirm a change; nothing was changed, try again"}
+	errNotConfirmed  = &apiError{http.StatusServiceUnavailable, "unavailable", "the Redis replicas did not confirm the change in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
+	errInternal      = &apiError{http.StatusInternalServerError, "internal", "an internal error occurred (a bug, logged); the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
 )
 
 // sentinels is the one table from domain errors to the contract's status and code; the

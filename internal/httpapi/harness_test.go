@@ -37,6 +37,7 @@ type testAPI struct {
 	ord  *orders.Store
 	rank *ranking.Store // nil unless built by newRankedAPI
 	q    *queue.Store
+	app  *app.API
 }
 
 // newTestAPI builds the api like cmd/api does (internal/app), with every rate limit off;
@@ -80,7 +81,7 @@ func buildTestAPI(t testing.TB, tweak func(*config.Config), ranked bool) *testAP
 	}
 	t.Cleanup(api.Close)
 	a := &testAPI{t: t, rdb: rdb, keys: keys, cfg: cfg, srv: api.Server(),
-		inv: api.Inventory, ord: api.Orders, q: api.Queue}
+		inv: api.Inventory, ord: api.Orders, q: api.Queue, app: api}
 	a.auth = a.srv.Auth
 	if ranked {
 		a.rank = api.Ranking

@@ -4,6 +4,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/datamark"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
@@ -52,6 +54,9 @@ type Deps struct {
 	Orders    *orders.Store
 	// Ready reports whether Redis answers and every script is loaded.
 	Ready func(ctx context.Context) error
+	// DataLost reports that Redis lost its data (a *datamark.Loss) until a restore: every
+	// change (but a login) answers 503 "restore needed" meanwhile. Nil: never.
+	DataLost func() error
 	// Web holds the embedded pages (index.html, admin.html, assets/); nil serves none.
 	Web fs.FS
 	// Ranking keeps ratings and leaderboards.
@@ -104,6 +109,9 @@ func New(d Deps) *Server {
 	// observe comes first so that it times and logs a request whose handler panicked too, after
 	// requestID (inside it) recovered and answered 500 with the id.
 	s.engine.Use(s.observe, s.requestID, checkItemID)
+	if d.DataLost != nil {
+		s.engine.Use(s.refuseWhileLost)
+	}
 	s.engine.HandleMethodNotAllowed = false
 	// Gin trusts every proxy by default, which lets any client choose its rate-limit key with
 	// X-Forwarded-For. Trust only the configured proxies (none when empty; config.Parse checked them).
@@ -178,13 +186,35 @@ func (s *Server) readyz(c *gin.Context) {
 	defer cancel()
 	if s.Ready != nil {
 		if err := s.Ready(ctx); err != nil {
-			// The cause (addresses, server errors) is for operators' logs, not the public.
+			// The cause (addresses, server errors) is for operators' logs, not the public; a
+			// named check's reason (datamark's "redis_data_lost: ...") is the message.
 			slog.Warn("not ready", "request_id", requestIDOf(c), "err", err)
+			var loss *datamark.Loss
+			if errors.As(err, &loss) {
+				fail(c, &apiError{http.StatusServiceUnavailable, "unavailable", loss.Error()})
+				return
+			}
 			fail(c, errNotReady)
 			return
 		}
 	}
 	c.JSON(http.StatusOK, gin.H{"status": "ready"})
+}
+
+// refuseWhileLost answers every change 503 "restore needed" while Redis has lost its data
+// (Deps.DataLost): a purchase, payment or admin write on the data Redis has left would sell
+// stock the record has already sold. Reads, logins and the probes go on.
+func (s *Server) refuseWhileLost(c *gin.Context) {
+	switch c.Request.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return
+	}
+	if c.Request.URL.Path == "/api/login" {
+		return
+	}
+	if err := s.DataLost(); err != nil {
+		fail(c, errRestoreNeeded)
+	}
 }
 
 func (s *Server) login(c *gin.Context) {

@@ -30,6 +30,11 @@ func (s *Server) adminStats(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	if s.DataLost != nil {
+		if err := s.DataLost(); err != nil {
+			series.RedisDataLost = err.Error()
+		}
+	}
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, series)
 }

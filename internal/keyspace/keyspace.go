@@ -78,6 +78,9 @@ func (s Shard) Changed() string { return s.base + "changed" }
 // Clock is the shard's change clock (only grows; see lua/changed.lua).
 func (s Shard) Clock() string { return s.base + "clock" }
 
+// Marker is the marker of the data the shard's slot holds (internal/datamark).
+func (s Shard) Marker() string { return s.base + "marker" }
+
 // PaymentOrder is the index payment id -> order id that a provider's webhook is looked up by
 // (never by the event's metadata). It has its own hash tag: the payment id alone names it.
 func (s Space) PaymentOrder(paymentID string) string { return s.Prefix + "{pay:" + paymentID + "}" }
@@ -183,6 +186,9 @@ func parseSeq(s string) (uint64, bool) {
 	n, err := strconv.ParseUint(s, 10, 64)
 	return n, err == nil
 }
+
+// RankMarker is the marker of the data the ranking slot holds (internal/datamark).
+func (s Space) RankMarker() string { return s.Rank() + "marker" }
 
 // RankOutbox is the ranking slot's outbox stream (rating.set events).
 func (s Space) RankOutbox() string { return s.Rank() + "outbox" }

@@ -125,6 +125,46 @@ var (
 var OrdersPruned = newFuncCounter("flashsale_orders_pruned_total",
 	"Final orders the reconciler's pruning passes removed from Redis after FLASHSALE_ORDER_RETENTION (Postgres alone keeps them since).")
 
+// RedisDataLost is 1 while this process sees that Redis lost its data (internal/datamark: a
+// data marker gone, older than seen, or replaced) and changes are refused until `reconciler
+// restore --all` has run. Both processes have it; each hands its observer over with From.
+var RedisDataLost = newFlagGauge("flashsale_redis_data_lost",
+	"1 while Redis lost its data (came back empty or from an older copy) and changes answer 503 until `reconciler restore --all` has run; else 0.")
+
+// FlagGauge is 1 while any of its sources reports true.
+type FlagGauge struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	fns  []func() bool
+}
+
+func newFlagGauge(name, help string) *FlagGauge {
+	return &FlagGauge{desc: prometheus.NewDesc(name, help, nil, nil)}
+}
+
+// From adds a source.
+func (g *FlagGauge) From(fn func() bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.fns = append(g.fns, fn)
+}
+
+// Describe implements prometheus.Collector.
+func (g *FlagGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+// Collect implements prometheus.Collector.
+func (g *FlagGauge) Collect(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	v := 0.0
+	for _, fn := range g.fns {
+		if fn() {
+			v = 1
+		}
+	}
+	g.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+}
+
 // Expirer (api process). The expirer keeps its own count (orders.Expirer.Drained); main
 // hands it over with ExpirerDrained.From, so the orders package needs no Prometheus.
 var ExpirerDrained = newFuncCounter("flashsale_expirer_expired_orders_total",
@@ -218,7 +258,7 @@ func init() {
 		HTTPRequests, HTTPDuration, Purchases,
 		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers,
 		OutboxBacklog, RelayPublished, RelayErrors,
-		ExpirerDrained, QueuePollsMemory, QueuePollsRedis, HTTPConns,
+		ExpirerDrained, QueuePollsMemory, QueuePollsRedis, HTTPConns, RedisDataLost,
 	)
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/datamark"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/lock"
@@ -76,6 +77,9 @@ type Options struct {
 	Retention, IdempotencyTTL time.Duration
 	// PruneMax bounds the orders one pruning pass examines (default DefaultPruneMax).
 	PruneMax int
+	// Markers, when set, keeps Redis's data markers against the record: a restore of every
+	// item that refused none writes fresh ones, which ends a loss (internal/datamark).
+	Markers *datamark.Keeper
 
 	// hooks for tests
 	afterStart func(ctx context.Context)
@@ -141,6 +145,9 @@ func New(rdb redis.UniversalClient, keys keyspace.Space, db Record, opt Options)
 	}
 	return &Reconciler{rdb: rdb, keys: keys, db: db, locker: lock.New(rdb, keys), opt: opt}
 }
+
+// Markers is the data markers' keeper (Options.Markers), or nil.
+func (r *Reconciler) Markers() *datamark.Keeper { return r.opt.Markers }
 
 // withLock runs job under the shared lock, cancelling it if the lock is lost.
 func (r *Reconciler) withLock(ctx context.Context, job func(ctx context.Context, fence int64) error) error {

@@ -54,6 +54,9 @@ type RestoreResult struct {
 	FencingToken int64          `json:"fencing_token"`
 	Restored     []RestoredItem `json:"restored"`
 	Refused      []Refusal      `json:"refused"`
+	// Markers is "restored" when the restore of every item wrote fresh data markers, which
+	// ends a "Redis lost its data" state (internal/datamark).
+	Markers string `json:"data_markers,omitempty"`
 }
 
 // Refusal is an item restore left alone, and why.
@@ -110,6 +113,14 @@ func (r *Reconciler) Restore(ctx context.Context, opt RestoreOptions) (*RestoreR
 				res.Restored = append(res.Restored, item)
 				slog.Info("restored item", "item", id, "orders", item.Orders, "stock_left", item.StockLeft)
 			}
+		}
+		// Every item is back: Redis holds the record's data again, under fresh markers. Not
+		// after a partial restore, which leaves a loss reported (and changes refused).
+		if opt.All && len(res.Refused) == 0 && r.opt.Markers != nil {
+			if err := r.opt.Markers.Restored(ctx); err != nil {
+				return fmt.Errorf("reconcile: restore: data markers: %w", err)
+			}
+			res.Markers = "restored"
 		}
 		return nil
 	})

@@ -206,6 +206,9 @@ type Series struct {
 	// RedisFailovers are the Redis primary changes the instances saw, per second (each
 	// instance counts one it saw, so two instances show 2 for one failover).
 	RedisFailovers []int64 `json:"redis_failovers"`
+	// RedisDataLost is set while Redis has lost its data and awaits a restore: what the
+	// answering api noticed (internal/datamark), for the admin pages' banner.
+	RedisDataLost string `json:"redis_data_lost,omitempty"`
 }
 
 // Read returns the last n whole seconds before now (1..MaxSeconds) for every instance.

@@ -478,4 +478,9 @@
   showToken();
   setMode(null);
   every(() => (document.hidden ? null : refreshItems()), 2000);
+  every(async () => {
+    if (document.hidden || !state.token) return;
+    const r = await api('GET', '/api/admin/stats?seconds=1', { token: state.token });
+    if (r.ok) window.flashsale.showDataLost(r.data.redis_data_lost);
+  }, 5000);
 })();

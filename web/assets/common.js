@@ -166,5 +166,15 @@ window.flashsale = (() => {
     if (text) node.classList.add(kind);
   }
 
-  return { api, describe, codes, money, countdown, now, newKey, el, say };
+  // showDataLost shows the admin pages' "Redis lost its data" banner (#data-lost) while the
+  // stats say so (GET /api/admin/stats: redis_data_lost), and hides it once restored.
+  function showDataLost(message) {
+    const b = document.getElementById('data-lost');
+    if (!b) return;
+    b.hidden = !message;
+    b.textContent = message ? 'Redis lost its data: purchases and changes are refused until '
+      + '`reconciler restore --all` has run (runbook: "Redis lost its data"). ' + message : '';
+  }
+
+  return { api, describe, codes, money, countdown, now, newKey, el, say, showDataLost };
 })();

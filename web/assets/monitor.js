@@ -6,7 +6,7 @@
 'use strict';
 
 (() => {
-  const { api, describe, say } = window.flashsale;
+  const { api, describe, say, showDataLost } = window.flashsale;
   const $ = (id) => document.getElementById(id);
   const TOKEN_KEY = 'flashsale.admin-token';
   const SECONDS = 120;
@@ -116,6 +116,7 @@
     if (!state.token || document.hidden || !window.uPlot) return;
     const r = await api('GET', `/api/admin/stats?seconds=${SECONDS}`, { token: state.token });
     if (r.ok) {
+      showDataLost(r.data.redis_data_lost);
       render(r.data);
       if ($('notice').dataset.stale) { say($('notice'), ''); delete $('notice').dataset.stale; }
     } else if (r.status === 401 || r.status === 403) {

@@ -1,0 +1,114 @@
+// Package datamark notices that Redis lost its data. Every slot of record (each shard's, and
+// the ranking slot) carries a marker hash beside the data it vouches for (lua/datamark.lua):
+// a random generation written when the marker is adopted or after a restore, and per observer
+// a count that only that observer raises, once per check, and that it takes as seen only once
+// the replicas hold it (so a failover is not a loss). A Redis that comes back empty has no
+// marker; one that comes back from an older copy has an observer's count below what it saw.
+//
+// Two kinds of observers compare the marker with what they saw: each api (Watch, from
+// memory) and the reconciler (Keeper, from the Postgres record, so a loss is noticed even
+// after every api restarted). Whoever notices writes the loss into the marker, so every
+// observer reports it until `reconciler restore --all` writes fresh markers (Keeper.Restored).
+// On a Redis Cluster each marker lives in its shard's slot, so each master carries the
+// markers of the shards it holds and a master that loses its data loses exactly those.
+package datamark
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/lua"
+)
+
+var script = lua.NewChange("datamark", "datamark.lua")
+
+// Slot is one marker: the slot's name in messages and the marker's key.
+type Slot struct{ Name, Key string }
+
+// Slots lists every marker: one per shard, then the ranking slot's.
+func Slots(keys keyspace.Space) []Slot {
+	out := make([]Slot, 0, keyspace.Shards+1)
+	for n := 0; n < keyspace.Shards; n++ {
+		out = append(out, Slot{Name: "shard " + strconv.Itoa(n), Key: keys.Shard(n).Marker()})
+	}
+	return append(out, Slot{Name: "ranking", Key: keys.RankMarker()})
+}
+
+// ErrLost matches every *Loss (errors.Is).
+var ErrLost = errors.New("redis_data_lost")
+
+// Loss is Redis having lost the data of a slot: what was found and where.
+type Loss struct {
+	Slot   string // "shard 3", "ranking"
+	Reason string // gone, behind or replaced (lua/datamark.lua)
+}
+
+// Error starts with the contract's reason token, so /readyz can answer it as it is.
+func (l *Loss) Error() string {
+	what := "its data marker says " + l.Reason
+	switch l.Reason {
+	case "gone":
+		what = "Redis came back empty (its data marker is gone)"
+	case "behind":
+		what = "Redis came back from an older copy (its data marker moved back)"
+	case "replaced":
+		what = "Redis holds data the record does not know (its data marker was replaced)"
+	}
+	return "redis_data_lost: " + l.Slot + ": " + what + "; run `reconciler restore --all`"
+}
+
+// Is makes errors.Is(err, ErrLost) true for every Loss.
+func (l *Loss) Is(target error) bool { return target == ErrLost }
+
+// reply is a datamark.lua reply.
+type reply struct {
+	status string // ok, absent, lost, exists
+	gen    string
+	n      int64
+	lost   string // the reason, for lost (and exists)
+}
+
+func call(ctx context.Context, rdb redis.Scripter, key string, args ...any) (reply, error) {
+	v, err := script.Run(ctx, rdb, []string{key}, args...).Slice()
+	if err != nil {
+		return reply{}, fmt.Errorf("data marker %s: %w", key, err)
+	}
+	s := func(i int) string {
+		if i < len(v) {
+			if x, ok := v[i].(string); ok {
+				return x
+			}
+		}
+		return ""
+	}
+	r := reply{status: s(0)}
+	switch r.status {
+	case "ok":
+		r.gen = s(1)
+		if len(v) > 2 {
+			r.n, _ = v[2].(int64)
+		}
+	case "lost":
+		r.lost = s(1)
+	case "exists":
+		r.gen, r.lost = s(1), s(2)
+	case "absent":
+	default:
+		return reply{}, fmt.Errorf("data marker %s: unexpected reply %v", key, v)
+	}
+	return r, nil
+}
+
+// newGen is a fresh marker generation: 16 random bytes, hex.
+func newGen() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
