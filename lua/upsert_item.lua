@@ -11,8 +11,10 @@
 -- ARGV[9] queue admit_per_second  ARGV[10] queue max_active  ARGV[11] queue pass_ttl_seconds:
 --   all 0 = no waiting room, all '' = keep the current one, else each >= 1 (item fields
 --   q_rate q_max q_ttl, read by the queue scripts and purchase.lua)
+-- An ends_at in the past (by Redis's clock) is refused on create and when it changes; an
+-- unchanged past ends_at is accepted (an ended sale's name can still be corrected).
 -- Reply: {'created'|'updated', HGETALL of the item} or {'invalid_state', HGETALL} or
---        {'restoring', {}} (nothing written) or
+--        {'restoring', {}} or {'ends_past', {}} (nothing written) or
 --        an error reply for malformed arguments (nothing written).
 
 local price = tonumber(ARGV[4])
@@ -38,6 +40,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local total = tonumber(redis.call('HGET', KEYS[1], 'stock_total'))
 local outcome = 'updated'
+if ends > 0 and ends <= now and (total == nil or tonumber(redis.call('HGET', KEYS[1], 'ends_at')) ~= ends) then
+  return {'ends_past', {}}
+end
 if total == nil then
   if redis.call('EXISTS', KEYS[5]) == 1 then
     return {'restoring', {}}

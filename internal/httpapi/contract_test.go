@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -24,7 +25,16 @@ func TestPurchasePathContract(t *testing.T) {
 	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 	longAgo := time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339)
 	a.do("PUT", "/api/admin/items/later", testAdminToken, map[string]any{"name": "Later", "price_cents": 1, "stock": 1, "per_user_limit": 1, "starts_at": future})
-	a.do("PUT", "/api/admin/items/gone", testAdminToken, map[string]any{"name": "Gone", "price_cents": 1, "stock": 1, "per_user_limit": 1, "starts_at": longAgo, "ends_at": past})
+	// A sale that ended an hour ago: created to end in the future, its end then moved back in
+	// Redis (as time passing would), and written again unchanged (a past end may stay).
+	gone := map[string]any{"name": "Gone", "price_cents": 1, "stock": 1, "per_user_limit": 1, "starts_at": longAgo, "ends_at": future}
+	a.do("PUT", "/api/admin/items/gone", testAdminToken, gone)
+	pastT, _ := time.Parse(time.RFC3339, past)
+	a.rdb.HSet(context.Background(), a.keys.Item("gone").Hash(), "ends_at", pastT.UnixMilli())
+	gone["ends_at"] = past
+	if r := a.do("PUT", "/api/admin/items/gone", testAdminToken, gone); r.Status != 200 {
+		t.Fatalf("an unchanged past ends_at: %d %s", r.Status, r.Raw)
+	}
 	var aliceOrder string
 
 	cases := []struct {

@@ -442,7 +442,7 @@ func TestPurchaseRefusals(t *testing.T) {
 		}
 	}
 	mk(inventory.Input{ID: "soon", Name: "Soon", PriceCents: 1, Stock: ptr[int64](5), PerUserLimit: 1, StartsAt: &future})
-	mk(inventory.Input{ID: "over", Name: "Over", PriceCents: 1, Stock: ptr[int64](5), PerUserLimit: 1, StartsAt: &long, EndsAt: &past})
+	endSale(t, rdb, keys, s, inventory.Input{ID: "over", Name: "Over", PriceCents: 1, Stock: ptr[int64](5), PerUserLimit: 1, StartsAt: &long}, past)
 	newItem(t, s, "ten", 10, 9)
 	newItem(t, s, "big", 100, 10)
 
@@ -1156,4 +1156,62 @@ func userIndexOrders(t *testing.T, rdb redis.UniversalClient, k keyspace.Item) m
 		}
 	}
 	return out
+}
+
+// endSale creates in as a sale that ended at ends (in the past): created to end in the future,
+// its end then moved back in Redis (as time passing would), and written again unchanged (an
+// unchanged past ends_at is accepted), so the catalogue and the record learn it.
+func endSale(t *testing.T, rdb redis.UniversalClient, keys keyspace.Space, s *inventory.Store, in inventory.Input, ends time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	future := time.Now().Add(time.Hour)
+	in.EndsAt = &future
+	if _, _, err := s.Upsert(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, keys.Item(in.ID).Hash(), "ends_at", ends.UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	in.EndsAt = &ends
+	if _, _, err := s.Upsert(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPastEndRefused: an ends_at in the past is refused on create and when it changes, and
+// writes nothing; an unchanged past ends_at is accepted (the admin may still fix a name).
+func TestPastEndRefused(t *testing.T) {
+	rdb, keys := testenv.Redis(t)
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	ctx := context.Background()
+	past, long := time.Now().Add(-time.Minute), time.Now().Add(-time.Hour)
+	in := inventory.Input{ID: "p", Name: "P", PriceCents: 1, Stock: ptr[int64](3), PerUserLimit: 1, StartsAt: &long, EndsAt: &past}
+	if _, _, err := s.Upsert(ctx, in); !errors.Is(err, inventory.ErrInvalid) || !strings.Contains(err.Error(), "ends_at is in the past") {
+		t.Fatalf("create ending in the past: %v", err)
+	}
+	if n := rdb.Exists(ctx, keys.Item("p").Hash()).Val(); n != 0 {
+		t.Fatal("the refused create left the item")
+	}
+	if n := rdb.XLen(ctx, keys.Item("p").Outbox()).Val(); n != 0 {
+		t.Fatalf("the refused create left %d outbox entries", n)
+	}
+
+	endSale(t, rdb, keys, s, inventory.Input{ID: "e", Name: "E", PriceCents: 1, Stock: ptr[int64](3), PerUserLimit: 1, StartsAt: &long}, past)
+	renamed := inventory.Input{ID: "e", Name: "E2", PriceCents: 1, PerUserLimit: 1, StartsAt: &long, EndsAt: &past}
+	if _, _, err := s.Upsert(ctx, renamed); err != nil {
+		t.Fatalf("an unchanged past ends_at: %v", err)
+	}
+	earlier := past.Add(-time.Second)
+	renamed.Name, renamed.EndsAt = "E3", &earlier
+	if _, _, err := s.Upsert(ctx, renamed); !errors.Is(err, inventory.ErrInvalid) {
+		t.Fatalf("moving a past end: %v", err)
+	}
+	if name := rdb.HGet(ctx, keys.Item("e").Hash(), "name").Val(); name != "E2" {
+		t.Errorf("the refused update changed the name to %q", name)
+	}
+	later := time.Now().Add(time.Hour)
+	renamed.EndsAt = &later
+	if _, _, err := s.Upsert(ctx, renamed); err != nil {
+		t.Fatalf("moving the end into the future: %v", err)
+	}
 }

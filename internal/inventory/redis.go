@@ -189,6 +189,10 @@ func (s *Store) upsertBatch(ctx context.Context, ins []Input, batch []int, res [
 			res[batch[j]].Err = fmt.Errorf("%w: %s", ErrRestoring, id)
 			continue
 		}
+		if err == nil && len(reply) > 0 && reply[0] == "ends_past" {
+			res[batch[j]].Err = fmt.Errorf("%w: ends_at is in the past; give a time from now on (an unchanged past ends_at may stay)", ErrInvalid)
+			continue
+		}
 		var it Item
 		if err == nil {
 			it, err = upsertedItem(id, reply)

@@ -143,8 +143,16 @@ func TestJoinOutcomes(t *testing.T) {
 	}
 	end := time.Now().Add(-time.Second).UTC()
 	start := end.Add(-time.Hour)
-	if _, _, err := r.inv.Upsert(ctx, inventory.Input{ID: "over", Name: "O", PriceCents: 1, PerUserLimit: 1,
-		StartsAt: &start, EndsAt: &end, Queue: &wide}); err != nil {
+	// Created to end in the future, its end moved back in Redis as time passing would, then
+	// written again unchanged (a past ends_at may stay).
+	later := end.Add(2 * time.Hour)
+	over := inventory.Input{ID: "over", Name: "O", PriceCents: 1, PerUserLimit: 1, StartsAt: &start, EndsAt: &later, Queue: &wide}
+	if _, _, err := r.inv.Upsert(ctx, over); err != nil {
+		t.Fatal(err)
+	}
+	r.rdb.HSet(ctx, r.keys.Item("over").Hash(), "ends_at", end.UnixMilli())
+	over.EndsAt = &end
+	if _, _, err := r.inv.Upsert(ctx, over); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.q.Join(ctx, "over", "alice"); !errors.Is(err, inventory.ErrSaleEnded) {

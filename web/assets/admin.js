@@ -137,6 +137,7 @@
     const ends = toRFC3339($('f-ends').value);
     if (ends === undefined) errs.ends = 'Not a valid date and time.';
     else if (ends && starts && Date.parse(ends) <= Date.parse(starts)) errs.ends = 'The end must be after the start.';
+    else if (ends && Date.parse(ends) <= Date.now() && !unchangedEnd(ends)) errs.ends = 'The end is in the past: choose a time from now on.';
     const bad = Object.keys(errs);
     if (bad.length) {
       bad.forEach((f) => fieldError(f, errs[f]));
@@ -149,6 +150,12 @@
     if (starts) body.starts_at = starts;
     if (ends) body.ends_at = ends;
     return { id, body };
+  }
+
+  // unchangedEnd: the item being edited already ends at ends (a past end may stay as it is).
+  function unchangedEnd(ends) {
+    const it = state.editing && state.items.get(state.editing);
+    return !!(it && it.ends_at && Date.parse(it.ends_at) === Date.parse(ends));
   }
 
   function setMode(item) {
