@@ -56,6 +56,24 @@
     return Math.max(200, Math.floor(fig.querySelector('.plot').clientWidth || fig.clientWidth || 300));
   }
 
+  // The time axis's labels ("12:01:30") need about 60px each: ticks at least 80px apart keep
+  // them from running into each other on a phone (about 300px of plot: four labels).
+  const AXIS_FONT = '11px system-ui, -apple-system, sans-serif';
+  function xAxis() {
+    return { space: 80, font: AXIS_FONT, values: (u, splits) => splits.map((v) => timeLabel(v)) };
+  }
+  const timeLabel = (sec) => new Date(sec * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
+
+  // noteTicks records where the time axis's labels are drawn (data-xticks: [x px, label]...) and
+  // its font, so a test can check that no two labels overlap.
+  function noteTicks(fig, u) {
+    const ax = u.axes[0];
+    const splits = ax._splits || [];
+    const labels = ax._values || [];
+    fig.dataset.xticks = JSON.stringify(splits.map((v, i) => [Math.round(u.valToPos(v, 'x')), String(labels[i] ?? '')]));
+    fig.dataset.xfont = AXIS_FONT;
+  }
+
   // draw shows series (name -> values, aligned with t) in the figure with id; colours may
   // name a colour per series.
   function draw(id, t, series, colours = {}) {
@@ -72,7 +90,8 @@
       const opts = {
         width: plotWidth(fig), height: 180,
         scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
-        axes: [{}, { size: 50 }],
+        axes: [xAxis(), { size: 50, font: AXIS_FONT }],
+        hooks: { draw: [(u) => noteTicks(fig, u)] },
         legend: { live: false },
         series: [{}, ...names.map((n, i) => ({
           label: n, stroke: colours[n] || PALETTE[i % PALETTE.length], width: 2, spanGaps: false,

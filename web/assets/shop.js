@@ -22,8 +22,11 @@
   const ORDER_TEXT = { reserved: 'Reserved', paid: 'Paid', cancelled: 'Cancelled', expired: 'Expired' };
 
   const state = {
-    token: sessionStorage.getItem('flashsale.token'),
-    user: sessionStorage.getItem('flashsale.user'),
+    // The shopper's sign-in is kept in local storage, shared by this origin's tabs: the
+    // checkout page opens in a new tab, and its "Return to the shop" must find the shopper
+    // still signed in. Logging out in one tab logs out every tab (the storage event below).
+    token: localStorage.getItem('flashsale.token'),
+    user: localStorage.getItem('flashsale.user'),
     items: new Map(), // id -> Item
     cards: new Map(), // id -> {root, parts..., inFlight, pendingKey, pendingQty}
     rows: new Map(), // order id -> {root, status, busy, pay, cancel, stars}
@@ -137,8 +140,8 @@
     if (!r.ok) return;
     state.token = r.data.token;
     state.user = r.data.user;
-    sessionStorage.setItem('flashsale.token', state.token);
-    sessionStorage.setItem('flashsale.user', state.user);
+    localStorage.setItem('flashsale.token', state.token);
+    localStorage.setItem('flashsale.user', state.user);
     say($('notice'), `Welcome, ${state.user}! Pick something below.`, 'ok');
     showLogin();
     refreshOrders();
@@ -147,8 +150,8 @@
   function logout(message) {
     state.token = null;
     state.user = null;
-    sessionStorage.removeItem('flashsale.token');
-    sessionStorage.removeItem('flashsale.user');
+    localStorage.removeItem('flashsale.token');
+    localStorage.removeItem('flashsale.user');
     // A waiting-room ticket and its pass are this shopper's: the next one to log in here
     // must not inherit them (the api refuses them to anyone else, and the card would be stuck).
     for (const c of state.cards.values()) if (c.ticket || c.pollFailures) forgetTicket(c);
@@ -159,6 +162,12 @@
     $('user').focus();
   }
   $('logout').addEventListener('click', () => logout('You are logged out.'));
+  // Another tab of the shop signed in or out: follow it.
+  window.addEventListener('storage', (ev) => {
+    if (ev.key !== 'flashsale.token' || ev.newValue === state.token) return;
+    if (ev.newValue) adoptToken(ev.newValue);
+    else if (state.token) logout('You logged out in another tab.');
+  });
 
   // ---- the shop's own sign-in (docs/api.md, "Signing shoppers in from the shop's page") ----
   // A shop that signs shoppers in itself hands this page the shopper's token in one of three
@@ -175,8 +184,8 @@
     } catch (e) { /* not readable: the api decides whether it is good */ }
     state.token = token;
     state.user = user;
-    sessionStorage.setItem('flashsale.token', token);
-    sessionStorage.setItem('flashsale.user', user);
+    localStorage.setItem('flashsale.token', token);
+    localStorage.setItem('flashsale.user', user);
     showLogin();
     refreshOrders();
   }
@@ -430,7 +439,7 @@
     c.inFlight = false;
     if (r.ok) {
       const o = r.data.order;
-      say(c.msg, `Reserved ${o.quantity} × ${item.name}. Pay within ${countdown(Date.parse(o.expires_at) - now())} in My orders.`, 'ok');
+      cardOrderMessage(c, o);
       refreshOrders();
       if (item.queue) pollLine(c);
     } else {
@@ -555,8 +564,38 @@
     return it ? it.name : id;
   }
 
+  // cardOrderMessage shows, on its item's card, what became of the order just bought there: a
+  // live "Pay within" while it is reserved, then what it turned into (paid, cancelled,
+  // expired), never a countdown to a deadline that no longer holds.
+  const CARD_ORDER_TEXT = {
+    paid: ['Paid, thank you! See it in My orders.', 'ok'],
+    cancelled: ['You cancelled this order; its units went back on sale.', 'warn'],
+    expired: ['The reservation ended unpaid; its units went back on sale.', 'warn'],
+    refunded: ['This order was refunded.', 'warn'],
+  };
+  function cardOrderMessage(c, o) {
+    c.msgOrder = o.id;
+    c.msgStatus = o.status;
+    if (o.status === 'reserved') {
+      say(c.msg, `Reserved ${o.quantity} × ${itemName(o.item_id)}. `, 'ok');
+      c.msg.append(el('span', { class: 'clock', 'data-deadline': String(Date.parse(o.expires_at)), 'data-prefix': 'Pay within ' }),
+        ' in My orders.');
+      c.msg.querySelectorAll('[data-deadline]').forEach(tickNode);
+      return;
+    }
+    const [text, kind] = CARD_ORDER_TEXT[o.status] || [`This order is ${o.status}.`, 'warn'];
+    say(c.msg, text, kind);
+  }
+
   function renderOrders(list) {
     if (!state.token) return;
+    for (const o of list) {
+      const c = state.cards.get(o.item_id);
+      // Unless the card has said something else since (its clock is gone).
+      if (c && c.msgOrder === o.id && c.msgStatus !== o.status && (c.msgStatus !== 'reserved' || c.msg.querySelector('.clock'))) {
+        cardOrderMessage(c, o);
+      }
+    }
     const ul = $('orders');
     const seen = new Set();
     let prev = null;

@@ -108,7 +108,7 @@ async function apiJSON(method, p, token, body) {
 
 const card = (page, id) => page.locator(`article.card[data-item="${id}"]`);
 const orderRows = (page, id) => page.locator(`#orders li.order[data-item="${id}"]`);
-const tokenOf = (page) => page.evaluate(() => sessionStorage.getItem('flashsale.token'));
+const tokenOf = (page) => page.evaluate(() => localStorage.getItem('flashsale.token'));
 
 // saveShot screenshots a page (whole) or a locator (that element).
 async function saveShot(target, name, opts = {}) {
@@ -332,6 +332,34 @@ async function main() {
       assert(await admin.evaluate(() => document.activeElement.id) === 'f-id', 'focus should move to the first bad field');
     });
 
+    await step('admin form: an end date in the past is refused (form and API, with a clear 400)', async () => {
+      await admin.click('#item-new');
+      await admin.fill('#f-id', `e2e-late-${run}`);
+      await admin.fill('#f-name', 'Too Late');
+      await admin.fill('#f-price', '1.00');
+      await admin.fill('#f-stock', '1');
+      await admin.fill('#f-starts', '');
+      const local = (d) => new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+      await admin.fill('#f-ends', local(new Date(Date.now() - 3600_000)));
+      let puts = 0;
+      const count = (req) => { if (req.method() === 'PUT') puts++; };
+      admin.on('request', count);
+      await admin.click('#item-save');
+      await expectText(admin.locator('#f-ends-err'), /in the past/, 'the end date is refused');
+      assert(await admin.getAttribute('#f-ends', 'aria-invalid') === 'true', '#f-ends marked invalid');
+      admin.off('request', count);
+      assert(puts === 0, `the form sent ${puts} PUT`);
+      await saveShot(admin.locator('#item-form'), 'admin-past-end.png');
+      const r = await admin.evaluate(async ([tok, id]) => {
+        const res = await fetch('/api/admin/items/' + id, { method: 'PUT', headers: { Authorization: 'Bearer ' + tok, 'Content-Type': 'application/json' },
+          body: JSON.stringify({ name: 'Too Late', price_cents: 100, stock: 1, per_user_limit: 1, ends_at: new Date(Date.now() - 3600_000).toISOString() }) });
+        return { status: res.status, body: await res.json() };
+      }, [ADMIN, `e2e-late-${run}`]);
+      assert(r.status === 400 && r.body.error.code === 'invalid_request' && /ends_at is in the past/.test(r.body.error.message),
+        `API: ${r.status} ${JSON.stringify(r.body)}`);
+      await admin.click('#item-new');
+    });
+
     await step('admin creates an item with stock 3 through the form', async () => {
       await admin.click('#item-new');
       await admin.fill('#f-id', ITEM.id);
@@ -370,6 +398,18 @@ async function main() {
       await bob.tap('#login button[type=submit]');
       await expectText(bob.locator('#who-name'), new RegExp('bob-' + run), 'bob signed in');
       for (const p of [alice, bob]) assert(await p.isHidden('#login'), 'the login form hides once signed in');
+    });
+
+    await step('a shopper stays signed in in a new tab of the shop (as on returning from the checkout page)', async () => {
+      const tab = await alice.context().newPage();
+      try {
+        await tab.goto(BASE + '/');
+        await expectText(tab.locator('#who-name'), new RegExp('alice-' + run), 'alice signed in in the new tab');
+        assert(await tab.isHidden('#login'), 'the new tab shows no login form');
+        await saveShot(tab, 'shop-new-tab-signed-in.png');
+      } finally {
+        await tab.close();
+      }
     });
 
     await step('the item card shows name, price, a full stock bar and Live status', async () => {
@@ -455,6 +495,13 @@ async function main() {
       await expectText(orderRows(alice, ITEM.id).first().locator('.badge'), /Paid/, 'paid badge');
     });
 
+    await step("the card's message follows its order: no \"Pay within\" once it is paid", async () => {
+      const msg = card(alice, ITEM.id).locator('.msg');
+      await expectText(msg, /^Paid, thank you!/, 'the card says the order is paid');
+      assert(!/Pay within/.test(await textOf(msg)), 'the card still counts down to a payment');
+      await saveShot(card(alice, ITEM.id), 'shop-card-paid.png');
+    });
+
     await step('alice rates the item 5 stars', async () => {
       const row = orderRows(alice, ITEM.id).first();
       await row.locator('.stars button[data-stars="5"]').click();
@@ -475,6 +522,12 @@ async function main() {
       await expectText(orderRows(bob, ITEM.id).first().locator('.badge'), /Cancelled/, 'cancelled badge');
       await expectText(card(alice, ITEM.id).locator('.stock-text'), /^1 of 3 left$/, 'stock back on alice page');
       await expectText(card(alice, ITEM.id).locator('.badge'), /Live/, 'live again');
+    });
+
+    await step("the card's message follows its order: cancelled, no countdown", async () => {
+      const msg = card(bob, ITEM.id).locator('.msg');
+      await expectText(msg, /You cancelled this order/, 'the card says the order is cancelled');
+      assert(!/Pay within/.test(await textOf(msg)), 'the card still counts down to a payment');
     });
 
     await step('admin restocks +5 from the catalogue table', async () => {
@@ -659,6 +712,71 @@ async function main() {
       await phoneAdmin.context().close();
     });
 
+    await step('admin: the sales report is a table with funnel and refusal charts; the CSV downloads (desktop and phone)', async () => {
+      // The real route answers (the record may be empty, or Postgres absent: 503 with the contract's body).
+      const real = await admin.evaluate(async (tok) => {
+        const r = await fetch('/api/admin/reports/sales', { headers: { Authorization: 'Bearer ' + tok } });
+        return { status: r.status, body: await r.json() };
+      }, ADMIN);
+      assert((real.status === 200 && Array.isArray(real.body.items)) || (real.status === 503 && real.body.error.code === 'unavailable'),
+        `GET /api/admin/reports/sales: ${real.status} ${JSON.stringify(real.body).slice(0, 200)}`);
+      const sale = (id, name, o) => Object.assign({ item_id: id, name, starts_at: '2030-01-01T12:00:00Z', ends_at: '2030-01-01T13:00:00Z',
+        stock_total: 500, sold_units: 480, sell_out_seconds: 94.2, revenue_cents: 47952000, refunded_cents: 99900,
+        funnel: { joined: 1800, admitted: 620, reserved: 560, paid: 478, expired: 61, cancelled: 21, refunded: 1 },
+        refused: { sold_out: 3200, limit_exceeded: 41, rate_limited: 17, sale_not_started: 230, sale_ended: 12, queue_required: 9 },
+        peak_purchases_per_second: 118, wait_seconds: { p50: 42.5, p99: 188 }, fairness: { fifo_inversions: 0 } }, o);
+      const items = [sale('phone-x', 'Pocket Phone X'), sale('cable', 'USB Cable', { sell_out_seconds: null, sold_units: 120, stock_total: 900,
+        funnel: { joined: 0, admitted: 0, reserved: 150, paid: 120, expired: 20, cancelled: 10, refunded: 0 }, wait_seconds: { p50: null, p99: null } })];
+      const csv = 'item_id,name\nphone-x,Pocket Phone X\ncable,USB Cable\n';
+      const phoneAdmin = await (await browser.newContext(Object.assign({ acceptDownloads: true }, phone))).newPage();
+      const asked = [];
+      for (const p of [admin, phoneAdmin]) {
+        await p.route('**/api/admin/reports/sales*', (r) => {
+          asked.push(r.request().url());
+          if (/text\/csv/.test(r.request().headers().accept || '')) return r.fulfill({ contentType: 'text/csv', body: csv });
+          return r.fulfill({ contentType: 'application/json', body: JSON.stringify({ items }) });
+        });
+        if (p === phoneAdmin) {
+          await p.goto(BASE + '/admin');
+          await p.fill('#token', ADMIN);
+          await p.press('#token', 'Enter');
+          await p.locator('#token-set').waitFor({ state: 'visible' });
+        }
+        await p.fill('#s-from', '2030-01-01T00:00:00');
+        await p.fill('#s-item', 'bad id!');
+        await p.click('#sales-load');
+        await expectText(p.locator('#sales-msg'), /letters, digits/, 'a bad item id is refused before any request');
+        await p.fill('#s-item', '');
+        await p.click('#sales-load');
+        await expectText(p.locator('#sales-table tr[data-item="phone-x"]'), /Pocket Phone X \(phone-x\).*480 \/ 500.*1 min 34 s/s, 'phone-x row');
+        await expectText(p.locator('#sales-table tr[data-item="cable"]'), /–/, 'a sale that did not sell out');
+        assert(/from=2030-01-01T/.test(asked[asked.length - 1]), `the window is sent: ${asked[asked.length - 1]}`);
+        await eventually(async () => {
+          const f = await p.locator('#c-funnel').getAttribute('data-values');
+          assert(f === '1800,620,560,478,61,21,1', `funnel drawn: ${f}`);
+          const r = await p.locator('#c-refused').getAttribute('data-values');
+          assert(r === '3200,41,17,230,12,9', `refusals drawn: ${r}`);
+          assert(await p.locator('#c-funnel canvas').count() === 1, 'the funnel is a chart');
+        }, 'charts');
+        await p.locator('#sales-table tr[data-item="cable"] button').click();
+        await eventually(async () => {
+          assert(await p.locator('#c-funnel').getAttribute('data-values') === '0,0,150,120,20,10,0', 'charts follow the chosen item');
+        }, 'chosen item');
+        const [download] = await Promise.all([p.waitForEvent('download'), p.click('#sales-csv')]);
+        const file = await download.path();
+        assert(fs.readFileSync(file, 'utf8') === csv && download.suggestedFilename() === 'sales-report.csv', 'CSV downloaded');
+        const over = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        assert(over <= 0, `the report is ${over}px wider than the screen`);
+        if (p === phoneAdmin) await saveShot(p.locator('#sales-h').locator('xpath=..'), 'admin-sales-report-phone.png');
+        else {
+          await p.locator('#sales-table tr[data-item="phone-x"] button').click();
+          await saveShot(p.locator('#sales-h').locator('xpath=..'), 'admin-sales-report.png');
+        }
+        await p.unroute('**/api/admin/reports/sales*');
+      }
+      await phoneAdmin.context().close();
+    });
+
     await step('admin: the new-item form lines its fields up row by row (desktop; on a phone the accessibility step checks it fits)', async () => {
       const tops = await admin.evaluate(() => {
         const rows = new Map();
@@ -763,6 +881,31 @@ async function main() {
     const QWAIT = 30_000; // polls are paced by poll_after_ms (1..10 s)
     const dana = `dana-${run}`;
     let danaPass = '';
+
+    await step('the monitor is readable at 390 px: no two time-axis labels overlap', async () => {
+      const p = pages.phoneMonitor;
+      assert(p, 'the phone monitor of the previous step');
+      assert(await p.evaluate(() => window.innerWidth) === 390, 'a 390 px wide screen');
+      await eventually(async () => {
+        const figs = await p.evaluate(() => [...document.querySelectorAll('figure.chart')].map((f) => {
+          const ctx = document.createElement('canvas').getContext('2d');
+          ctx.font = f.dataset.xfont;
+          const ticks = JSON.parse(f.dataset.xticks || '[]');
+          return { id: f.id, ticks: ticks.map(([x, label]) => ({ x, w: ctx.measureText(label).width, label })) };
+        }));
+        assert(figs.length === 6, `${figs.length} charts`);
+        for (const f of figs) {
+          assert(f.ticks.length >= 2, `${f.id}: ${f.ticks.length} time labels`);
+          for (let i = 1; i < f.ticks.length; i++) {
+            const a = f.ticks[i - 1];
+            const b = f.ticks[i];
+            const gap = (b.x - a.x) - (a.w + b.w) / 2;
+            assert(gap >= 4, `${f.id}: "${a.label}" and "${b.label}" are ${gap.toFixed(1)} px apart`);
+          }
+        }
+      }, 'time-axis labels apart');
+      await saveShot(p, 'monitor-phone-axes.png');
+    });
 
     await step('the monitor gives every series of its charts a colour of its own', async () => {
       const p = await (await browser.newContext(desktop)).newPage();
