@@ -241,7 +241,7 @@ func (s *Store) Catalogue(ctx context.Context) (map[string]Item, uint64, error) 
 // the deposed primary's, whose figures must not be served on.
 func (s *Store) refresh(ctx context.Context) error {
 	done := s.snapLoad.DoChan("snap", func() (any, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
+		ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 		defer cancel()
 		seen := time.Now() // before the reads: the age of what they tell the sold-out short cut
 		hist, err := s.nodeHistories(ctx)

@@ -58,7 +58,7 @@ func (r *Reconciler) rideThrough(ctx context.Context, what string, step func(att
 			return err
 		}
 		if attempt == failoverAttempts {
-			return fmt.Errorf("reconcile: %s: Redis went away %d times (a failover that does not settle?), giving up: %w", what, attempt, err)
+			return fmt.Errorf("reconcile: %s: interrupted %d times by a lost connection (a Redis failover that does not settle?), giving up: %w", what, attempt, err)
 		}
 		slog.Warn("reconcile: Redis went away (a failover?); waiting for a primary to do the work again", "work", what, "attempt", attempt, "err", err)
 		if werr := r.awaitPrimary(ctx); werr != nil {
