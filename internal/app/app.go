@@ -118,6 +118,7 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 		return nil, err
 	}
 	a.Orders.Hooks.Released = a.Payments.Released
+	a.Payments.Observe = func(result string) { metrics.PaymentWebhooks.WithLabelValues(result).Inc() }
 	opts := HTTPOptions(cfg)
 	a.conns = connCaps(cfg)
 	opts.Stream.Max = capStreams(opts.Stream.Max, a.conns)

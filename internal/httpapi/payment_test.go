@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	stripe "github.com/stripe/stripe-go/v85"
 
 	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/paysim"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
@@ -309,6 +312,10 @@ func TestWebhookSignature(t *testing.T) {
 	body := fmt.Sprintf(`{"id":"evt_forged1","object":"event","type":"checkout.session.completed","created":%d,"data":{"object":{"id":%q,"object":"checkout.session","status":"complete","payment_status":"paid","payment_intent":"pi_forged","amount_total":1999,"currency":"usd","metadata":{"order_id":%q}}}}`,
 		time.Now().Unix(), pid, o)
 	now := time.Now()
+	counted := func(result string) float64 {
+		return testutil.ToFloat64(metrics.PaymentWebhooks.WithLabelValues(result))
+	}
+	refused, unknowns := counted(payment.WebhookRefused), counted(payment.WebhookUnknown)
 	for _, c := range []struct {
 		name, header string
 	}{
@@ -328,6 +335,9 @@ func TestWebhookSignature(t *testing.T) {
 	if a.status("alice", o) != "reserved" {
 		t.Fatal("a refused webhook paid the order")
 	}
+	if got := counted(payment.WebhookRefused) - refused; got < 7 {
+		t.Errorf("flashsale_payment_webhooks_total{result=refused} rose by %v, want the 7 refusals", got)
+	}
 	// Several v1 signatures: any valid one will do. Within the tolerance either way: accepted.
 	unknown := strings.ReplaceAll(body, pid, "cs_unknown0000")
 	for _, at := range []time.Time{now.Add(-290 * time.Second), now.Add(290 * time.Second)} {
@@ -338,6 +348,9 @@ func TestWebhookSignature(t *testing.T) {
 		if r.Status != 200 {
 			t.Errorf("unknown payment signed at %s: %d %s", at, r.Status, r.Raw)
 		}
+	}
+	if got := counted(payment.WebhookUnknown) - unknowns; got < 2 {
+		t.Errorf("flashsale_payment_webhooks_total{result=unknown} rose by %v, want the 2 unknown payments", got)
 	}
 	// Metadata alone never finds an order: the payment id is not this order's.
 	if a.status("alice", o) != "reserved" {

@@ -42,6 +42,11 @@ var (
 		Buckets: latencyBuckets,
 	}, []string{"method", "route"})
 
+	PaymentWebhooks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_payment_webhooks_total",
+		Help: "Payment provider webhook deliveries by result: applied (verified, applied or deliberately ignored), unknown (verified, about a payment this api has no record of), refused (no valid signature: 400) or retry (not applied yet: 503).",
+	}, []string{"result"})
+
 	Purchases = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashsale_purchases_total",
 		Help: "Purchase attempts by outcome: reserved (201), replayed (200, same Idempotency-Key), the contract's error code (sold_out, limit_exceeded, rate_limited, ...), or client_gone.",
@@ -255,7 +260,7 @@ func init() {
 	Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		HTTPRequests, HTTPDuration, Purchases,
+		HTTPRequests, HTTPDuration, Purchases, PaymentWebhooks,
 		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers,
 		OutboxBacklog, RelayPublished, RelayErrors,
 		ExpirerDrained, QueuePollsMemory, QueuePollsRedis, HTTPConns, RedisDataLost,

@@ -25,9 +25,31 @@ type Service struct {
 	// ItemName names an item on the provider's page (nil or "": the item id).
 	ItemName func(ctx context.Context, item string) string
 
+	// Observe, when set, is told the result of every webhook delivery: applied (a verified
+	// event applied or deliberately ignored), unknown (a payment this api has no record of),
+	// refused (no valid signature: 400) or retry (not applied yet: 503). The api counts them
+	// in flashsale_payment_webhooks_total.
+	Observe func(result string)
+
 	cancels chan release
 	orphans chan orphan
 }
+
+// Results of a webhook delivery, as Service.Observe is told them.
+const (
+	WebhookApplied = "applied"
+	WebhookUnknown = "unknown"
+	WebhookRefused = "refused"
+	WebhookRetry   = "retry"
+)
+
+// errUnknownWebhook: a verified event about a payment this api has no record of (answered
+// 200, warned about and counted).
+var errUnknownWebhook = errors.New("payment webhook: unknown payment")
+
+// webhookWarn rate-limits the warnings of refused and unknown deliveries: a flood of forged
+// requests must not flood the log.
+var webhookWarn = logging.NewThrottle(10 * time.Second)
 
 // release is a batch of order ids of one item whose reservations ended (expired or cancelled).
 type release struct {
@@ -241,6 +263,24 @@ func unavailable(err error) error {
 // of order, for an unknown payment or of an ignored type; any other error means "not
 // handled yet" (the provider delivers it again).
 func (s *Service) HandleWebhook(ctx context.Context, raw []byte, header string) error {
+	err := s.handleWebhook(ctx, raw, header)
+	result := WebhookApplied
+	switch {
+	case errors.Is(err, errUnknownWebhook):
+		result, err = WebhookUnknown, nil
+	case errors.Is(err, ErrBadSignature):
+		result = WebhookRefused
+		webhookWarn.Warn("payment webhook refused: no valid signature", "err", err)
+	case err != nil:
+		result = WebhookRetry
+	}
+	if s != nil && s.Observe != nil {
+		s.Observe(result)
+	}
+	return err
+}
+
+func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) error {
 	if !s.Enabled() {
 		return ErrBadSignature // nothing is configured to verify it with
 	}
@@ -270,8 +310,8 @@ func (s *Service) HandleWebhook(ctx context.Context, raw []byte, header string) 
 	}
 	oid, sid, err := s.find(ctx, ev)
 	if errors.Is(err, orders.ErrUnknownPayment) {
-		slog.Info("payment webhook: unknown payment, ignored", "event", ev.ID, "type", ev.Type, "session", ev.SessionID, "payment_intent", ev.PaymentIntent)
-		return nil
+		webhookWarn.Warn("payment webhook: unknown payment, ignored", "event", ev.ID, "type", ev.Type, "session", ev.SessionID, "payment_intent", ev.PaymentIntent)
+		return errUnknownWebhook
 	}
 	if err != nil {
 		return err
@@ -282,8 +322,8 @@ func (s *Service) HandleWebhook(ctx context.Context, raw []byte, header string) 
 	}
 	o, st, err := s.Orders.SettlePayment(ctx, sid, ev.ID)
 	if errors.Is(err, orders.ErrUnknownPayment) {
-		slog.Info("payment webhook: unknown payment, ignored", "event", ev.ID, "session", sid)
-		return nil
+		webhookWarn.Warn("payment webhook: unknown payment, ignored", "event", ev.ID, "session", sid)
+		return errUnknownWebhook
 	}
 	if err != nil || st != orders.SettledRefund {
 		return err
