@@ -7,13 +7,18 @@
 -- expired here (order.expired) and refused, like pay.lua does: after expires_ms an order's fate
 -- is `expired` whichever of the expirer or the shopper reaches it first.
 --
+-- An order whose payment is processing (a debit on its way, KEYS[8]) is not cancelled: the
+-- provider decides it (the money would otherwise be taken for a cancelled order).
+--
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
+-- KEYS[8] item payments hash
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
 --
 -- Reply: {outcome, packed_order}
 --   outcome: cancelled | not_found (no such order, or another user's)
 --            | invalid_state (not reserved, or its time ran out: the order is now expired)
+--            | payment_processing (its payment is processing: nothing changed)
 --   packed_order: the order after the call ('' for not_found)
 -- A malformed argument, or an order whose item hash is missing (a restore is rebuilding the
 -- item), is an error reply and writes nothing.
@@ -35,6 +40,10 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 if o.status ~= 'reserved' then
   return {'invalid_state', packed}
+end
+local rec = redis.call('HGET', KEYS[8], oid)
+if rec and string.match(rec, '^[^|]*|processing|') then
+  return {'payment_processing', packed}
 end
 
 local now = now_int_ms()

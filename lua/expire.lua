@@ -12,17 +12,22 @@
 -- the entry removed, as every order it names is then settled. An entry not due yet by Redis
 -- TIME (the caller's clock runs ahead) is left, and so is one with a reserved order whose own
 -- expiry is still ahead (a restore rewrote it; nothing else can).
+-- A due reservation whose payment is processing (a debit on its way: its payment record in
+-- KEYS[8] says so) is held until expires_ms + the hold, so the provider can decide; an entry
+-- left only for such holds is re-scored to the earliest one's end, not re-read each sweep.
 -- At most 1000 orders (entries expanded) per call, so one call holds Redis for milliseconds.
 --
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
--- ARGV[1] item id   ARGV[2..] expiry index entries of this item (naming 1..1000 orders in all;
---   a range at most 256)
+-- KEYS[8] item payments hash (order id -> "payment id|state|event id|attempt")
+-- ARGV[1] item id   ARGV[2] processing hold in ms (0: none)   ARGV[3..] expiry index entries
+--   of this item (naming 1..1000 orders in all; a range at most 256)
 --
 -- Reply: {examined, expired, units_returned, expired order id...}
---   examined: of the given entries, those no longer in the index: taken off by this call or,
---   since the caller read them, by another (0 while the item hash is missing, as during a
---   restore: nothing is written then). The others are still there, at the index's head.
+--   examined: of the given entries, those no longer due in the index: taken off (or, held for
+--   a processing payment, re-scored later) by this call or, since the caller read them, by
+--   another (0 while the item hash is missing, as during a restore: nothing is written then).
+--   The others are still there, at the index's head.
 --   expired: orders moved reserved -> expired (their ids follow)   units_returned: their
 --   summed quantity
 -- A malformed argument is an error reply and writes nothing.
@@ -31,13 +36,17 @@ local item_id = ARGV[1]
 if not item_id or item_id == '' then
   return redis.error_reply('ERR expire: missing item id')
 end
-if #ARGV < 2 then
+local hold = tonumber(ARGV[2])
+if not hold or hold < 0 or hold ~= math.floor(hold) then
+  return redis.error_reply('ERR expire: hold must be a whole number of ms >= 0')
+end
+if #ARGV < 3 then
   return redis.error_reply('ERR expire: no entries')
 end
 local prefix = item_id .. '.'
 local firsts, lasts = {}, {}
 local named = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local e = ARGV[i]
   local a, b
   if string.sub(e, 1, #prefix) == prefix then
@@ -70,7 +79,7 @@ end
 local now = now_int_ms()
 local examined, expired, units = 0, 0, 0
 local out = {0, 0, 0}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local e = ARGV[i]
   local due = tonumber(redis.call('ZSCORE', KEYS[4], e))
   if not due then
@@ -86,22 +95,35 @@ for i = 2, #ARGV do
       end
     end
     local recs = redis.call('HMGET', KEYS[2], unpack(oids))
-    local open = false
+    local pays = nil
+    if hold > 0 then
+      pays = redis.call('HMGET', KEYS[8], unpack(oids))
+    end
+    local open = false     -- an order open here by its own expiry (a restore's): the entry stays
+    local held_until = nil -- the earliest end of a hold on an order whose payment is processing
     for j, oid in ipairs(oids) do
       local o = unpack_order(recs[j])
       if o and o.status == 'reserved' then
-        if o.expires <= now then
+        local processing = pays and pays[j] and string.match(pays[j], '^[^|]*|processing|')
+        if o.expires > now then
+          open = true
+        elseif processing and o.expires + hold > now then
+          if not held_until or o.expires + hold < held_until then
+            held_until = o.expires + hold
+          end
+        else
           units = units + release_order(KEYS[2], KEYS[3], KEYS[5], item_id, oid, o, 'expired', now)
           expired = expired + 1
           out[#out + 1] = oid
-        else
-          open = true
         end
       end
     end
-    if not open then
+    if not open and not held_until then
       redis.call('ZREM', KEYS[4], e)
       examined = examined + 1
+    elseif not open then
+      redis.call('ZADD', KEYS[4], held_until, e)
+      examined = examined + 1 -- no longer due: off the index's head like one taken off
     end
   end
 end

@@ -24,6 +24,8 @@
 -- KEYS[8] shard clock   KEYS[9] item payments hash
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller; '' with a payment id)
 -- ARGV[4] payment id ('' for the shopper's own pay)   ARGV[5] the provider's event id ('' for none)
+-- ARGV[6] processing hold in ms: a payment recorded processing still pays its reservation
+--   until expires_ms + this (see expire.lua); '' or 0 for none
 --
 -- Reply: {outcome, packed_order, paid_total}
 --   outcome: paid | not_found (no such order, another user's, or not this order's payment)
@@ -38,6 +40,13 @@
 
 local item_id, oid, user = ARGV[1], ARGV[2], ARGV[3] or ''
 local pid, evt = ARGV[4] or '', ARGV[5] or ''
+local hold = 0
+if ARGV[6] and ARGV[6] ~= '' then
+  hold = tonumber(ARGV[6])
+end
+if not hold or hold < 0 then
+  return redis.error_reply('ERR pay: hold must be a number of ms >= 0')
+end
 if not item_id or item_id == '' or not oid or (user == '' and pid == '')
     or string.sub(oid, 1, #item_id + 1) ~= item_id .. '.' or string.find(pid .. evt, '|', 1, true) then
   return redis.error_reply('ERR pay: bad item, order, user, payment or event id')
@@ -94,7 +103,11 @@ if o.status ~= 'reserved' then
 end
 
 local now = now_int_ms()
-if now >= o.expires then
+local ends = o.expires
+if state == 'processing' then
+  ends = o.expires + hold
+end
+if now >= ends then
   release_order(KEYS[2], KEYS[3], KEYS[6], item_id, oid, o, 'expired', now)
   redis.call('ZREM', KEYS[5], oid)
   redis.call('HINCRBY', KEYS[1], 'stock_left', o.qty)

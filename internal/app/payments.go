@@ -29,6 +29,9 @@ func (a *API) newPayments(ctx context.Context, cfg config.Config) (*payment.Serv
 	}
 	svc := payment.NewService(provider, a.Orders, p.Currency)
 	svc.Hold = p.ProcessingHold
+	if provider != nil {
+		a.Orders.PaymentHold = p.ProcessingHold
+	}
 	svc.ItemName = func(ctx context.Context, id string) string {
 		it, err := a.Inventory.Lookup(ctx, id)
 		if err != nil {

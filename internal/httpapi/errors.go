@@ -66,6 +66,7 @@ var sentinels = []struct {
 	{inventory.ErrInvalidState, http.StatusConflict, "invalid_state"},
 	{orders.ErrInvalidState, http.StatusConflict, "invalid_state"},
 	{orders.ErrExpired, http.StatusConflict, "order_expired"},
+	{orders.ErrPaymentProcessing, http.StatusConflict, "payment_processing"},
 	{ranking.ErrNotABuyer, http.StatusConflict, "not_a_buyer"},
 	{limits.ErrRateLimited, http.StatusTooManyRequests, "rate_limited"},
 	{inventory.ErrQueueRequired, http.StatusForbidden, "queue_required"},

@@ -414,6 +414,7 @@ func TestLatePaymentRefunded(t *testing.T) {
 	// pay.lua decides by Redis TIME, not by whether the expirer got there first.
 	a := newPayAPI(t, paysim.Config{AsyncDelay: 2 * time.Second, Chaos: paysim.Chaos{Duplicates: 3}}, func(c *config.Config) {
 		c.ReservationTTL = 500 * time.Millisecond
+		c.Payment.ProcessingHold = 0 // no hold: the success always comes after the order expired
 	})
 	a.item("lp", 10, 5)
 	o := a.reserve("lp", "alice")
@@ -672,5 +673,58 @@ func TestCheckoutRefused(t *testing.T) {
 	g := a.do("GET", "/api/orders/"+o, a.token("alice"), nil)
 	if !strings.Contains(g.Raw, `"payment_id":null`) || a.status("alice", o) != "reserved" {
 		t.Fatalf("after a refusal: %s", g.Raw)
+	}
+}
+
+// TestProcessingHoldsReservation: a slow payment submitted shortly before the reservation ends
+// holds it past expires_at (payment_status processing) until the provider decides: then the
+// order is paid, not expired and refunded. A cancel meanwhile answers 409 payment_processing
+// and changes nothing.
+func TestProcessingHoldsReservation(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{AsyncDelay: 6 * time.Second}, func(c *config.Config) {
+		c.ReservationTTL = 3 * time.Second
+		c.Payment.ProcessingHold = time.Minute
+	})
+	a.item("hold", 10, 5)
+	o := a.reserve("hold", "alice")
+	p := a.checkout("alice", o)
+	a.pay(p["checkout_url"].(string), paysim.CardAsync)
+	waitFor(t, "payment_status processing", 10*time.Second, func() bool {
+		r := a.do("GET", "/api/orders/"+o, a.token("alice"), nil)
+		return r.Body["order"].(map[string]any)["payment_status"] == "processing"
+	})
+	r := a.do("POST", "/api/orders/"+o+"/cancel", a.token("alice"), nil)
+	if r.Status != 409 || r.code() != "payment_processing" {
+		t.Fatalf("cancel while processing: %d %s", r.Status, r.Raw)
+	}
+	if s := a.status("alice", o); s != "reserved" {
+		t.Fatalf("after a refused cancel the order is %s", s)
+	}
+	waitFor(t, "the order to be paid", 30*time.Second, func() bool { return a.status("alice", o) == "paid" })
+	a.delivered()
+	n, _ := a.outboxTypes("hold")
+	if n["order.paid"] != 1 || n["order.expired"] != 0 || n["payment.refunded"] != 0 || n["order.cancelled"] != 0 {
+		t.Fatalf("events %v", n)
+	}
+}
+
+// TestProcessingHoldIsBounded: a payment still processing when expires_at + the hold passes
+// lets the order expire (its stock returns); its later success is refunded.
+func TestProcessingHoldIsBounded(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{AsyncDelay: 4 * time.Second}, func(c *config.Config) {
+		c.ReservationTTL = 500 * time.Millisecond
+		c.Payment.ProcessingHold = 1500 * time.Millisecond
+	})
+	a.item("bound", 10, 5)
+	o := a.reserve("bound", "alice")
+	p := a.checkout("alice", o)
+	a.pay(p["checkout_url"].(string), paysim.CardAsync)
+	waitFor(t, "the order to expire", 20*time.Second, func() bool { return a.status("alice", o) == "expired" })
+	waitFor(t, "the refund", 30*time.Second, func() bool {
+		n, _ := a.outboxTypes("bound")
+		return n["payment.refunded"] == 1
+	})
+	if n, _ := a.outboxTypes("bound"); n["order.paid"] != 0 {
+		t.Fatalf("events %v", n)
 	}
 }

@@ -35,7 +35,7 @@ func (s *Store) Pay(ctx context.Context, user, id string) (Order, error) {
 	k := s.keys.Item(item)
 	res, err := payScript.Run(ctx, s.rdb,
 		[]string{k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.Payments()},
-		item, id, user, "", "").Slice()
+		item, id, user, "", "", 0).Slice()
 	if err != nil {
 		return Order{}, fmt.Errorf("orders: pay %s: %w", id, err)
 	}
@@ -74,7 +74,7 @@ func (s *Store) Cancel(ctx context.Context, user, id string) (Order, error) {
 	}
 	k := s.keys.Item(item)
 	res, err := cancelScript.Run(ctx, s.rdb,
-		[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()},
+		[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.Payments()},
 		item, id, user).Slice()
 	if err != nil {
 		return Order{}, fmt.Errorf("orders: cancel %s: %w", id, err)
@@ -92,6 +92,8 @@ func (s *Store) Cancel(ctx context.Context, user, id string) (Order, error) {
 		s.stockReturned(item)
 		s.released(item, id)
 		return o, nil
+	case "payment_processing":
+		return o, fmt.Errorf("orders: cancel %s: %w", id, ErrPaymentProcessing)
 	case "invalid_state":
 		if o.Status == Expired {
 			// Possibly expired by this very call: its stock came back.
@@ -204,8 +206,8 @@ func (s *Store) ExpireShardFrom(ctx context.Context, shard int, offset int64, ba
 func (s *Store) expireOrders(ctx context.Context, item string, entries []any) (ExpireResult, error) {
 	k := s.keys.Item(item)
 	res, err := expireScript.Run(ctx, s.rdb,
-		[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock()},
-		append([]any{item}, entries...)...).Slice()
+		[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.Payments()},
+		append([]any{item, s.PaymentHold.Milliseconds()}, entries...)...).Slice()
 	if err != nil {
 		return ExpireResult{}, fmt.Errorf("orders: expire %s: %w", item, err)
 	}

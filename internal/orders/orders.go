@@ -26,6 +26,9 @@ var (
 	ErrNotFound     = errors.New("order not found")
 	ErrInvalidState = errors.New("order is not reserved")
 	ErrExpired      = errors.New("reservation expired")
+	// ErrPaymentProcessing: the order's payment is on its way (processing); the provider
+	// decides it, so the order cannot be cancelled meanwhile.
+	ErrPaymentProcessing = errors.New("the order's payment is processing")
 )
 
 // errReply is a script reply of an unexpected shape (a bug or a script version mismatch).

@@ -240,7 +240,7 @@ func (s *Store) SettlePayment(ctx context.Context, paymentID, eventID string) (O
 	k := s.keys.Item(item)
 	res, err := payScript.Run(ctx, s.rdb,
 		[]string{k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.Payments()},
-		item, oid, "", paymentID, eventID).Slice()
+		item, oid, "", paymentID, eventID, s.PaymentHold.Milliseconds()).Slice()
 	if err != nil {
 		return Order{}, "", fmt.Errorf("orders: settle payment %s of %s: %w", paymentID, oid, err)
 	}

@@ -20,7 +20,10 @@ type Store struct {
 	rdb   redis.UniversalClient
 	keys  keyspace.Space
 	Hooks Hooks
-	clock redisClock
+	// PaymentHold is how long a reservation whose payment is processing stays reserved past
+	// its expires_at (FLASHSALE_PAYMENT_PROCESSING_HOLD; 0 with no provider).
+	PaymentHold time.Duration
+	clock       redisClock
 }
 
 // NewStore returns a Store over rdb with the given key space.
