@@ -36,8 +36,18 @@ ensure_kcat() {
     { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat >/dev/null; }
 }
 
+# The stripe provider's requests are checked by stripe-mock (Stripe's OpenAPI-driven mock),
+# pinned and installed with go install like the other Go tools (cached in GOPATH/bin).
+ensure_stripe_mock() {
+  local bin; bin="$(go env GOPATH)/bin/stripe-mock"
+  [ -x "$bin" ] && [ -f "$bin.v0.203.0" ] && return 0
+  echo "installing stripe-mock v0.203.0 (go install) for the payment tests"
+  go install github.com/stripe/stripe-mock@v0.203.0 && touch "$bin.v0.203.0"
+}
+
 go_tests() {
   ensure_kcat || echo "kcat could not be installed; the kcat test will fail saying so"
+  ensure_stripe_mock || echo "stripe-mock could not be installed; TestStripeProviderAgainstStripeMock will fail saying so"
   go build -o bin/testsummary ./cmd/testsummary || return 1
   go test -race -count=1 -timeout 9m -json ./... | ./bin/testsummary
 }
