@@ -80,7 +80,7 @@ FLASHSALE_LIMIT_RATING="1/6s:5" \
 api_pid=$!
 
 # A second api takes payment through the payment simulator it starts: short reservations, and
-# a pm_card_async slower than them (the late payment the api refunds).
+# a pm_card_async slower than them but within the processing hold (it holds the reservation).
 pay_port=$(free_port)
 pay_kafka_port=$(free_port)
 sim_port=$(free_port)
@@ -92,6 +92,7 @@ FLASHSALE_PAYMENT_PROVIDER=sim \
 FLASHSALE_PAYMENT_SIM_ADDR="127.0.0.1:$sim_port" \
 FLASHSALE_PAYMENT_SIM_API_KEY="$sim_key" \
 FLASHSALE_PAYMENT_SIM_ASYNC_DELAY="${pay_async}s" \
+FLASHSALE_PAYMENT_PROCESSING_HOLD=60s \
 FLASHSALE_REDIS_PREFIX="${prefix}pay:" \
 FLASHSALE_ADMIN_TOKEN="$admin_token" \
 FLASHSALE_JWT_SECRET="$jwt_secret" \

@@ -128,7 +128,8 @@ async function saveShot(target, name, opts = {}) {
 
 // The second api (E2E_PAY_URL) takes payment through the payment simulator (FLASHSALE_PAYMENT_
 // PROVIDER=sim, on E2E_PAY_SIM_URL) with a short reservation (E2E_PAY_TTL_S) and a slow
-// pm_card_async (E2E_PAY_ASYNC_S, longer than the reservation).
+// pm_card_async (E2E_PAY_ASYNC_S, longer than the reservation, shorter than it plus the
+// processing hold).
 const PAY_BASE = process.env.E2E_PAY_URL || '';
 const PAY_SIM = process.env.E2E_PAY_SIM_URL || '';
 const PAY_SIM_KEY = process.env.E2E_PAY_SIM_KEY || ''; // the api's key there: its payments are visible to it only
@@ -157,21 +158,24 @@ async function paymentSteps(browser, desktop, pageErrors) {
     }, 'new order row');
   };
   const row = (id) => ivy.locator(`#orders li.order[data-order="${id}"]`);
-  // pay presses the order's Pay and answers the checkout page that opens.
+  // pay presses the order's Pay: the shop page goes to the order's Checkout Session's hosted
+  // page (the simulator's, as Stripe Checkout would be).
   const pay = async (id) => {
-    const [checkout] = await Promise.all([ivy.context().waitForEvent('page'), row(id).locator('button:has-text("Pay")').click()]);
-    checkout.setDefaultTimeout(TIMEOUT);
-    await checkout.waitForLoadState();
-    await expectText(row(id).locator('.msg'), /checkout page that opened/, 'the row says where to pay');
-    return checkout;
+    await row(id).locator('button:has-text("Pay")').click();
+    await ivy.waitForURL((u) => u.href.startsWith(PAY_SIM + '/c/pay/cs_'));
   };
-  const payWith = async (checkout, card) => {
-    await checkout.locator(`input[name=payment_method][value=${card}]`).check();
-    await checkout.locator('#pay').click();
-    await checkout.waitForLoadState();
+  // payWith pays on the hosted page; a good card brings the shopper back to the shop.
+  const payWith = async (card) => {
+    await ivy.locator(`input[name=payment_method][value=${card}]`).check();
+    await Promise.all([ivy.waitForNavigation(), ivy.locator('#pay').click()]);
+  };
+  let ivyToken = ''; // read on the shop page (the checkout page is another origin)
+  const orderJSON = async (id) => {
+    const res = await fetch(`${PAY_BASE}/api/orders/${id}`, { headers: { Authorization: 'Bearer ' + ivyToken } });
+    return (await res.json()).order;
   };
 
-  await step('payments: a shopper on a shop with a payment provider buys; Pay opens the checkout page', async () => {
+  await step('payments: a shopper on a shop with a payment provider buys; Pay goes to the checkout page', async () => {
     const put = await fetch(PAY_BASE + `/api/admin/items/${PAY_ITEM.id}`, {
       method: 'PUT', headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + ADMIN },
       body: JSON.stringify({ name: PAY_ITEM.name, category: 'gadgets', price_cents: 2500, stock: 10, per_user_limit: 5 }),
@@ -181,49 +185,52 @@ async function paymentSteps(browser, desktop, pageErrors) {
     await ivy.fill('#user', 'ivy-' + run);
     await ivy.press('#user', 'Enter');
     await expectText(ivy.locator('#who-name'), new RegExp('ivy-' + run), 'ivy signed in');
+    ivyToken = await ivy.evaluate(() => sessionStorage.getItem('flashsale.token'));
   });
 
-  await step('payments: paying with a good card on the checkout page turns the order Paid live', async () => {
+  await step('payments: buy, the hosted checkout page, pay, back on the shop page: the order turns Paid', async () => {
     const id = await buy();
-    const checkout = await pay(id);
-    assert(checkout.url().startsWith(PAY_SIM + '/checkout/'), `checkout page ${checkout.url()}`);
-    await expectText(checkout.locator('#amount'), /25\.00/, 'the amount to pay');
-    await payWith(checkout, 'pm_card_visa');
-    await expectText(checkout.locator('#result'), /succeeded/i, 'the checkout page says it went through');
-    await expectText(row(id).locator('.badge'), /^Paid$/, 'the order turns paid on the shop page', 15_000);
+    await pay(id);
+    await expectText(ivy.locator('#amount'), /25\.00/, 'the amount to pay');
+    await expectText(ivy.locator('#product'), new RegExp(PAY_ITEM.name), 'the item on the checkout page');
+    await saveShot(ivy, 'checkout.png');
+    await payWith('pm_card_visa');
+    assert(ivy.url().startsWith(PAY_BASE + '/'), `back on the shop: ${ivy.url()}`);
+    await expectText(row(id).locator('.badge'), /^Paid$/, 'the order is paid on the shop page', 15_000);
     await expectText(row(id).locator('.msg'), /Paid, thank you/, 'the row thanks the shopper');
-    await saveShot(checkout, 'checkout.png');
-    await checkout.close();
+    assert(!/checkout=/.test(ivy.url()), `the return query is cleaned up: ${ivy.url()}`);
   });
 
-  await step('payments: a declined card says so and changes nothing; another card then pays', async () => {
+  await step('payments: a declined card says so on the checkout page; another card then pays', async () => {
     const id = await buy();
-    const checkout = await pay(id);
-    await payWith(checkout, 'pm_card_chargeDeclined');
-    await expectText(checkout.locator('#result'), /declined/i, 'the checkout page says the card was declined');
-    assert(await checkout.locator('#pay-form').isVisible(), 'the form stays to try another card');
-    await expectText(row(id).locator('.badge'), /^Reserved$/, 'still reserved after the decline');
-    await payWith(checkout, 'pm_card_visa');
+    await pay(id);
+    await payWith('pm_card_chargeDeclined');
+    await expectText(ivy.locator('#result'), /declined/i, 'the checkout page says the card was declined');
+    assert(await ivy.locator('#pay-form').isVisible(), 'the form stays to try another card');
+    const o = await orderJSON(id);
+    assert(o.status === 'reserved' && o.payment_status === 'failed', `after a decline: ${JSON.stringify(o)}`);
+    await payWith('pm_card_visa');
     await expectText(row(id).locator('.badge'), /^Paid$/, 'paid with the second card', 15_000);
-    await checkout.close();
   });
 
-  await step('payments: a slow payment that succeeds after the reservation ended is refunded; the order stays expired', async () => {
+  await step('payments: cancelling on the checkout page comes back to the shop; nothing was charged', async () => {
     const id = await buy();
-    const checkout = await pay(id);
-    await payWith(checkout, 'pm_card_async');
-    await expectText(checkout.locator('#result'), /Processing/i, 'the checkout page says it is processing');
-    const pid = await checkout.locator('#checkout').getAttribute('data-payment-intent');
-    await expectText(row(id).locator('.badge'), /^Expired$/, 'the reservation expires', PAY_TTL_MS + 15_000);
-    await expectText(row(id).locator('.msg'), /refunded in full/, 'the row says a late payment is refunded');
-    await expectText(checkout.locator('#result'), /succeeded|refunded/i, 'the slow payment goes through, late (and is given back)', PAY_ASYNC_MS + 15_000);
-    await eventually(async () => {
-      const res = await fetch(`${PAY_SIM}/v1/refunds?payment_intent=${pid}`, { headers: { Authorization: `Bearer ${PAY_SIM_KEY}` } });
-      const body = await res.json();
-      assert(res.status === 200 && body.data.length === 1 && body.data[0].amount === 2500, `refunds of ${pid}: ${JSON.stringify(body)}`);
-    }, 'one full refund at the provider', 20_000);
-    await expectText(row(id).locator('.badge'), /^Expired$/, 'the order keeps its state');
-    await checkout.close();
+    await pay(id);
+    await Promise.all([ivy.waitForNavigation(), ivy.locator('#cancel').click()]);
+    await expectText(row(id).locator('.msg'), /Checkout cancelled/, 'the row says the checkout was cancelled');
+    await expectText(row(id).locator('.badge'), /^Reserved$/, 'still reserved');
+  });
+
+  await step('payments: a slow payment holds the reservation past its time, then pays', async () => {
+    const id = await buy();
+    await pay(id);
+    await payWith('pm_card_async');
+    await expectText(row(id).locator('.hint'), /payment processing/, 'the row shows the payment processing');
+    const o = await orderJSON(id);
+    await eventually(async () => assert(Date.now() > Date.parse(o.expires_at) + 1000, 'the reservation time has not run out yet'),
+      'the reservation time to pass', PAY_TTL_MS + 5_000);
+    assert((await orderJSON(id)).status === 'reserved', 'the order is still reserved past expires_at');
+    await expectText(row(id).locator('.badge'), /^Paid$/, 'the slow payment pays the held order', PAY_ASYNC_MS + 15_000);
   });
   delete pages.ivy;
 }
