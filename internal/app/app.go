@@ -126,6 +126,9 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 	if err != nil {
 		return nil, err
 	}
+	metrics.RefusalsFromMemory.From(limiter.FromMemory)
+	metrics.RefusalsFromMemory.From(a.Inventory.RefusalsFromMemory)
+	metrics.UnknownFromMemory.From(a.Inventory.UnknownFromMemory)
 	a.expirer = orders.NewExpirer(a.Orders, cfg.ExpiryInterval, cfg.ExpiryBatch)
 	metrics.ExpirerDrained.From(a.expirer.Drained)
 	// The pool dials on first use: only the reconciliation report route needs Postgres (and

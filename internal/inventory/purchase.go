@@ -90,6 +90,15 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 			return PurchaseResult{}, err
 		}
 	}
+	if res, ok := s.settledReplay(ctx, req); ok {
+		return res, nil
+	}
+	if refusal, ok := s.refusedFromMemory(req); ok {
+		if req.IdempotencyKey != "" { // a replay made elsewhere still gets its order
+			return s.replayOr(ctx, req, refusal)
+		}
+		return PurchaseResult{}, refusal
+	}
 	// A retry with an idempotency key must get its order back, so it always asks Redis.
 	if req.IdempotencyKey == "" && s.KnownSoldOut(req.ItemID) {
 		return PurchaseResult{}, errKnownSoldOut
@@ -98,6 +107,7 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 	s.batcher.Submit(call.req.ItemID, call)
 	select {
 	case r := <-call.done:
+		s.settle(req, r.res, r.err)
 		return r.res, r.err
 	case <-ctx.Done():
 		// A batch not yet sent drops this call; one already sent may still make the order, so

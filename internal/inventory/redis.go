@@ -73,8 +73,10 @@ type Store struct {
 
 	looping atomic.Int32 // RunSnapshot loops running
 
-	// lookups bounds the Redis look-ups of ids the snapshot lacks (Known).
-	lookups *limits.Local
+	unknown unknownIDs // ids Redis lacked a moment ago (Known)
+
+	refusals *limits.Refusals // shoppers over the purchase limit, per item (settled.go)
+	settled  settledKeys      // replays answered from one read (settled.go)
 }
 
 // NewStore returns a Store over rdb with the given key space.
@@ -97,9 +99,8 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Stor
 	if opt.PurchaseLinger == 0 {
 		opt.PurchaseLinger = DefaultPurchaseLinger
 	}
-	s := &Store{rdb: rdb, keys: keys, opt: opt}
+	s := &Store{rdb: rdb, keys: keys, opt: opt, refusals: limits.NewRefusals(refusalsKept)}
 	s.batcher = batch.New(opt.PurchaseBatch, opt.PurchaseInFlight, opt.PurchaseLinger, s.runBatch)
-	s.lookups, _ = limits.NewLocal(UnknownLookups) // a valid constant policy
 	return s
 }
 

@@ -15,12 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/internal/limits"
 )
-
-// UnknownLookups is how often one api may ask Redis about an item id its snapshot lacks (an
-// item another api created a moment ago): a flood of made-up ids costs Redis at most this.
-var UnknownLookups = limits.Policy{Rate: 20, Period: time.Second, Burst: 20}
 
 // maxStale is how old a snapshot reads serve: through a blip of Redis (the refresh failed),
 // and, while RunSnapshot runs, without refreshing it themselves (or two intervals if longer).
@@ -80,9 +75,10 @@ func (s *Store) orderOf(snap map[string]Item, gen uint64) *snapOrder {
 
 // Known reports whether id may name an item, without Redis for any id the catalogue snapshot
 // holds (the snapshot as it is: Known never refreshes it). An id it lacks may be an item
-// another api created a moment ago: it is looked up in Redis, at most UnknownLookups a second
-// per api; past that rate, it is unknown. Without a snapshot (none loaded yet) or on a failed
-// look-up it answers true: the script that follows has the last word.
+// another api created a moment ago: it is looked up in Redis before it is called unknown, and
+// one Redis lacks is answered unknown from memory for UnknownFor (unknown.go). Without a
+// snapshot (none loaded yet) or on a failed look-up it answers true: the script that follows
+// has the last word.
 func (s *Store) Known(ctx context.Context, id string) bool {
 	s.snapMu.RLock()
 	snap := s.snap
@@ -91,7 +87,7 @@ func (s *Store) Known(ctx context.Context, id string) bool {
 	if ok || snap == nil {
 		return true
 	}
-	if !keyspace.ValidID(id) || !s.lookups.Allow("", time.Now()).Allowed {
+	if !keyspace.ValidID(id) || s.unknown.missing(id, time.Now()) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, refreshWait)
@@ -101,6 +97,7 @@ func (s *Store) Known(ctx context.Context, id string) bool {
 		return true
 	}
 	if len(h) == 0 {
+		s.unknown.remember(id, time.Now())
 		return false
 	}
 	if it, err := itemFromHash(id, h); err == nil {

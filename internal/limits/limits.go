@@ -87,15 +87,22 @@ var script = lua.New("limit", "gcra.lua", "limit.lua")
 //
 // It fails closed: when Redis does not answer, Allow returns an error and the caller refuses
 // the request (the HTTP layer answers 503 unavailable) rather than letting it through unlimited.
+//
+// A subject it refused is answered from this process's memory until it may try again
+// (Refusals), so a flood of refused requests costs Redis nothing.
 type Limiter struct {
 	rdb      redis.UniversalClient
 	keys     keyspace.Space
 	policies atomic.Pointer[map[string]Policy]
+	refusals *Refusals
 }
+
+// RefusalsKept bounds the refused subjects a Limiter remembers at once.
+const RefusalsKept = 100_000
 
 // NewLimiter returns a Limiter over rdb with the given policies (see SetPolicies).
 func NewLimiter(rdb redis.UniversalClient, keys keyspace.Space, policies map[string]Policy) (*Limiter, error) {
-	l := &Limiter{rdb: rdb, keys: keys}
+	l := &Limiter{rdb: rdb, keys: keys, refusals: NewRefusals(RefusalsKept)}
 	if err := l.SetPolicies(policies); err != nil {
 		return nil, err
 	}
@@ -114,8 +121,14 @@ func (l *Limiter) SetPolicies(policies map[string]Policy) error {
 		next[name] = p
 	}
 	l.policies.Store(&next)
+	if l.refusals != nil {
+		l.refusals.Forget()
+	}
 	return nil
 }
+
+// FromMemory is the requests answered with a remembered refusal, no Redis call.
+func (l *Limiter) FromMemory() int64 { return l.refusals.Served() }
 
 // Policy returns the named policy; ok is false when it is unknown or off.
 func (l *Limiter) Policy(name string) (p Policy, ok bool) {
@@ -139,12 +152,20 @@ func (l *Limiter) AllowN(ctx context.Context, policy, subject string, n int) (De
 	if n < 1 || n > p.Burst {
 		return Decision{}, fmt.Errorf("limits: %s: cost %d outside 1..%d: %w", policy, n, p.Burst, ErrBadPolicy)
 	}
-	res, err := script.Run(ctx, l.rdb, []string{l.keys.RateLimit(policy, subject)},
+	key := l.keys.RateLimit(policy, subject)
+	if d, refused := l.refusals.Refused(key, time.Now()); refused {
+		return d, nil
+	}
+	res, err := script.Run(ctx, l.rdb, []string{key},
 		p.Rate, p.Period.Milliseconds(), p.Burst, n).StringSlice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("limits: %s: %w", policy, err)
 	}
-	return decode(p, res)
+	d, err := decode(p, res)
+	if err == nil && n == 1 { // a refusal of one cell refuses more cells too, not the reverse
+		l.refusals.Remember(key, d, time.Now())
+	}
+	return d, err
 }
 
 // decode turns the script's reply {allowed, remaining, retry_after_ms, reset_ms} into a Decision.

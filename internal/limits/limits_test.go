@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -455,4 +456,78 @@ func TestTATsAndWholeMilliseconds(t *testing.T) {
 	if r[0] != "0" || retry < 60000 || retry > 60002 || rdb.Get(ctx, legacy).Val() != old {
 		t.Fatalf("legacy TAT %s: reply %q, stored now %s", old, r, rdb.Get(ctx, legacy).Val())
 	}
+}
+
+// A refusal costs no Redis: once the limiter has refused a subject, its requests until the
+// retry time are refused from memory with the same figures (Limit, a Retry-After counting
+// down, Reset), with no command on the server (a private one: INFO commandstats); after the
+// retry time the next request asks Redis again and passes. Other subjects are not affected,
+// and a policy reload forgets the refusals.
+func TestRefusalsCostNoRedis(t *testing.T) {
+	rdb, keys, _ := testenv.PrivateRedis(t)
+	ctx := context.Background()
+	l, err := NewLimiter(rdb, keys, map[string]Policy{"cancel": {Rate: 1, Period: 2 * time.Second, Burst: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if d, err := l.Allow(ctx, "cancel", "mallory"); err != nil || !d.Allowed {
+			t.Fatalf("within the burst: %+v %v", d, err)
+		}
+	}
+	first, err := l.Allow(ctx, "cancel", "mallory")
+	if err != nil || first.Allowed || first.RetryAfter <= 0 {
+		t.Fatalf("over the burst: %+v %v, want a refusal", first, err)
+	}
+	// 200 refusals from memory take far less than the 2 s retry time, even on a busy machine.
+	before := commands(t, rdb)
+	const n = 200
+	for i := range n {
+		d, err := l.Allow(ctx, "cancel", "mallory")
+		if err != nil || d.Allowed || d.Limit != first.Limit || d.RetryAfter <= 0 || d.RetryAfter > first.RetryAfter || d.Reset < d.RetryAfter {
+			t.Fatalf("refusal %d from memory: %+v %v (first %+v)", i, d, err, first)
+		}
+	}
+	if used := commands(t, rdb) - before - 1; used != 0 { // less the INFO that measured
+		t.Fatalf("%d refused requests cost %d Redis commands, want 0", n, used)
+	}
+	if l.FromMemory() < int64(n) {
+		t.Fatalf("FromMemory %d, want at least %d", l.FromMemory(), n)
+	}
+	if d, err := l.Allow(ctx, "cancel", "alice"); err != nil || !d.Allowed {
+		t.Fatalf("another subject: %+v %v", d, err)
+	}
+	testenv.WaitFor(t, "mallory allowed again after her retry time", 10*time.Second, func() bool {
+		d, err := l.Allow(ctx, "cancel", "mallory")
+		return err == nil && d.Allowed
+	})
+	for {
+		if d, _ := l.Allow(ctx, "cancel", "mallory"); !d.Allowed {
+			break
+		}
+	}
+	if err := l.SetPolicies(map[string]Policy{"cancel": {Rate: 1000, Period: time.Second, Burst: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Allow(ctx, "cancel", "mallory"); err != nil || d.Limit != 1000 {
+		t.Fatalf("after a reload: %+v %v, want the new policy's decision (refusals forgotten)", d, err)
+	}
+}
+
+var callsRe = regexp.MustCompile(`calls=(\d+)`)
+
+// commands is how many commands the server has executed in all (INFO commandstats, a script
+// call counting as itself and every command it ran).
+func commands(t *testing.T, rdb redis.UniversalClient) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range callsRe.FindAllStringSubmatch(info, -1) {
+		v, _ := strconv.Atoi(m[1])
+		n += v
+	}
+	return n
 }

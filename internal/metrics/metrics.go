@@ -223,6 +223,15 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(perClient), "per_client")
 }
 
+// Answers from the api's memory that would otherwise cost Redis (counted by internal/limits
+// and internal/inventory, handed over with From).
+var (
+	RefusalsFromMemory = newFuncCounter("flashsale_rate_limit_refusals_memory_total",
+		"Requests refused 429 from the api's memory of an earlier refusal (no Redis call).")
+	UnknownFromMemory = newFuncCounter("flashsale_unknown_items_memory_total",
+		"Item ids answered unknown from the api's short negative cache (no Redis call).")
+)
+
 // FuncCounter is a counter read at scrape time from counts that components keep themselves;
 // several sources (e.g. expirers) add up.
 type FuncCounter struct {
@@ -264,6 +273,7 @@ func init() {
 		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers,
 		OutboxBacklog, RelayPublished, RelayErrors,
 		ExpirerDrained, QueuePollsMemory, QueuePollsRedis, HTTPConns, RedisDataLost,
+		RefusalsFromMemory, UnknownFromMemory,
 	)
 }
 
