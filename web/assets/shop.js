@@ -16,7 +16,12 @@
   const $ = (id) => document.getElementById(id);
 
   const ITEMS_EVERY = 1000;
-  const ORDERS_EVERY = 3000;
+  // "My orders" is asked after the shopper's own actions and at a deadline; otherwise every
+  // 3 s only while a payment is open or processing, and at most once a minute when idle.
+  const ORDERS_BUSY = 3000;
+  const ORDERS_IDLE = 60000;
+  const ordersEvery = () => ([...state.rows.values()].some((r) => r.pstatus === 'open' || r.pstatus === 'processing')
+    ? ORDERS_BUSY : ORDERS_IDLE);
   const BOARDS_EVERY = 5000;
   const STATUS_TEXT = { upcoming: 'Upcoming', live: 'Live', sold_out: 'Sold out', ended: 'Ended' };
   const ORDER_TEXT = { reserved: 'Reserved', paid: 'Paid', cancelled: 'Cancelled', expired: 'Expired' };
@@ -885,7 +890,7 @@
   // Refreshes after an action call fn directly and do not start another loop.
   function every(fn, ms) {
     const loop = async () => {
-      try { await fn(); } finally { setTimeout(loop, ms); }
+      try { await fn(); } finally { setTimeout(loop, typeof ms === 'function' ? ms() : ms); }
     };
     loop();
   }
@@ -894,6 +899,6 @@
   setMode('poll');
   openStream();
   every(refreshItems, ITEMS_EVERY);
-  every(refreshOrders, ORDERS_EVERY);
+  every(refreshOrders, ordersEvery);
   every(refreshBoards, BOARDS_EVERY);
 })();
