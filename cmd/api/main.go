@@ -14,8 +14,30 @@ import (
 	"github.com/flashsale/flashsale/internal/shutdown"
 )
 
+const usage = `usage: api
+
+Serves flashsale's HTTP contract (the shop, the admin pages, /api, /metrics) on
+FLASHSALE_HTTP_ADDR (default 127.0.0.1:8080). It takes no arguments: every setting is an
+environment variable (FLASHSALE_*, KAFKA_*), listed with its default in README.md
+"Configuration". Exit codes: 0 stopped by SIGTERM/SIGINT, 1 a dependency unreachable within
+its start timeout or an address taken, 2 an invalid setting or a usage mistake.
+`
+
 func main() {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	for _, a := range os.Args[1:] {
+		if a == "-h" || a == "-help" || a == "--help" || a == "help" {
+			fmt.Print(usage)
+			os.Exit(0)
+		}
+	}
+	if len(os.Args) > 1 {
+		fmt.Fprintf(os.Stderr, "api: unexpected arguments %q (settings are environment variables; see api --help)\n", os.Args[1:])
+		os.Exit(2)
+	}
+	for _, w := range config.UnknownVariables(os.Environ()) {
+		slog.Warn(w)
+	}
 	cfg, err := config.FromEnv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)

@@ -57,7 +57,26 @@ func TestStartFailuresAreOneLine(t *testing.T) {
 			1, []string{"postgres not reachable", "FLASHSALE_POSTGRES_START_TIMEOUT"}},
 		{"reconciler: postgres refuses the role", "reconciler", nil,
 			[]string{"FLASHSALE_POSTGRES_DSN=" + wrongRole, "FLASHSALE_POSTGRES_START_TIMEOUT=10m"},
-			1, []string{"postgres refused the login", "SQLSTATE 28"}},
+			2, []string{"postgres refused the login", "FLASHSALE_POSTGRES_DSN", "SQLSTATE 28"}},
+		{"reconciler: no such database", "reconciler", nil,
+			[]string{"FLASHSALE_POSTGRES_DSN=" + withDatabase(t, pg, "no_such_db_"+testenv.Token(4)), "FLASHSALE_POSTGRES_START_TIMEOUT=10m"},
+			2, []string{"no such database", "FLASHSALE_POSTGRES_DSN", "3D000"}},
+		{"reconciler: malformed postgres dsn", "reconciler", nil,
+			[]string{"FLASHSALE_POSTGRES_DSN=postgres://u:secret@host:99999/db", "FLASHSALE_POSTGRES_START_TIMEOUT=10m"},
+			2, []string{"FLASHSALE_POSTGRES_DSN", "invalid port"}},
+		{"api: malformed postgres dsn", "api", nil,
+			[]string{"FLASHSALE_POSTGRES_DSN=host=x port=abc"},
+			2, []string{"FLASHSALE_POSTGRES_DSN", "invalid port"}},
+		{"reconciler restore without arguments", "reconciler", []string{"restore"},
+			[]string{"FLASHSALE_POSTGRES_DSN=" + pg},
+			2, []string{"restore: give exactly one of --item"}},
+		{"reconciler batch with an unknown flag", "reconciler", []string{"batch", "--bogus"},
+			[]string{"FLASHSALE_POSTGRES_DSN=" + pg},
+			2, []string{"flag provided but not defined: -bogus"}},
+		{"api: an argument", "api", []string{"serve"}, nil,
+			2, []string{"unexpected arguments", "api --help"}},
+		{"paysim: an unknown flag", "paysim", []string{"--bogus"}, nil,
+			2, []string{"flag provided but not defined: -bogus"}},
 		{"reconciler: admin address taken", "reconciler", nil,
 			[]string{"FLASHSALE_POSTGRES_DSN=" + pg, "FLASHSALE_ADMIN_ADDR=" + taken},
 			1, []string{"admin listener " + taken, "address already in use"}},
@@ -89,6 +108,15 @@ func TestStartFailuresAreOneLine(t *testing.T) {
 			if strings.Contains(out, "panic") || strings.Contains(out, "goroutine ") {
 				t.Fatalf("stderr holds a panic or a stack trace:\n%s", out)
 			}
+			if strings.Contains(out, ":secret@") {
+				t.Fatalf("stderr shows a password:\n%s", out)
+			}
+			if c.bin == "paysim" { // the flag package's usage follows its error
+				if !strings.Contains(out, c.want[0]) {
+					t.Fatalf("stderr does not say %q:\n%s", c.want[0], out)
+				}
+				return
+			}
 			// The error line is the last; every other line is a JSON log record or the
 			// admin token notice.
 			lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -110,11 +138,12 @@ func TestStartFailuresAreOneLine(t *testing.T) {
 	}
 }
 
-// buildBinaries builds cmd/api and cmd/reconciler into a temporary directory.
+// buildBinaries builds every binary (cmd/api, reconciler, paysim, bench) into a temporary
+// directory.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "../api", "../reconciler")
+	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "../api", "../reconciler", "../paysim", "../bench")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -152,6 +181,52 @@ func closedAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+func withDatabase(t *testing.T, dsn, db string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + db
+	return u.String()
+}
+
+// TestHelpAndWarnings: every binary answers --help and -h with its usage on stdout and exit 0,
+// starting nothing; a misspelled FLASHSALE_* variable is a warning naming the nearest one.
+func TestHelpAndWarnings(t *testing.T) {
+	bins := buildBinaries(t)
+	for _, bin := range []string{"api", "reconciler", "paysim", "bench"} {
+		for _, arg := range [][]string{{"--help"}, {"-h"}, {"batch", "--help"}} {
+			if arg[0] == "batch" && bin != "reconciler" {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			cmd := exec.CommandContext(ctx, filepath.Join(bins, bin), arg...)
+			cmd.Env = append(baseEnv(t), "FLASHSALE_REDIS_ADDRS=127.0.0.1:1") // nothing to reach
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			cancel()
+			if err != nil || !strings.Contains(strings.ToLower(stdout.String()), "usage") || stderr.Len() != 0 {
+				t.Errorf("%s %v: %v; stdout:\n%s\nstderr:\n%s", bin, arg, err, stdout.String(), stderr.String())
+			}
+		}
+	}
+	for _, bin := range []string{"api", "reconciler"} {
+		cmd := exec.Command(filepath.Join(bins, bin))
+		cmd.Env = append(baseEnv(t), "FLASHSALE_REDIS_ADDR=127.0.0.1:7000", "FLASHSALE_REDIS_DB=99")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("%s: %v, want exit 2 (FLASHSALE_REDIS_DB=99)", bin, err)
+		}
+		if !strings.Contains(stderr.String(), "FLASHSALE_REDIS_ADDR is not a flashsale variable and is ignored; did you mean FLASHSALE_REDIS_ADDRS?") {
+			t.Errorf("%s: no warning about the misspelling:\n%s", bin, stderr.String())
+		}
+	}
 }
 
 func withUser(t *testing.T, dsn, user string) string {

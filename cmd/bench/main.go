@@ -63,7 +63,16 @@ func main() {
 	flag.BoolVar(&opt.verbose, "v", false, "show the servers' logs")
 	flag.BoolVar(&opt.sharedRedis, "shared-redis", false, "run against FLASHSALE_REDIS_ADDRS (default 127.0.0.1:6379) instead of a private redis-server (Redis CPU per purchase is then not measured)")
 	flag.StringVar(&opt.only, "only", "", "comma-separated steps to run (hello,evalsha,minimal,api,reads,soldout,purchase,replicas,reconciler,latency,queue,scale,streams; hello, evalsha and minimal start the baseline servers the later rows use); default all")
-	flag.Parse()
+	for _, a := range os.Args[1:] {
+		if a == "-h" || a == "-help" || a == "--help" {
+			flag.CommandLine.SetOutput(os.Stdout) // asked for: the usage is the answer, exit 0
+		}
+	}
+	flag.Parse() // a bad flag: its error and the usage on stderr, exit 2
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, opt, os.Stdout); err != nil {

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,13 +15,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/paysim"
 	"github.com/flashsale/flashsale/internal/shutdown"
 )
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
-	addr, cfg, err := parse(os.Getenv, os.Args[1:], os.Stderr)
+	for _, w := range config.UnknownVariables(os.Environ()) {
+		slog.Warn(w)
+	}
+	out := io.Writer(os.Stderr)
+	if wantsHelp(os.Args[1:]) {
+		out = os.Stdout // asked for: the usage is the answer
+	}
+	addr, cfg, err := parse(os.Getenv, os.Args[1:], out)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "paysim:", err)
 		os.Exit(2)
@@ -31,6 +43,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "paysim:", err)
 		os.Exit(1)
 	}
+}
+
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
+		}
+	}
+	return false
 }
 
 func run(ctx context.Context, addr string, cfg paysim.Config) error {

@@ -102,14 +102,15 @@ func (m moneyProvider) ListPayments(ctx context.Context, since time.Time, fn fun
 // printed as a table on a terminal and as JSON otherwise.
 func batchCommand(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // one error line; --help prints the usage
 	repair := fs.Bool("repair", false, "re-emit the events of orders and items Postgres is missing or behind on")
 	asJSON := fs.Bool("json", false, "print the report as JSON (default when stdout is not a terminal)")
 	asTable := fs.Bool("table", false, "print the report as a table (default on a terminal)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return flagError(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("batch: unexpected arguments %q", fs.Args())
+		return fmt.Errorf("%w: batch: unexpected arguments %q", errReportUsage, fs.Args())
 	}
 	if err := awaitPostgres(ctx, cfg); err != nil {
 		return err
@@ -142,14 +143,15 @@ func batchCommand(ctx context.Context, cfg config.Config, args []string, stdout 
 // restoreCommand is `reconciler restore (--item ID[,ID...] | --all) [--force]`.
 func restoreCommand(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // one error line; --help prints the usage
 	items := fs.String("item", "", "comma-separated item ids to rebuild")
 	all := fs.Bool("all", false, "rebuild every item of the record")
 	force := fs.Bool("force", false, "rebuild even items Redis shows being sold")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return flagError(err)
 	}
 	if (*items == "") == !*all || fs.NArg() > 0 {
-		return errors.New("restore: give exactly one of --item ID[,ID...] or --all")
+		return fmt.Errorf("%w: restore: give exactly one of --item ID[,ID...] or --all", errReportUsage)
 	}
 	opt := reconcile.RestoreOptions{All: *all, Force: *force}
 	if *items != "" {
@@ -176,6 +178,14 @@ func restoreCommand(ctx context.Context, cfg config.Config, args []string, stdou
 		return fmt.Errorf("restore: %d items refused", len(res.Refused))
 	}
 	return nil
+}
+
+// flagError makes a flag parsing error a usage mistake (help asked stays flag.ErrHelp).
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError(err)
 }
 
 func isTerminal(w io.Writer) bool {

@@ -29,7 +29,27 @@ import (
 	"github.com/flashsale/flashsale/internal/shutdown"
 )
 
-const usage = "usage: reconciler [run | migrate | batch [--repair] | restore | report [--from T] [--to T] [--item ID] [--csv]]"
+const usage = `usage: reconciler [command]
+
+  run (default)   consume events into PostgreSQL, prune final orders from Redis, keep Redis's
+                  data markers, and run batch reconciliation every FLASHSALE_RECONCILE_INTERVAL
+  migrate         apply the migrations and exit
+  batch [--repair] [--json|--table]
+                  one reconciliation run of Redis against PostgreSQL (exit 3 on drift)
+  restore (--item ID[,ID...] | --all) [--force]
+                  rebuild Redis from PostgreSQL after it lost its data
+  report [--from T] [--to T] [--item ID] [--csv]
+                  the post-sale report from PostgreSQL
+
+Settings are environment variables (FLASHSALE_*, KAFKA_*; README.md "Configuration").
+Exit codes: 0 done, 1 failed, 2 a usage mistake or an invalid setting, 3 drift found.`
+
+// badSetting is an invalid setting found only when used (a Postgres refusing the login or
+// missing the database): exit 2 at once, since waiting cannot fix it.
+type badSetting struct{ err error }
+
+func (e *badSetting) Error() string { return e.err.Error() }
+func (e *badSetting) Unwrap() error { return e.err }
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
@@ -40,16 +60,20 @@ func main() {
 }
 
 // cli runs one command and returns the process's exit code: 0 done (or help printed), 1
-// failed, 2 bad usage or configuration, 3 drift found (batch).
+// failed, 2 bad usage or configuration (a Postgres refusing the login or missing the database
+// included), 3 drift found (batch).
 func cli(ctx context.Context, argv []string, getenv func(string) string) int {
 	cmd, args := "run", []string(nil)
 	if len(argv) > 0 {
 		cmd, args = argv[0], argv[1:]
 	}
 	// `--help`, alone or after a command, prints the usage and exits 0, starting nothing.
-	if cmd == "-h" || cmd == "--help" || cmd == "help" || (wantsHelp(args) && (cmd == "run" || cmd == "migrate")) {
+	if cmd == "-h" || cmd == "-help" || cmd == "--help" || cmd == "help" || wantsHelp(args) {
 		fmt.Println(usage)
 		return 0
+	}
+	for _, w := range config.UnknownVariables(os.Environ()) {
+		slog.Warn(w)
 	}
 	cfg, err := config.Parse(getenv)
 	if err != nil {
@@ -69,13 +93,14 @@ func cli(ctx context.Context, argv []string, getenv func(string) string) int {
 	case "report":
 		err = reportCommand(ctx, cfg, args, os.Stdout)
 	default:
-		fmt.Fprintf(os.Stderr, "reconciler: unknown command %q\n%s\n", cmd, usage)
+		fmt.Fprintf(os.Stderr, "reconciler: unknown command %q (see reconciler --help)\n", cmd)
 		return 2
 	}
+	var bad *badSetting
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0 // the command printed its usage
-	case errors.Is(err, errReportUsage):
+	case errors.As(err, &bad), errors.Is(err, errReportUsage):
 		fmt.Fprintln(os.Stderr, "reconciler:", err)
 		return 2
 	case errors.Is(err, errDrift):

@@ -30,7 +30,7 @@ func awaitPostgres(ctx context.Context, cfg config.Config) error {
 		actx, cancel := context.WithTimeout(wctx, 10*time.Second)
 		defer cancel()
 		err := record.Ping(actx, cfg.PostgresDSN)
-		if refusedLogin(err) { // a wrong role or password: waiting would not fix it
+		if refusedLogin(err) || missingDatabase(err) { // waiting would not fix either
 			return struct{}{}, backoff.Permanent(err)
 		}
 		if err != nil && (last == nil || wctx.Err() == nil) { // keep the cause, not the wait's end
@@ -56,12 +56,21 @@ func awaitPostgres(ctx context.Context, cfg config.Config) error {
 	case ctx.Err() != nil:
 		return ctx.Err() // stopped (SIGTERM) while waiting
 	case refusedLogin(err):
-		return fmt.Errorf("postgres refused the login (check the role and password of FLASHSALE_POSTGRES_DSN): %w", err)
+		return &badSetting{fmt.Errorf("postgres refused the login (check the role and password of FLASHSALE_POSTGRES_DSN): %w", err)}
+	case missingDatabase(err):
+		return &badSetting{fmt.Errorf("postgres has no such database (check the database name of FLASHSALE_POSTGRES_DSN, or create it): %w", err)}
 	case last == nil:
 		last = err
 	}
 	return fmt.Errorf("postgres not reachable after %s and %d attempts (FLASHSALE_POSTGRES_START_TIMEOUT): %w",
 		cfg.PostgresStartWait, attempts, last)
+}
+
+// missingDatabase reports Postgres answering that the DSN's database does not exist
+// (SQLSTATE 3D000): a configuration error.
+func missingDatabase(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "3D000"
 }
 
 // refusedLogin reports Postgres refusing the login: SQLSTATE class 28 (invalid authorization:

@@ -27,6 +27,7 @@ import (
 	"github.com/flashsale/flashsale/internal/paysim"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
@@ -151,7 +152,7 @@ func parse(p *parser) (Config, error) {
 		RedisAddrs:        p.list("FLASHSALE_REDIS_ADDRS", "127.0.0.1:6379"),
 		RedisDB:           p.integer("FLASHSALE_REDIS_DB", 0, 0, 15),
 		RedisPrefix:       p.str("FLASHSALE_REDIS_PREFIX", "fs:"),
-		PostgresDSN:       p.str("FLASHSALE_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable"),
+		PostgresDSN:       p.dsn("FLASHSALE_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable"),
 		PostgresStartWait: p.duration("FLASHSALE_POSTGRES_START_TIMEOUT", time.Minute),
 		RedisStartWait:    p.duration("FLASHSALE_REDIS_START_TIMEOUT", time.Minute),
 		KafkaBrokers:      p.list("KAFKA_BROKERS", ""),
@@ -617,6 +618,17 @@ func (p *parser) str(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// dsn is a Postgres connection string as pgx reads it (URL or key=value); a malformed one is
+// an invalid setting, named with its password masked, not a server that cannot be reached.
+func (p *parser) dsn(name, def string) string {
+	v := p.str(name, def)
+	if err := record.CheckDSN(v); err != nil && p.err == nil {
+		p.err = fmt.Errorf("config: %s=%q: not a Postgres connection string (postgres://user:password@host:5432/db?sslmode=disable): %w",
+			name, maskDSN(v), err)
+	}
+	return v
 }
 
 func (p *parser) list(name, def string) []string {
