@@ -65,11 +65,13 @@ func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, arg
 	if len(keys) == 0 {
 		return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: a script needs its keys", s.name))
 	}
-	rep := s.replicas(rdb)
-	if rep != nil {
-		if err := rep.Admit(ctx, keys[0]); err != nil {
+	n, timeout := 0, time.Duration(0)
+	if rep := s.replicas(rdb); rep != nil {
+		var err error
+		if n, err = rep.Admit(ctx, keys[0]); err != nil {
 			return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w", s.name, err))
 		}
+		timeout = rep.Timeout()
 	}
 	keys, args = withCallRecord(keys, args)
 	ctx, cancel := context.WithTimeout(ctx, CallDeadline)
@@ -78,8 +80,8 @@ func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, arg
 	for attempt := 0; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, AttemptTimeout)
 		var cmd *redis.Cmd
-		if rep != nil {
-			cmd = s.runAcked(actx, rdb, rep, keys, args)
+		if n > 0 {
+			cmd = s.runAcked(actx, rdb, n, timeout, keys, args)
 		} else {
 			cmd = s.rs.Run(actx, rdb, keys, args...)
 		}
@@ -133,16 +135,19 @@ func (s *Script) RunEach(ctx context.Context, rdb redis.UniversalClient, calls [
 	args := make([][]any, len(calls))
 	pending := make([]int, 0, len(calls))
 	rep := s.replicas(rdb)
+	need := make([]int, len(calls)) // replicas each call's change must reach
 	for i, c := range calls {
 		if len(c.Keys) == 0 {
 			out[i] = redis.NewCmdResult(nil, fmt.Errorf("lua: %s: a script needs its keys", s.name))
 			continue
 		}
 		if rep != nil {
-			if err := rep.Admit(ctx, c.Keys[0]); err != nil {
+			n, err := rep.Admit(ctx, c.Keys[0])
+			if err != nil {
 				out[i] = redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w", s.name, err))
 				continue
 			}
+			need[i] = n
 		}
 		keys[i], args[i] = withCallRecord(c.Keys, c.Args)
 		pending = append(pending, i)
@@ -197,7 +202,7 @@ func (s *Script) RunEach(ctx context.Context, rdb redis.UniversalClient, calls [
 		}
 	}
 	if rep != nil {
-		s.confirmEach(ctx, rdb, rep, keys, args, out)
+		s.confirmEach(ctx, rdb, rep.Timeout(), need, keys, args, out)
 	}
 	return out
 }
@@ -207,11 +212,12 @@ func (s *Script) RunEach(ctx context.Context, rdb redis.UniversalClient, calls [
 // connection's replication offset covers every earlier run) with a WAIT behind it. The runs of
 // a primary not confirmed answer ErrNotReplicated (or a transport error, also an unknown
 // outcome).
-func (s *Script) confirmEach(ctx context.Context, rdb redis.UniversalClient, rep Replicas, keys [][]string, args [][]any, out []*redis.Cmd) {
+func (s *Script) confirmEach(ctx context.Context, rdb redis.UniversalClient, timeout time.Duration, need []int, keys [][]string, args [][]any, out []*redis.Cmd) {
 	last := map[pipeliner]int{}
 	byNode := map[pipeliner][]int{}
+	most := map[pipeliner]int{}
 	for i, cmd := range out {
-		if cmd == nil || cmd.Err() != nil {
+		if cmd == nil || cmd.Err() != nil || need[i] < 1 {
 			continue
 		}
 		node, err := primaryFor(ctx, rdb, keys[i][0])
@@ -221,10 +227,11 @@ func (s *Script) confirmEach(ctx context.Context, rdb redis.UniversalClient, rep
 		}
 		last[node] = i
 		byNode[node] = append(byNode[node], i)
+		most[node] = max(most[node], need[i])
 	}
 	for node, i := range last {
 		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-		err := s.runAcked(actx, rdb, rep, keys[i], args[i]).Err()
+		err := s.runAcked(actx, rdb, most[node], timeout, keys[i], args[i]).Err()
 		cancel()
 		if err == nil {
 			continue

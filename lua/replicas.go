@@ -19,7 +19,12 @@ import (
 
 // ErrTooFewReplicas refuses a state change before it runs: the primary has fewer live
 // replicas than the client requires, so the change could not be confirmed.
-var ErrTooFewReplicas = errors.New("fewer live Redis replicas than FLASHSALE_REDIS_ACK_REPLICAS; nothing was changed, try again")
+var ErrTooFewReplicas = errors.New("a Redis replica that must hold the change is not connected to the primary (FLASHSALE_REDIS_ACK_REPLICAS); nothing was changed, try again")
+
+// ErrPrimaryUnconfirmed refuses a state change before it runs: the node this client reaches is
+// not confirmed as the primary (no majority of the Sentinels named it within the lease, or
+// they name another; a cluster master cut off from the majority).
+var ErrPrimaryUnconfirmed = errors.New("the Redis primary is not confirmed (FLASHSALE_REDIS_SENTINEL_LEASE); nothing was changed, try again")
 
 // ErrNotReplicated means a change ran on the primary but WAIT did not confirm that the
 // required replicas hold it in time: it may be lost in a failover. It is an ErrOutcomeUnknown.
@@ -28,11 +33,14 @@ var ErrNotReplicated = fmt.Errorf("the Redis replicas did not confirm the change
 // Replicas is what a client's state changes must reach before they are acknowledged;
 // redisconn implements it from its watch of the primaries.
 type Replicas interface {
-	// Required is how many replicas must hold a change, and how long WAIT waits for them.
-	Required() (n int, timeout time.Duration)
-	// Admit returns an error wrapping ErrTooFewReplicas when the primary serving key has
-	// fewer live replicas than required. It must be cheap (no Redis call).
-	Admit(ctx context.Context, key string) error
+	// Admit returns how many replicas must hold a change of key before it is acknowledged
+	// (0: none), or an error wrapping ErrTooFewReplicas or ErrPrimaryUnconfirmed when the
+	// change must be refused before it runs. It must be cheap (no Redis call).
+	Admit(ctx context.Context, key string) (int, error)
+	// Timeout is how long WAIT waits for them.
+	Timeout() time.Duration
+	// Confirms reports whether changes may have to wait for replicas at all.
+	Confirms() bool
 }
 
 var required sync.Map // redis.Scripter (a client) -> Replicas
@@ -47,17 +55,13 @@ func RequireReplicas(rdb redis.Scripter, r Replicas) {
 	required.Store(rdb, r)
 }
 
-// RequiresReplicas reports whether state changes through rdb wait for replicas.
+// RequiresReplicas reports whether state changes through rdb may wait for replicas.
 func RequiresReplicas(rdb redis.Scripter) bool {
 	v, ok := required.Load(rdb)
-	if !ok {
-		return false
-	}
-	n, _ := v.(Replicas).Required()
-	return n > 0
+	return ok && v.(Replicas).Confirms()
 }
 
-// replicas returns what a call of s through rdb must reach, or nil for none.
+// replicas returns what admits a call of s through rdb, or nil for nothing.
 func (s *Script) replicas(rdb redis.Scripter) Replicas {
 	if !s.change {
 		return nil
@@ -66,11 +70,7 @@ func (s *Script) replicas(rdb redis.Scripter) Replicas {
 	if !ok {
 		return nil
 	}
-	r := v.(Replicas)
-	if n, _ := r.Required(); n < 1 {
-		return nil
-	}
-	return r
+	return v.(Replicas)
 }
 
 // pipeliner is a client that pipelines on one connection (a node's *redis.Client).
@@ -101,8 +101,7 @@ var errNotSent = errors.New("not sent")
 // connection of the key's primary, and returns the script's reply once WAIT confirmed it, or:
 // the script's error; a transport error (re-sendable: the re-send finds the call record, which
 // it touches so that its WAIT covers the recorded run); ErrNotReplicated.
-func (s *Script) runAcked(ctx context.Context, rdb redis.Scripter, rep Replicas, keys []string, args []any) *redis.Cmd {
-	n, timeout := rep.Required()
+func (s *Script) runAcked(ctx context.Context, rdb redis.Scripter, n int, timeout time.Duration, keys []string, args []any) *redis.Cmd {
 	for moved := 0; ; moved++ {
 		node, err := primaryFor(ctx, rdb, keys[0])
 		if err != nil {
@@ -168,11 +167,16 @@ func (s *Script) sendAcked(ctx context.Context, node pipeliner, n int, timeout t
 // is a failure before anything was sent.
 func WaitBehind(ctx context.Context, rdb redis.Scripter, key string, add func(redis.Pipeliner)) (confirmed bool, err error) {
 	v, ok := required.Load(rdb)
-	n, timeout := 0, time.Duration(0)
+	n, timeout, admitted := 0, time.Duration(0), true
 	if ok {
-		n, timeout = v.(Replicas).Required()
+		var aerr error
+		n, aerr = v.(Replicas).Admit(ctx, key)
+		timeout, admitted = v.(Replicas).Timeout(), aerr == nil
 	}
-	wait := n > 0 && v.(Replicas).Admit(ctx, key) == nil
+	if !admitted {
+		n = 1 // refused: the commands go alone, unconfirmed
+	}
+	wait := n > 0 && admitted
 	node, err := primaryFor(ctx, rdb, key)
 	if err != nil {
 		return false, err

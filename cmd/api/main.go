@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/shutdown"
 )
 
@@ -48,7 +49,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
-		if errors.Is(err, config.ErrInvalid) {
+		if errors.Is(err, config.ErrInvalid) || errors.Is(err, redisconn.ErrInvalidSetting) {
 			os.Exit(2)
 		}
 		os.Exit(1)

@@ -26,6 +26,7 @@ import (
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/shutdown"
 )
 
@@ -106,6 +107,9 @@ func cli(ctx context.Context, argv []string, getenv func(string) string) int {
 	case errors.Is(err, errDrift):
 		fmt.Fprintln(os.Stderr, "reconciler:", err)
 		return 3
+	case errors.Is(err, redisconn.ErrInvalidSetting):
+		fmt.Fprintln(os.Stderr, "reconciler:", err)
+		return 2
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "reconciler:", err)
 		return 1

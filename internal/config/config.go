@@ -102,8 +102,9 @@ type Config struct {
 	RedisSentinels        []string      // FLASHSALE_REDIS_SENTINELS: host:port of Sentinels; empty: none
 	RedisMasterName       string        // FLASHSALE_REDIS_MASTER_NAME: the primary's name at the Sentinels
 	RedisSentinelPassword string        // FLASHSALE_REDIS_SENTINEL_PASSWORD: the Sentinels' own password
-	RedisAckReplicas      int           // FLASHSALE_REDIS_ACK_REPLICAS: replicas that must hold a change
+	RedisAckReplicas      int           // FLASHSALE_REDIS_ACK_REPLICAS: replicas that must hold a change (redisconn.AckAuto: auto)
 	RedisAckTimeout       time.Duration // FLASHSALE_REDIS_ACK_TIMEOUT: how long WAIT waits for them
+	RedisSentinelLease    time.Duration // FLASHSALE_REDIS_SENTINEL_LEASE: changes go on this long without a Sentinel majority
 	Payment               Payment
 }
 
@@ -232,8 +233,9 @@ func parse(p *parser) (Config, error) {
 	c.RedisSentinels = p.list("FLASHSALE_REDIS_SENTINELS", "")
 	c.RedisMasterName = p.str("FLASHSALE_REDIS_MASTER_NAME", "mymaster")
 	c.RedisSentinelPassword = p.str("FLASHSALE_REDIS_SENTINEL_PASSWORD", "")
-	c.RedisAckReplicas = p.integer("FLASHSALE_REDIS_ACK_REPLICAS", 0, 0, 16)
+	c.RedisAckReplicas = p.ackReplicas("FLASHSALE_REDIS_ACK_REPLICAS")
 	c.RedisAckTimeout = p.duration("FLASHSALE_REDIS_ACK_TIMEOUT", 250*time.Millisecond)
+	c.RedisSentinelLease = p.duration("FLASHSALE_REDIS_SENTINEL_LEASE", redisconn.DefaultSentinelLease)
 	devLogin := p.read("FLASHSALE_DEV_LOGIN", "") // default in words: see below
 	if p.err != nil {
 		return Config{}, p.err
@@ -381,6 +383,11 @@ func (c Config) checkReplication(addrsSet bool) error {
 	if c.RedisAckTimeout < time.Millisecond || c.RedisAckTimeout > time.Second {
 		return fmt.Errorf("config: FLASHSALE_REDIS_ACK_TIMEOUT=%s: want 1ms..1s", c.RedisAckTimeout)
 	}
+	// The lease must end before the Sentinels may promote another node (their down-after
+	// time, checked against them at start); a look at them takes up to a second.
+	if c.RedisSentinelLease < 500*time.Millisecond || c.RedisSentinelLease > time.Minute {
+		return fmt.Errorf("config: FLASHSALE_REDIS_SENTINEL_LEASE=%s: want 500ms..1m, shorter than the Sentinels' down-after-milliseconds", c.RedisSentinelLease)
+	}
 	return nil
 }
 
@@ -440,7 +447,7 @@ func (c Config) RedisOptions() redisconn.Options {
 	return redisconn.Options{
 		Addrs: c.RedisAddrs, DB: c.RedisDB, Security: c.Redis,
 		Sentinels: c.RedisSentinels, MasterName: c.RedisMasterName, SentinelPassword: c.RedisSentinelPassword,
-		AckReplicas: c.RedisAckReplicas, AckTimeout: c.RedisAckTimeout,
+		AckReplicas: c.RedisAckReplicas, AckTimeout: c.RedisAckTimeout, SentinelLease: c.RedisSentinelLease,
 	}
 }
 
@@ -557,7 +564,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("http_addr", m.HTTPAddr), slog.Any("redis_addrs", m.RedisAddrs),
 		slog.String("redis_prefix", m.RedisPrefix), slog.Bool("redis_tls", m.Redis.TLS != nil),
 		slog.Any("redis_sentinels", m.RedisSentinels), slog.String("redis_master_name", m.RedisMasterName),
-		slog.Int("redis_ack_replicas", m.RedisAckReplicas), slog.String("redis_ack_timeout", m.RedisAckTimeout.String()),
+		slog.String("redis_ack_replicas", ackText(m.RedisAckReplicas)), slog.String("redis_ack_timeout", m.RedisAckTimeout.String()),
+		slog.String("redis_sentinel_lease", m.RedisSentinelLease.String()),
 		slog.String("postgres_dsn", m.PostgresDSN), slog.Any("kafka_brokers", m.Brokers()),
 		slog.String("kafka_topic", m.KafkaTopic), slog.String("kafka_sasl", m.Kafka.Mechanism),
 		slog.Bool("dev_login", m.DevLogin), slog.String("jwt_keys", m.JWTKeysFile), slog.Any("jwt_kids", m.jwtKIDs()),
@@ -651,6 +659,28 @@ func (p *parser) integer(name string, def, lo, hi int) int {
 		p.fail(name, v, fmt.Sprintf("want an integer in %d..%d", lo, hi))
 	}
 	return n
+}
+
+// ackReplicas reads FLASHSALE_REDIS_ACK_REPLICAS: auto (every replica that could be
+// promoted) or a number of replicas, 0..16.
+func (p *parser) ackReplicas(name string) int {
+	v := p.read(name, "auto")
+	if v == "" || v == "auto" {
+		return redisconn.AckAuto
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 16 {
+		p.fail(name, v, "want auto (every replica that could be promoted) or an integer in 0..16")
+	}
+	return n
+}
+
+// ackText is FLASHSALE_REDIS_ACK_REPLICAS as an operator writes it.
+func ackText(n int) string {
+	if n == redisconn.AckAuto {
+		return "auto"
+	}
+	return strconv.Itoa(n)
 }
 
 func (p *parser) float(name string, def, lo, hi float64) float64 {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -241,8 +242,13 @@ func TestReplication(t *testing.T) {
 	if m := c.Masked(); m.RedisSentinelPassword != "***" {
 		t.Fatal("Masked leaves the Sentinel password")
 	}
-	if d, _ := Parse(env(nil)); d.RedisAckReplicas != 0 || d.RedisAckTimeout != 250*time.Millisecond || len(d.RedisSentinels) != 0 {
+	if d, _ := Parse(env(nil)); d.RedisAckReplicas != redisconn.AckAuto || d.RedisAckTimeout != 250*time.Millisecond ||
+		d.RedisSentinelLease != 2*time.Second || len(d.RedisSentinels) != 0 {
 		t.Fatalf("defaults %+v", d.RedisOptions())
+	}
+	if a, err := Parse(env(map[string]string{"FLASHSALE_REDIS_ACK_REPLICAS": "auto", "FLASHSALE_REDIS_SENTINEL_LEASE": "1500ms"})); err != nil ||
+		a.RedisOptions().AckReplicas != redisconn.AckAuto || a.RedisOptions().SentinelLease != 1500*time.Millisecond {
+		t.Fatalf("auto, lease 1500ms: %+v %v", a.RedisOptions(), err)
 	}
 	for _, bad := range []map[string]string{
 		{"FLASHSALE_REDIS_SENTINELS": "s1:26379", "FLASHSALE_REDIS_ADDRS": "127.0.0.1:6379"},
@@ -252,6 +258,9 @@ func TestReplication(t *testing.T) {
 		{"FLASHSALE_REDIS_SENTINEL_PASSWORD": "sentinel-pass"},
 		{"FLASHSALE_REDIS_ACK_REPLICAS": "-1"},
 		{"FLASHSALE_REDIS_ACK_REPLICAS": "17"},
+		{"FLASHSALE_REDIS_ACK_REPLICAS": "all"},
+		{"FLASHSALE_REDIS_SENTINEL_LEASE": "100ms"},
+		{"FLASHSALE_REDIS_SENTINEL_LEASE": "2m"},
 		{"FLASHSALE_REDIS_ACK_TIMEOUT": "0"},
 		{"FLASHSALE_REDIS_ACK_TIMEOUT": "2s"},
 	} {

@@ -43,7 +43,8 @@ var (
 	errShuttingDown  = &apiError{http.StatusServiceUnavailable, "unavailable", "the server is shutting down; nothing was changed, try again"}
 	errNoReports     = &apiError{http.StatusServiceUnavailable, "unavailable", "reconciliation reports are not configured"}
 	errNoRecord      = &apiError{http.StatusServiceUnavailable, "unavailable", "the reconciliation record (Postgres) is unreachable"}
-	errNoReplicas    = &apiError{http.StatusServiceUnavailable, "unavailable", "too few Redis replicas are live to confirm a change; nothing was changed, try again"}
+	errNoReplicas    = &apiError{http.StatusServiceUnavailable, "unavailable", "a Redis replica that must hold the change is not connected; nothing was changed, try again"}
+	errNoPrimary     = &apiError{http.StatusServiceUnavailable, "unavailable", "the Redis primary is not confirmed by a majority of the Sentinels; nothing was changed, try again"}
 	errNotConfirmed  = &apiError{http.StatusServiceUnavailable, "unavailable", "the Redis replicas did not confirm the change in time; the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
 	errInternal      = &apiError{http.StatusInternalServerError, "internal", "an internal error occurred (a bug, logged); the outcome is unknown: retry with the same Idempotency-Key, or look in GET /api/orders"}
 )
@@ -103,6 +104,10 @@ func fail(c *gin.Context, err error) {
 	// metric, not logged per request.
 	if errors.Is(err, lua.ErrTooFewReplicas) {
 		fail(c, errNoReplicas)
+		return
+	}
+	if errors.Is(err, lua.ErrPrimaryUnconfirmed) {
+		fail(c, errNoPrimary)
 		return
 	}
 	if errors.Is(err, lua.ErrNotReplicated) {

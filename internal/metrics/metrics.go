@@ -70,6 +70,11 @@ var (
 		Help: "Changes of the Redis primary this process saw (a Sentinel promotion, a cluster master replaced by its replica); each is also logged once.",
 	}, func() float64 { return float64(redisconn.Failovers()) })
 
+	RedisRefusals = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "flashsale_redis_refusal_periods_total",
+		Help: "Periods in which every change was refused before it ran (503, nothing was changed): the Redis primary not confirmed by a majority of the Sentinels within FLASHSALE_REDIS_SENTINEL_LEASE or another node named, or a replica that could be promoted not connected. Each is logged once as it begins and once as it ends, with its length.",
+	}, func() float64 { return float64(redisconn.RefusalPeriods()) })
+
 	ScriptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flashsale_redis_script_duration_seconds",
 		Help:    "Round trip of a Lua script call by script name, as the client sees it (for a pipeline: the whole pipeline, once per script in it).",
@@ -270,7 +275,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		HTTPRequests, HTTPDuration, Purchases, PaymentWebhooks,
-		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers,
+		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers, RedisRefusals,
 		OutboxBacklog, RelayPublished, RelayErrors,
 		ExpirerDrained, QueuePollsMemory, QueuePollsRedis, HTTPConns, RedisDataLost,
 		RefusalsFromMemory, UnknownFromMemory,

@@ -318,7 +318,7 @@ func (s *Store) Tick(ctx context.Context) {
 		for range 100 {
 			r, err := s.Admit(ctx, it.ID, startOf(it))
 			if err != nil {
-				if !errors.Is(err, lua.ErrTooFewReplicas) { // said by /readyz and the replica watch
+				if !errors.Is(err, lua.ErrTooFewReplicas) && !errors.Is(err, lua.ErrPrimaryUnconfirmed) { // said by /readyz and the replica watch
 					slog.Warn("queue admission step failed", "item", it.ID, "err", err)
 				}
 				break

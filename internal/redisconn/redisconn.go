@@ -30,14 +30,18 @@ type Options struct {
 	DB       int      // single node and Sentinel only
 	Security Security
 	// Sentinels (host:port) name the primary MasterName; the client follows it when it
-	// changes (go-redis's failover client). SentinelPassword is the Sentinels' own.
+	// changes (the node a majority of them names: sentinel.go). SentinelPassword is the
+	// Sentinels' own.
 	Sentinels        []string
 	MasterName       string
 	SentinelPassword string
 	// AckReplicas replicas must hold a state change before it is acknowledged (WAIT, within
-	// AckTimeout); 0: none.
+	// AckTimeout); 0: none; AckAuto: every replica that could be promoted (replication.go).
 	AckReplicas int
 	AckTimeout  time.Duration
+	// SentinelLease is how long changes go on without a majority of the Sentinels confirming
+	// the primary (0: DefaultSentinelLease); it must be shorter than their down-after time.
+	SentinelLease time.Duration
 	// PoolSize is the connections per node (0: go-redis's default).
 	PoolSize int
 }
@@ -59,18 +63,26 @@ func OpenSecure(ctx context.Context, addrs []string, db int, sec Security) (redi
 // and with replicas required, a watch of the primaries runs until the client is closed.
 func OpenWith(ctx context.Context, o Options) (redis.UniversalClient, error) {
 	routeLogs.Do(func() { redis.SetLogger(logging.NewRedis()) })
-	rdb := newClient(o)
+	w, err := newWatch(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	rdb := newClient(o, w.sent)
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
-		if len(o.Sentinels) > 0 {
-			return nil, fmt.Errorf("redis primary %q through the Sentinels %v is not answering (%w)", o.MasterName, o.Sentinels, err)
+		if w.sent != nil {
+			w.sent.close()
+			return nil, fmt.Errorf("redis primary %q at %s, named by the Sentinels %v, is not answering (%w)", o.MasterName, w.sent.current(), o.Sentinels, err)
 		}
 		return nil, fmt.Errorf("redis at %v is not answering (%w); start it with: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no", o.Addrs, err)
 	}
-	if err := watchReplication(ctx, rdb, o); err != nil {
+	if err := w.start(ctx, rdb); err != nil {
 		rdb.Close()
+		if w.sent != nil {
+			w.sent.close()
+		}
 		return nil, err
 	}
 	return rdb, nil
@@ -83,7 +95,7 @@ func WithPool(rdb redis.UniversalClient, size int) redis.UniversalClient {
 	if w := watchOf(rdb); w != nil {
 		o := w.opt
 		o.PoolSize = size
-		c := newClient(o)
+		c := newClient(o, w.sent)
 		w.share(c)
 		return c
 	}
@@ -100,7 +112,9 @@ func WithPool(rdb redis.UniversalClient, size int) redis.UniversalClient {
 	return rdb // another kind of client: shared, as given
 }
 
-func newClient(o Options) redis.UniversalClient {
+// newClient makes the client; behind Sentinels (sent) it is a plain client whose connections
+// go to the node the Sentinels' majority names (sentinels.dial).
+func newClient(o Options, sent *sentinels) redis.UniversalClient {
 	opt := &redis.UniversalOptions{
 		Addrs:        o.Addrs,
 		DB:           o.DB,
@@ -116,14 +130,15 @@ func newClient(o Options) redis.UniversalClient {
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 	}
-	if len(o.Sentinels) > 0 {
-		// go-redis's failover client asks the Sentinels for the primary, subscribes to their
-		// +switch-master and drops its connections to a demoted primary: the api follows a
-		// failover without a restart.
-		opt.Addrs = o.Sentinels
-		opt.MasterName = o.MasterName
-		opt.SentinelPassword = o.SentinelPassword
-	} else if len(o.Addrs) > 1 {
+	if sent != nil {
+		return redis.NewClient(&redis.Options{
+			Addr: "sentinels/" + o.MasterName, Dialer: sent.dial, DB: o.DB,
+			Username: opt.Username, Password: opt.Password, PoolSize: opt.PoolSize,
+			DialTimeout: opt.DialTimeout, ReadTimeout: opt.ReadTimeout, WriteTimeout: opt.WriteTimeout,
+			ContextTimeoutEnabled: true, MaxRetries: -1,
+		})
+	}
+	if len(o.Addrs) > 1 {
 		opt.DB = 0
 	}
 	return redis.NewUniversalClient(opt)

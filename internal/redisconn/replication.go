@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,41 +18,62 @@ import (
 	"github.com/flashsale/flashsale/lua"
 )
 
-// WatchInterval is how often the primaries and their replicas are looked at (INFO replication
-// on each primary): the age of the "too few live replicas" verdict, and of a primary change.
+// WatchInterval is how often the primaries and their replicas are looked at (the Sentinels'
+// answers, INFO replication on each primary): the age of a refusal's verdict, and of a primary
+// change.
 const WatchInterval = 250 * time.Millisecond
 
 // maxReplicaLag is the most seconds since a replica's last acknowledgement (INFO's lag; they
-// acknowledge every second) for it to count as live: a stalled replica stops counting within
-// a few seconds, so changes are refused ("nothing was changed") instead of timing out in WAIT
-// ("the outcome is unknown").
+// acknowledge every second) for it to count as connected: a stalled or cut-off replica stops
+// counting within a few seconds, so changes are refused ("nothing was changed") instead of
+// timing out in WAIT ("the outcome is unknown").
 const maxReplicaLag = 2
 
-var failovers atomic.Uint64
+// AckAuto as Options.AckReplicas: every replica that could be promoted must hold a change
+// (behind Sentinels or a Cluster); none on a lone node.
+const AckAuto = -1
+
+var failovers, refusalPeriods atomic.Uint64
 
 // Failovers counts the primary changes every watch in this process has seen (a Sentinel
 // promotion, a cluster master replaced by its replica): flashsale_redis_failovers_total.
 func Failovers() uint64 { return failovers.Load() }
 
-// watch follows the primaries behind one client (and the clients WithPool made from it): who
-// they are, and how many live replicas each has. A primary change is logged once, counted and
-// the scripts are loaded on the new primary. It implements lua.Replicas.
-type watch struct {
-	rdb redis.UniversalClient
-	opt Options
+// RefusalPeriods counts the periods in which a watch refused every change before it ran (the
+// primary not confirmed, a replica that could be promoted not connected, too few replicas):
+// flashsale_redis_refusal_periods_total. Each is logged once as it begins and once as it ends.
+func RefusalPeriods() uint64 { return refusalPeriods.Load() }
 
-	view atomic.Pointer[view]
+// watch follows the primaries behind one client (and the clients WithPool made from it): who
+// they are, which replicas must hold a change, and whether changes are refused. A primary
+// change is logged once, counted and the scripts are loaded on the new primary. It implements
+// lua.Replicas.
+type watch struct {
+	rdb  redis.UniversalClient
+	opt  Options
+	sent *sentinels // nil without Sentinels
+
+	view   atomic.Pointer[view]
+	lastSV sentinelView // the last look at the Sentinels in which a majority answered
 
 	mu     sync.Mutex
 	shared []redis.UniversalClient // WithPool's clients, registered with lua alike
+
+	refusedSince atomic.Int64 // unix ns: the start of the refusal period under way (0: none)
 }
 
 // view is one look at the primaries.
 type view struct {
-	live      map[string]int // live replicas by primary address
-	primaries string         // the primaries' addresses, sorted, comma-separated
-	err       error          // the last look failed (kept up to a few failures)
+	nodes     map[string]*primary // by primary address
+	primaries string              // their addresses, sorted, comma-separated
+	err       error               // the last look failed (kept up to a few failures)
 	at        time.Time
+}
+
+// primary is what one look found of one primary.
+type primary struct {
+	wait   int   // replicas WAIT waits for behind a change
+	refuse error // changes on it are refused before they run
 }
 
 var watches sync.Map // redis.UniversalClient -> *watch
@@ -63,15 +85,55 @@ func watchOf(rdb redis.UniversalClient) *watch {
 	return nil
 }
 
-// watchReplication starts the watch of rdb's primaries when there is something to follow (a
-// Sentinel primary, a cluster's masters) or replicas are required; with replicas required,
-// the first look must succeed (so a misconfigured start fails at once), and lua requires them
-// of rdb's state changes.
-func watchReplication(ctx context.Context, rdb redis.UniversalClient, o Options) error {
-	if o.AckReplicas < 1 && len(o.Sentinels) == 0 && len(o.Addrs) < 2 {
-		return nil // one node, nothing required: nothing to follow (WithPool copies its options)
+// auto reports whether the acknowledgement is every replica that could be promoted.
+func (o Options) auto() bool { return o.AckReplicas == AckAuto }
+
+// watched reports whether a client needs a watch: something to follow (Sentinels, a cluster)
+// or replicas required of a lone node.
+func (o Options) watched() bool {
+	return len(o.Sentinels) > 0 || len(o.Addrs) > 1 || o.AckReplicas > 0
+}
+
+// newWatch makes the watch of a client about to be opened with o; with Sentinels, it asks them
+// which node is primary first (the client dials that node), and checks the lease against their
+// down-after time.
+func newWatch(ctx context.Context, o Options) (*watch, error) {
+	w := &watch{opt: o}
+	if len(o.Sentinels) == 0 {
+		return w, nil
 	}
-	w := &watch{rdb: rdb, opt: o}
+	w.sent = newSentinels(o)
+	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	sv := w.sent.look(lctx)
+	cancel()
+	if sv.primary == "" {
+		w.sent.close()
+		return nil, fmt.Errorf("redis: no majority of the Sentinels %v names a primary %q (%d of %d answered)", o.Sentinels, o.MasterName, sv.reached, w.sent.knownCount())
+	}
+	if sv.downMS > 0 && w.sent.lease >= time.Duration(sv.downMS)*time.Millisecond {
+		w.sent.close()
+		return nil, fmt.Errorf("%w: FLASHSALE_REDIS_SENTINEL_LEASE=%s is not shorter than the Sentinels' down-after-milliseconds %d: a deposed primary could go on acknowledging after the Sentinels promoted another; set it below %dms",
+			ErrInvalidSetting, w.sent.lease, sv.downMS, sv.downMS)
+	}
+	if n := w.sent.knownCount(); n < 3 {
+		slog.Warn("redis: fewer than 3 Sentinels are known: one lost Sentinel stops every change (a majority must name the primary)", "known", n)
+	}
+	w.lastSV = sv
+	w.sent.follow(sv.primary)
+	return w, nil
+}
+
+// start makes the first look at rdb (the client opened with w's options) and, when there is
+// something to watch, registers w with lua and runs it until the client is closed.
+func (w *watch) start(ctx context.Context, rdb redis.UniversalClient) error {
+	w.rdb = rdb
+	o := w.opt
+	if !o.watched() {
+		if o.auto() {
+			warnLoneReplicas(ctx, rdb)
+		}
+		return nil
+	}
 	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	v := w.look(lctx, nil)
 	cancel()
@@ -80,14 +142,24 @@ func watchReplication(ctx context.Context, rdb redis.UniversalClient, o Options)
 	}
 	w.view.Store(v)
 	watches.Store(rdb, w)
-	if o.AckReplicas > 0 {
-		lua.RequireReplicas(rdb, w)
-		if err := w.Ready(); err != nil {
-			slog.Warn("redis: too few live replicas; state changes are refused until there are enough", "err", err)
-		}
+	lua.RequireReplicas(rdb, w)
+	if err := w.Ready(); err != nil {
+		slog.Warn("redis: changes are refused until this clears", "err", err)
 	}
 	go w.run()
 	return nil
+}
+
+// warnLoneReplicas warns when a lone node (no Sentinels, no cluster) has replicas: with
+// FLASHSALE_REDIS_ACK_REPLICAS=auto nothing waits for them, and nothing would promote them.
+func warnLoneReplicas(ctx context.Context, rdb redis.UniversalClient) {
+	info, err := rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return
+	}
+	if n, _ := strconv.Atoi(field(info, "connected_slaves:")); n > 0 {
+		slog.Warn("redis: the primary has replicas but no Sentinels or cluster are configured: changes are acknowledged without them (FLASHSALE_REDIS_ACK_REPLICAS=auto means 0 here); set FLASHSALE_REDIS_SENTINELS to fail over safely", "replicas", n)
+	}
 }
 
 // share registers c, a client to the same servers, with this watch.
@@ -96,9 +168,7 @@ func (w *watch) share(c redis.UniversalClient) {
 	w.shared = append(w.shared, c)
 	w.mu.Unlock()
 	watches.Store(c, w)
-	if w.opt.AckReplicas > 0 {
-		lua.RequireReplicas(c, w)
-	}
+	lua.RequireReplicas(c, w)
 }
 
 // run looks every WatchInterval until the client is closed.
@@ -111,6 +181,7 @@ func (w *watch) run() {
 	if v := w.view.Load(); v.err == nil {
 		complete = v.primaries
 	}
+	w.period()
 	for range t.C {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		v := w.look(ctx, w.view.Load())
@@ -120,6 +191,7 @@ func (w *watch) run() {
 			return
 		}
 		w.view.Store(v)
+		w.period()
 		if v.err != nil || v.primaries == "" || v.primaries == complete {
 			continue
 		}
@@ -139,9 +211,36 @@ func (w *watch) run() {
 	}
 }
 
+// period logs and counts a refusal period once as it begins, and says when it ends and how
+// long it lasted.
+func (w *watch) period() {
+	err := w.Ready()
+	if err != nil {
+		w.refusing(err)
+		return
+	}
+	if since := w.refusedSince.Load(); since != 0 && w.refusedSince.CompareAndSwap(since, 0) {
+		slog.Warn("redis: changes are accepted again", "refused_seconds",
+			strconv.FormatFloat(time.Since(time.Unix(0, since)).Seconds(), 'f', 1, 64), "primaries", w.view.Load().primaries)
+	}
+}
+
+// refusing begins a refusal period unless one is under way (a refusal Admit saw between two
+// looks counts too), and returns err.
+func (w *watch) refusing(err error) error {
+	if w.refusedSince.Load() == 0 && w.refusedSince.CompareAndSwap(0, time.Now().UnixNano()) {
+		refusalPeriods.Add(1)
+		slog.Warn("redis: changes are refused (503, nothing was changed) until this clears", "reason", err.Error())
+	}
+	return err
+}
+
 func (w *watch) stop() {
 	watches.Delete(w.rdb)
 	lua.RequireReplicas(w.rdb, nil)
+	if w.sent != nil {
+		w.sent.close()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, c := range w.shared {
@@ -150,27 +249,35 @@ func (w *watch) stop() {
 	}
 }
 
-// look reads INFO replication of every primary. A failed look keeps the previous view for up
-// to a second (a blip must not refuse sales), then counts no live replica.
+// look asks the Sentinels (if any) which node is primary, follows it, and reads INFO
+// replication of every primary. A failed read keeps the previous view for up to a second (a
+// blip must not refuse sales), then refuses.
 func (w *watch) look(ctx context.Context, prev *view) *view {
-	v := &view{live: map[string]int{}, at: time.Now()}
+	v := &view{nodes: map[string]*primary{}, at: time.Now()}
 	var mu sync.Mutex
-	add := func(addr, info string) {
-		if role(info) != "master" {
-			return // a demoted primary not yet dropped by the client
-		}
+	add := func(addr string, p *primary) {
 		mu.Lock()
-		v.live[addr] = liveReplicas(info)
+		v.nodes[addr] = p
 		mu.Unlock()
 	}
 	switch c := w.rdb.(type) {
 	case *redis.ClusterClient:
 		v.err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			info, err := m.Info(ctx, "replication").Result()
-			if err != nil {
+			pipe := m.Pipeline()
+			info := pipe.Info(ctx, "replication")
+			nodes := pipe.ClusterNodes(ctx)
+			state := pipe.ClusterInfo(ctx)
+			if _, err := pipe.Exec(ctx); err != nil {
 				return err
 			}
-			add(m.Options().Addr, info)
+			if role(info.Val()) != "master" {
+				return nil // replaced, not yet dropped by the client
+			}
+			p := w.judge(info.Val(), clusterReplicas(nodes.Val()))
+			if s := field(state.Val(), "cluster_state:"); s != "ok" && p.refuse == nil {
+				p.refuse = fmt.Errorf("%w: the Redis Cluster master %s says cluster_state:%s (cut off from the majority?)", lua.ErrPrimaryUnconfirmed, m.Options().Addr, s)
+			}
+			add(m.Options().Addr, p)
 			return nil
 		})
 		if v.err != nil {
@@ -178,24 +285,38 @@ func (w *watch) look(ctx context.Context, prev *view) *view {
 		}
 	case *redis.Client:
 		addr := c.Options().Addr
-		pipe := c.Pipeline()
-		info := pipe.Info(ctx, "replication")
-		var self *redis.Cmd
-		if len(w.opt.Sentinels) > 0 {
-			self = pipe.Do(ctx, "CLIENT", "INFO") // which primary the failover client reached
-		}
-		if _, v.err = pipe.Exec(ctx); v.err == nil {
-			if self != nil {
-				addr = field(self.String(), "laddr=")
+		var members []string
+		if w.sent != nil {
+			sv := w.sent.look(ctx)
+			if sv.reached >= sv.majority {
+				w.lastSV = sv
 			}
-			add(addr, info.Val())
+			w.sent.follow(sv.primary)
+			addr = w.sent.current()
+			for _, m := range w.lastSV.members {
+				if !w.lastSV.excluded[m] && m != addr {
+					members = append(members, m)
+				}
+			}
+		}
+		info, err := c.Info(ctx, "replication").Result()
+		switch {
+		case err != nil:
+			v.err = err
+		case role(info) != "master":
+			// A node the Sentinels name that has not yet taken the role (or a demoted one).
+			add(addr, &primary{refuse: fmt.Errorf("%w: the node %s the Sentinels name is not a primary (role %s)", lua.ErrPrimaryUnconfirmed, addr, role(info))})
+		default:
+			add(addr, w.judge(info, members))
 		}
 	default:
 		v.err = fmt.Errorf("redisconn: cannot watch a %T", w.rdb)
 	}
-	addrs := make([]string, 0, len(v.live))
-	for a := range v.live {
-		addrs = append(addrs, a)
+	addrs := make([]string, 0, len(v.nodes))
+	for a, p := range v.nodes {
+		if !errors.Is(p.refuse, lua.ErrPrimaryUnconfirmed) || w.sent == nil {
+			addrs = append(addrs, a)
+		}
 	}
 	slices.Sort(addrs)
 	v.primaries = strings.Join(addrs, ",")
@@ -205,6 +326,60 @@ func (w *watch) look(ctx context.Context, prev *view) *view {
 		return &kept
 	}
 	return v
+}
+
+// judge decides, from a primary's INFO replication and the replicas that could be promoted
+// (members), how many replicas WAIT waits for and whether changes are refused up front.
+func (w *watch) judge(info string, members []string) *primary {
+	connected := connectedReplicas(info)
+	p := &primary{}
+	if !w.opt.auto() {
+		p.wait = w.opt.AckReplicas
+		if len(connected) < p.wait {
+			p.refuse = fmt.Errorf("%w (%d connected of %d required)", lua.ErrTooFewReplicas, len(connected), p.wait)
+		}
+		return p
+	}
+	// Every connected replica is waited for (one that can never be promoted counts towards
+	// WAIT like any other, so waiting for fewer could count it instead of a member), and
+	// every member must be among them.
+	p.wait = len(connected)
+	for _, m := range members {
+		if !slices.Contains(connected, m) {
+			p.wait++
+			if p.refuse == nil {
+				p.refuse = fmt.Errorf("%w: the replica %s could be promoted and is not connected to the primary, or lags (%d connected)", lua.ErrTooFewReplicas, m, len(connected))
+			}
+		}
+	}
+	return p
+}
+
+// clusterReplicas are the replicas of the master answering CLUSTER NODES ("myself,master")
+// that the cluster's majority has not marked failed: the ones that could be promoted.
+func clusterReplicas(nodes string) []string {
+	var self string
+	lines := strings.Split(strings.TrimSpace(nodes), "\n")
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) > 2 && slices.Contains(strings.Split(f[2], ","), "myself") {
+			self = f[0]
+		}
+	}
+	var out []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 4 || f[3] != self || self == "" {
+			continue
+		}
+		flags := strings.Split(f[2], ",")
+		if !slices.Contains(flags, "slave") || slices.Contains(flags, "fail") || slices.Contains(flags, "noaddr") {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		out = append(out, addr)
+	}
+	return out
 }
 
 // role is INFO replication's role: master or slave.
@@ -223,10 +398,10 @@ func field(s, prefix string) string {
 	return ""
 }
 
-// liveReplicas counts INFO replication's replicas that are online and acknowledged within
-// maxReplicaLag seconds: "slave0:ip=...,port=...,state=online,offset=...,lag=0".
-func liveReplicas(info string) int {
-	n := 0
+// connectedReplicas lists (ip:port) INFO replication's replicas that are online and
+// acknowledged within maxReplicaLag seconds: "slave0:ip=...,port=...,state=online,offset=...,lag=0".
+func connectedReplicas(info string) []string {
+	var out []string
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
 		if !strings.HasPrefix(line, "slave") || !strings.Contains(line, ":ip=") {
@@ -234,9 +409,14 @@ func liveReplicas(info string) int {
 		}
 		_, attrs, _ := strings.Cut(line, ":")
 		online, lag := false, -1
+		var ip, port string
 		for _, kv := range strings.Split(attrs, ",") {
 			k, val, _ := strings.Cut(kv, "=")
 			switch k {
+			case "ip":
+				ip = val
+			case "port":
+				port = val
 			case "state":
 				online = val == "online"
 			case "lag":
@@ -244,57 +424,82 @@ func liveReplicas(info string) int {
 			}
 		}
 		if online && lag >= 0 && lag <= maxReplicaLag {
-			n++
+			out = append(out, net.JoinHostPort(ip, port))
 		}
 	}
-	return n
+	return out
 }
 
-// Required is lua.Replicas: how many replicas must hold a change, and how long WAIT waits.
-func (w *watch) Required() (int, time.Duration) { return w.opt.AckReplicas, w.opt.AckTimeout }
+// Timeout is lua.Replicas: how long WAIT waits.
+func (w *watch) Timeout() time.Duration { return w.opt.AckTimeout }
 
-// Admit is lua.Replicas: ErrTooFewReplicas when the primary serving key had fewer live
-// replicas than required at the last look.
-func (w *watch) Admit(ctx context.Context, key string) error {
+// Confirms is lua.Replicas: whether changes may wait for replicas.
+func (w *watch) Confirms() bool { return w.opt.auto() || w.opt.AckReplicas > 0 }
+
+// Admit is lua.Replicas: the replicas a change of key waits for, or why it is refused before
+// it runs (the Sentinels' majority has not confirmed the primary within the lease, or names
+// another node; a replica that could be promoted is not connected; too few replicas).
+func (w *watch) Admit(ctx context.Context, key string) (int, error) {
+	if w.sent != nil {
+		if err := w.sent.leaseErr(); err != nil {
+			return 0, w.refusing(fmt.Errorf("%w: %v", lua.ErrPrimaryUnconfirmed, err))
+		}
+	}
 	v := w.view.Load()
-	var live int
+	var p *primary
 	if c, ok := w.rdb.(*redis.ClusterClient); ok {
 		node, err := c.MasterForKey(ctx, key)
 		if err != nil {
-			return fmt.Errorf("%w (%v)", lua.ErrTooFewReplicas, err)
+			return 0, fmt.Errorf("%w (%v)", lua.ErrPrimaryUnconfirmed, err)
 		}
-		live = v.live[node.Options().Addr]
+		p = v.nodes[node.Options().Addr]
+	} else if w.sent != nil {
+		p = v.nodes[w.sent.current()]
 	} else {
-		for _, n := range v.live { // one primary
-			live = n
+		for _, n := range v.nodes { // one primary
+			p = n
 		}
 	}
-	if live < w.opt.AckReplicas {
-		return fmt.Errorf("%w (%d live of %d required)", lua.ErrTooFewReplicas, live, w.opt.AckReplicas)
+	if p == nil {
+		return 0, w.refusing(fmt.Errorf("%w: the primary could not be read (%v)", lua.ErrPrimaryUnconfirmed, v.err))
 	}
-	return nil
+	if p.refuse != nil {
+		return 0, w.refusing(p.refuse)
+	}
+	return p.wait, nil
 }
 
-// Ready reports, for /readyz, a primary with fewer live replicas than required (or none
-// reachable), saying which.
+// Ready reports, for /readyz, why changes are refused now (nil: they are not).
 func (w *watch) Ready() error {
-	if w.opt.AckReplicas < 1 {
-		return nil
+	if w.sent != nil {
+		if err := w.sent.leaseErr(); err != nil {
+			return err
+		}
 	}
 	v := w.view.Load()
-	if len(v.live) == 0 {
-		return fmt.Errorf("no Redis primary could be read (%v): changes cannot be confirmed by %d replicas", v.err, w.opt.AckReplicas)
+	if len(v.nodes) == 0 {
+		return fmt.Errorf("no Redis primary could be read (%v): changes are refused", v.err)
 	}
-	for _, addr := range strings.Split(v.primaries, ",") {
-		if n := v.live[addr]; n < w.opt.AckReplicas {
-			return fmt.Errorf("the Redis primary %s has %d live replicas of the %d FLASHSALE_REDIS_ACK_REPLICAS requires: changes are refused", addr, n, w.opt.AckReplicas)
+	if w.sent != nil {
+		if p := v.nodes[w.sent.current()]; p == nil {
+			return fmt.Errorf("the Redis primary %s the Sentinels name was not read yet (%v)", w.sent.current(), v.err)
+		}
+	}
+	addrs := make([]string, 0, len(v.nodes))
+	for a := range v.nodes {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	for _, a := range addrs {
+		if err := v.nodes[a].refuse; err != nil {
+			return fmt.Errorf("changes on the Redis primary %s are refused: %w", a, err)
 		}
 	}
 	return nil
 }
 
-// Ready reports whether rdb's primaries have the replicas its changes require (nil when none
-// are required): /readyz fails while they do not.
+// Ready reports whether changes through rdb are accepted now (the primary confirmed, the
+// replicas they must reach connected): /readyz fails while they are not.
 func Ready(rdb redis.UniversalClient) error {
 	if w := watchOf(rdb); w != nil && w.view.Load() != nil {
 		return w.Ready()

@@ -25,7 +25,7 @@ func OpenWaiting(ctx context.Context, wait time.Duration, open func(context.Cont
 	rdb, err := backoff.Retry(wctx, func() (redis.UniversalClient, error) {
 		attempts++
 		rdb, err := open(wctx)
-		if err != nil && refusedLogin(err) {
+		if err != nil && (refusedLogin(err) || errors.Is(err, ErrInvalidSetting)) {
 			return nil, backoff.Permanent(err)
 		}
 		if err != nil && (last == nil || wctx.Err() == nil) { // keep the cause, not the wait's end
@@ -50,7 +50,7 @@ func OpenWaiting(ctx context.Context, wait time.Duration, open func(context.Cont
 		return rdb, nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err() // stopped (SIGTERM) while waiting
-	case refusedLogin(err):
+	case refusedLogin(err), errors.Is(err, ErrInvalidSetting):
 		return nil, err
 	case last == nil:
 		last = err

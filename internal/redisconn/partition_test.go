@@ -1,0 +1,94 @@
+package redisconn_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/lua"
+)
+
+// Behind Sentinels with the default acknowledgement (auto), a change waits for every replica
+// that could be promoted: a stalled replica makes changes fail (never acknowledged) and then be
+// refused up front, until every Sentinel lists it down; it is waited for again once it is
+// back. The primary is the one a majority of the Sentinels names: with two of three Sentinels
+// stalled, changes are refused once the lease ran out (one refusal period, counted), and
+// accepted again once they answer. A lease not shorter than the Sentinels' down-after time is
+// an invalid setting.
+func TestAcknowledgedByEveryPromotableReplica(t *testing.T) {
+	r := testenv.ReplicatedRedis(t, 2, "--repl-timeout", "2", "--repl-ping-replica-period", "1")
+	sentinels := r.WithSentinels(t, 3)
+	ctx := context.Background()
+	if _, err := redisconn.OpenWith(ctx, redisconn.Options{Sentinels: sentinels, MasterName: r.MasterName,
+		AckReplicas: redisconn.AckAuto, AckTimeout: time.Second, SentinelLease: 3 * time.Second}); !errors.Is(err, redisconn.ErrInvalidSetting) {
+		t.Fatalf("a 3s lease with a 3s down-after: %v, want an invalid setting", err)
+	}
+	rdb, err := redisconn.OpenWith(ctx, redisconn.Options{Sentinels: sentinels, MasterName: r.MasterName,
+		AckReplicas: redisconn.AckAuto, AckTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	if err := lua.Load(ctx, rdb); err != nil {
+		t.Fatal(err)
+	}
+	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
+	key := keys.Item("hot").Hash()
+	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	stock := int64(1000)
+	if _, _, err := s.Upsert(ctx, inventory.Input{ID: "hot", Name: "Hot", Category: "c", PriceCents: 100, Stock: &stock, PerUserLimit: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	waits := func(want int) func() bool {
+		return func() bool { n, err := redisconn.WaitCount(ctx, rdb, key); return err == nil && n == want }
+	}
+	testenv.WaitFor(t, "both replicas in the set", 30*time.Second, waits(2))
+	seq := 0
+	buy := func() error {
+		seq++
+		_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "hot", UserID: "u", Quantity: 1, IdempotencyKey: "k" + string(rune('a'+seq%26)) + testenv.Token(4)})
+		return err
+	}
+	if err := buy(); err != nil {
+		t.Fatal(err)
+	}
+
+	// One replica stalls: a change is never acknowledged while the set holds it.
+	stalled := r.Replicas[0]
+	stalled.Pause()
+	if err := buy(); !errors.Is(err, lua.ErrNotReplicated) && !errors.Is(err, lua.ErrTooFewReplicas) {
+		t.Fatalf("a purchase with a replica of the set stalled: %v, want not confirmed or refused", err)
+	}
+	testenv.WaitFor(t, "changes refused up front", 30*time.Second, func() bool {
+		return errors.Is(buy(), lua.ErrTooFewReplicas) && redisconn.Ready(rdb) != nil
+	})
+	testenv.WaitFor(t, "the Sentinels list it down: it leaves the set, changes go on", 60*time.Second, waits(1))
+	if err := buy(); err != nil {
+		t.Fatalf("a purchase with the stalled replica out of the set: %v", err)
+	}
+	stalled.Resume()
+	testenv.WaitFor(t, "the replica back in the set", 60*time.Second, waits(2))
+	if err := buy(); err != nil {
+		t.Fatalf("a purchase with both replicas back: %v", err)
+	}
+
+	// Two of three Sentinels stall: no majority confirms the primary.
+	periods := redisconn.RefusalPeriods()
+	r.Sentinels[0].Pause()
+	r.Sentinels[1].Pause()
+	testenv.WaitFor(t, "changes refused once the lease ran out", 30*time.Second, func() bool {
+		return errors.Is(buy(), lua.ErrPrimaryUnconfirmed) && redisconn.Ready(rdb) != nil
+	})
+	r.Sentinels[0].Resume()
+	r.Sentinels[1].Resume()
+	testenv.WaitFor(t, "changes accepted once a majority answers", 30*time.Second, func() bool { return buy() == nil })
+	testenv.WaitFor(t, "the refusal period ended", 10*time.Second, func() bool { return redisconn.Ready(rdb) == nil })
+	if n := redisconn.RefusalPeriods(); n != periods+1 {
+		t.Fatalf("refusal periods counted %d, want %d", n, periods+1)
+	}
+}
