@@ -66,7 +66,8 @@ func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, arg
 		return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: a script needs its keys", s.name))
 	}
 	n, timeout := 0, time.Duration(0)
-	if rep := s.replicas(rdb); rep != nil {
+	rep := s.replicas(rdb)
+	if rep != nil {
 		var err error
 		if n, err = rep.Admit(ctx, keys[0]); err != nil {
 			return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w", s.name, err))
@@ -78,6 +79,14 @@ func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, arg
 	defer cancel()
 	sent := false
 	for attempt := 0; ; attempt++ {
+		if attempt > 0 && rep != nil {
+			// A re-send may reach another primary (a failover): it waits for that one's
+			// replicas, and is not sent while that one is refused (the first send may have run).
+			var err error
+			if n, err = rep.Admit(ctx, keys[0]); err != nil {
+				return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: %w (%v)", s.name, ErrOutcomeUnknown, err))
+			}
+		}
 		actx, acancel := context.WithTimeout(ctx, AttemptTimeout)
 		var cmd *redis.Cmd
 		if n > 0 {
