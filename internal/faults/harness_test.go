@@ -71,6 +71,8 @@ type sale struct {
 	// direct to the single server, through Sentinel to the primary, or a cluster client.
 	rdb       redis.UniversalClient
 	sentinels *testenv.Replicated // the replicated topologies (issue 27), else nil
+	split     *testenv.Split      // the partitioned topologies (issue 38), else nil
+	splitCl   *testenv.SplitCluster
 	cluster   *testenv.ReplicatedCluster
 	toxics    *toxiproxy.ApiServer
 	redisPx   *toxiproxy.Proxy // every process reaches Redis through it
@@ -95,9 +97,11 @@ type saleOptions struct {
 type topology int
 
 const (
-	single   topology = iota // one server with AOF, reached through toxiproxy
-	sentinel                 // a primary and its replica behind three Sentinels
-	cluster                  // a Redis Cluster of three masters, each with a replica
+	single       topology = iota // one server with AOF, reached through toxiproxy
+	sentinel                     // a primary and its replica behind three Sentinels
+	cluster                      // a Redis Cluster of three masters, each with a replica
+	split                        // a primary, two replicas and three Sentinels, each behind a partitionable proxy
+	splitCluster                 // a Redis Cluster of three masters with two replicas each, behind partitionable proxies
 )
 
 // replicaArgs are the extra redis-server arguments of every data server of the replicated
@@ -121,6 +125,17 @@ func newSale(t *testing.T, opt saleOptions) *sale {
 		redisAddrs = ""
 		opt.extraEnv = append([]string{"FLASHSALE_REDIS_SENTINELS=" + strings.Join(sentinels, ","),
 			"FLASHSALE_REDIS_MASTER_NAME=" + s.sentinels.MasterName}, opt.extraEnv...)
+	case split:
+		s.split = testenv.SplitRedis(t, 2, replicaArgs...)
+		s.sentinels = s.split.Replicated
+		s.rdb = s.split.Client(t)
+		redisAddrs = ""
+		opt.extraEnv = append([]string{"FLASHSALE_REDIS_SENTINELS=" + strings.Join(s.split.SentinelAddrs, ","),
+			"FLASHSALE_REDIS_MASTER_NAME=" + s.split.MasterName}, opt.extraEnv...)
+	case splitCluster:
+		s.splitCl = testenv.SplitClusterRedis(t, replicaArgs...)
+		s.rdb = s.splitCl.Client(t)
+		redisAddrs = strings.Join(s.splitCl.Addrs, ",")
 	case cluster:
 		s.cluster = testenv.ClusterWithReplicas(t, append(replicaArgs, "--cluster-node-timeout", "1000")...)
 		s.rdb = s.cluster.Client(t)

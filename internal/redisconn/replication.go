@@ -216,7 +216,7 @@ func (w *watch) run() {
 func (w *watch) period() {
 	err := w.Ready()
 	if err != nil {
-		w.refusing(err)
+		_ = w.refusing(err)
 		return
 	}
 	if since := w.refusedSince.Load(); since != 0 && w.refusedSince.CompareAndSwap(since, 0) {

@@ -36,8 +36,13 @@ type Server struct {
 // test ends.
 func StartServer(t testing.TB, args ...string) *Server {
 	t.Helper()
+	return startServerOn(t, freePort(t), args...)
+}
+
+// startServerOn is StartServer on a given port.
+func startServerOn(t testing.TB, port int, args ...string) *Server {
+	t.Helper()
 	dir := t.TempDir()
-	port := freePort(t)
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir, t: t,
 		args: append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
 			"--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log")}, args...)}
