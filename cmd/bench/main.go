@@ -4,9 +4,9 @@
 //   - purchase attempts/s through the real api (auth, rate limit, coalescing, outbox relay to
 //     the embedded Kafka broker) beside a bare Gin handler doing one EVALSHA of the same
 //     purchase script per request;
-//   - purchase attempts/s with one replica and FLASHSALE_REDIS_ACK_REPLICAS=1 beside the same
-//     with 0 (replica.go: two apis on one private primary and its replica, in turns), and the
-//     primary's CPU time per purchase for both;
+//   - purchase attempts/s with two replicas behind Sentinels and the default
+//     FLASHSALE_REDIS_ACK_REPLICAS (auto: both replicas) beside a primary without replicas
+//     (replica.go: two apis, in turns), and each primary's CPU time per purchase;
 //   - the purchase row beside the minimal service (minimal.go) turn by turn, and Redis's CPU
 //     time and memory per order made, the api's beside the minimal service's (issue 30);
 //   - sold-out answers/s and catalogue/leaderboard reads/s beside a bare Gin hello handler,

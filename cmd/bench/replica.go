@@ -21,29 +21,32 @@ import (
 )
 
 const (
-	replicaRowName    = "purchase attempts/s, one replica, ACK_REPLICAS=1"
-	replicaCPURowName = "Redis CPU per purchase, one replica, ACK_REPLICAS=1"
+	replicaRowName    = "purchase attempts/s, two replicas, ACK_REPLICAS=auto (Sentinels)"
+	replicaCPURowName = "Redis CPU per purchase, two replicas, ACK_REPLICAS=auto (Sentinels)"
 )
 
-// replicas measures what acknowledging only replicated changes costs (issue 27): a private
-// primary with one replica, and two apis on it that differ only in FLASHSALE_REDIS_ACK_REPLICAS
-// (1: every coalesced batch of purchases waits for the replica with WAIT; 0: it does not),
-// measured in turns. The rows give the rate ratio and the primary's CPU time per purchase.
+// replicas measures what acknowledging only changes every replica that could be promoted holds
+// costs (issues 27 and 38): a private primary with two replicas behind three Sentinels, with an
+// api on the Sentinels and the default FLASHSALE_REDIS_ACK_REPLICAS (auto: every coalesced batch
+// of purchases waits for both replicas with WAIT), against an api on a private primary with no
+// replica (nothing to wait for), measured in turns. The rows give the rate ratio and each
+// primary's CPU time per purchase.
 func (b *bench) replicas(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "flashsale-bench-replica-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	var addrs [2]string
-	for i, name := range []string{"primary", "replica"} {
+	names := []string{"primary", "replica1", "replica2", "lone"}
+	addrs := make([]string, len(names))
+	for i, name := range names {
 		if addrs[i], err = freeAddr(); err != nil {
 			return err
 		}
 		_, port, _ := strings.Cut(addrs[i], ":")
 		args := []string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
 			"--dir", dir, "--dbfilename", name + ".rdb", "--logfile", ""}
-		if i == 1 {
+		if strings.HasPrefix(name, "replica") {
 			_, pport, _ := strings.Cut(addrs[0], ":")
 			args = append(args, "--replicaof", "127.0.0.1", pport)
 		}
@@ -56,9 +59,19 @@ func (b *bench) replicas(ctx context.Context) error {
 	}
 	primary := redis.NewClient(&redis.Options{Addr: addrs[0]})
 	defer primary.Close()
-	replica := redis.NewClient(&redis.Options{Addr: addrs[1]})
-	defer replica.Close()
-	if err := waitSynced(ctx, replica); err != nil {
+	lone := redis.NewClient(&redis.Options{Addr: addrs[3]})
+	defer lone.Close()
+	for _, a := range addrs[1:3] {
+		replica := redis.NewClient(&redis.Options{Addr: a})
+		err := waitSynced(ctx, replica)
+		replica.Close()
+		if err != nil {
+			return err
+		}
+	}
+	sentinels, stopSentinels, err := b.startSentinels(ctx, dir, addrs[0])
+	defer stopSentinels()
+	if err != nil {
 		return err
 	}
 	broker, err := kafkabroker.Start(kafkabroker.Options{Addr: "127.0.0.1:0", Topic: "flashsale.orders", Partitions: 3})
@@ -80,8 +93,6 @@ func (b *bench) replicas(ctx context.Context) error {
 		env := []string{
 			"FLASHSALE_HTTP_ADDR=" + addr,
 			"FLASHSALE_ADMIN_ADDR=" + adms[ack],
-			"FLASHSALE_REDIS_ADDRS=" + addrs[0],
-			fmt.Sprintf("FLASHSALE_REDIS_ACK_REPLICAS=%d", ack),
 			fmt.Sprintf("FLASHSALE_REDIS_PREFIX=%sack%d:", b.prefix, ack),
 			"KAFKA_BROKERS=" + broker.Addr(),
 			"FLASHSALE_JWT_SECRET=" + b.secret,
@@ -90,7 +101,13 @@ func (b *bench) replicas(ctx context.Context) error {
 			"FLASHSALE_LIMIT_PURCHASE=" + purchaseLimit,
 			"FLASHSALE_LIMIT_LOGIN_IP=off",
 		}
-		progress(b.out, "replicas: starting the api with FLASHSALE_REDIS_ACK_REPLICAS=%d", ack)
+		if ack == 1 {
+			// The Sentinels name the primary: no FLASHSALE_REDIS_ADDRS (the bench's own is set).
+			env = append(env, "FLASHSALE_REDIS_SENTINELS="+strings.Join(sentinels, ","), "FLASHSALE_REDIS_ADDRS=")
+		} else {
+			env = append(env, "FLASHSALE_REDIS_ADDRS="+addrs[3])
+		}
+		progress(b.out, "replicas: starting the api %s", map[int]string{0: "on the primary without replicas", 1: "on the Sentinels, waiting for both replicas"}[ack])
 		if apis[ack], err = start(ctx, fmt.Sprintf("api-ack%d", ack), b.apiBin, nil, env, addr, "/readyz", b.logw); err != nil {
 			return err
 		}
@@ -100,40 +117,92 @@ func (b *bench) replicas(ctx context.Context) error {
 			return err
 		}
 	}
-	sample := func() redisSample { return sampleRedisAt(primary) }
 	loadOf := func(ack int) load {
+		rdb := [2]*redis.Client{lone, primary}[ack]
 		return load{addr: apis[ack].addr, reqs: b.purchaseReqs(apis[ack].addr, benchItem, "r", b.opt.users),
 			conns: b.opt.conns, warmup: b.opt.warmup(), dur: b.opt.dur, pid: apis[ack].cmd.Process.Pid,
-			adm: adms[ack], redis: sample}
+			adm: adms[ack], redis: func() redisSample { return sampleRedisAt(rdb) }}
 	}
 	quiet := func(ctx context.Context) error {
-		return waitQuiet(ctx, primary, b.prefix)
+		if err := waitQuiet(ctx, primary, b.prefix, true); err != nil {
+			return err
+		}
+		return waitQuiet(ctx, lone, b.prefix, false)
 	}
-	progress(b.out, "replicas: purchases with ACK_REPLICAS=1 and =0, in turns")
+	progress(b.out, "replicas: purchases with two replicas (auto) and with none, in turns")
 	turns, err := b.replicaTurns(ctx, quiet, loadOf(1), loadOf(0))
 	if err != nil {
 		return err
 	}
 	res, base := merge(turns[0]), merge(turns[1])
 	rateTurns, cpuTurns := turnRatios(turns[0], turns[1]), cpuRatios(turns[0], turns[1])
-	progress(b.out, "replicas: rate ACK_REPLICAS=1 over =0, turn by turn: %s; primary CPU per purchase: %s", rateTurns, cpuTurns)
+	progress(b.out, "replicas: rate two replicas (auto) over none, turn by turn: %s; primary CPU per purchase: %s", rateTurns, cpuTurns)
 	goal := "–"
 	if base.rate() > 0 {
 		x := res.rate() / base.rate()
 		goal = fmt.Sprintf("≥ %.2f× %s (turns: %s)", replicaRateGoal, mark(x >= replicaRateGoal), rateTurns)
 	}
 	b.rows = append(b.rows, row{name: replicaRowName, res: &res, base: &base,
-		baseName: "ACK_REPLICAS=0, same primary and replica", targetText: goal, want: 201,
-		note: "two apis on one private primary with one replica, both warmed up alike, then measured in turns (ABBA...), each turn after the replica has caught up and both outboxes are drained; with 1, every coalesced batch of purchases is followed by a WAIT on its connection and answered once the replica holds it, and the relay confirms what it read with a WAIT pipelined behind its read; rate ratio per turn: " + rateTurns})
+		baseName: "a primary without replicas", targetText: goal, want: 201,
+		note: "an api on three Sentinels in front of a private primary with two replicas, with the default FLASHSALE_REDIS_ACK_REPLICAS (auto: every coalesced batch of purchases is followed by a WAIT for both replicas on its connection, and the relay confirms what it read with a WAIT pipelined behind its read), against an api on a private primary without replicas; both warmed up alike, then measured in turns (ABBA...), each turn after the replicas caught up and both outboxes are drained; rate ratio per turn: " + rateTurns})
 	if res.redis.cpu > 0 && base.redis.cpu > 0 {
 		x := float64(res.redisPerOp()) / float64(base.redisPerOp())
 		b.rows = append(b.rows, row{name: replicaCPURowName, text: usCell(res.redisPerOp()),
-			baseText: "ACK_REPLICAS=0: " + usCell(base.redisPerOp()), ratioText: fmt.Sprintf("**%.2f×**", x),
+			baseText: "no replicas: " + usCell(base.redisPerOp()), ratioText: fmt.Sprintf("**%.2f×**", x),
 			targetText: fmt.Sprintf("≤ %.2f× %s (turns: %s)", replicaCPUGoal, mark(x <= replicaCPUGoal), cpuTurns),
-			note: "INFO cpu of the primary over each side's measured turns, per request answered (turn by turn: " + cpuTurns +
-				"); commands per purchase with 1: " + res.redis.perOp(res.n, 10) + "; with 0: " + base.redis.perOp(base.n, 10)})
+			note: "INFO cpu of each side's primary over its measured turns, per request answered (turn by turn: " + cpuTurns +
+				"); commands per purchase with two replicas: " + res.redis.perOp(res.n, 10) + "; with none: " + base.redis.perOp(base.n, 10)})
 	}
 	return nil
+}
+
+// startSentinels starts three Sentinels (quorum 2) watching primary as mymaster, and waits
+// until each lists both replicas; it returns their addresses and what stops them.
+func (b *bench) startSentinels(ctx context.Context, dir, primary string) ([]string, func(), error) {
+	host, port, _ := strings.Cut(primary, ":")
+	var addrs []string
+	var started []*child
+	stop := func() {
+		for _, c := range started {
+			c.stop()
+		}
+	}
+	for i := range 3 {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, stop, err
+		}
+		_, sport, _ := strings.Cut(addr, ":")
+		conf := fmt.Sprintf("%s/sentinel%d.conf", dir, i)
+		body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 2\nsentinel down-after-milliseconds mymaster 5000\n", sport, dir, host, port)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			return nil, stop, err
+		}
+		progress(b.out, "replicas: starting Sentinel %d on %s", i+1, addr)
+		srv, err := start(ctx, fmt.Sprintf("sentinel%d", i), "redis-server", []string{conf, "--sentinel"}, nil, addr, "", b.logw)
+		if err != nil {
+			return nil, stop, err
+		}
+		started = append(started, srv)
+		addrs = append(addrs, addr)
+	}
+	for _, a := range addrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: a})
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			reps, err := sc.Replicas(ctx, "mymaster").Result()
+			if err == nil && len(reps) == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				sc.Close()
+				return nil, stop, fmt.Errorf("bench: Sentinel %s does not list both replicas after 30 s", a)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		sc.Close()
+	}
+	return addrs, stop, nil
 }
 
 // The goals of the replica rows (issue 27): the rate with ACK_REPLICAS=1 at least this share
@@ -235,10 +304,13 @@ func cpuRatios(a, b []result) string {
 // waitQuiet waits (up to 10 s, then goes on) until the primary's replica has acknowledged
 // everything the primary wrote and the outbox streams under prefix are empty (the relays have
 // published what the last turn left).
-func waitQuiet(ctx context.Context, primary *redis.Client, prefix string) error {
+func waitQuiet(ctx context.Context, primary *redis.Client, prefix string, replicas bool) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		caught, err := replicaCaughtUp(ctx, primary)
+		caught, err := true, error(nil)
+		if replicas {
+			caught, err = replicaCaughtUp(ctx, primary)
+		}
 		if err != nil {
 			return err
 		}
