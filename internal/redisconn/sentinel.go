@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -286,8 +287,21 @@ func (s *sentinels) dial(ctx context.Context, network, _ string) (net.Conn, erro
 		_ = tc.Close()
 		return nil, fmt.Errorf("redis: the Sentinels' majority now names %s, not %s", s.current(), addr)
 	}
+	if sc, ok := conn.(syscall.Conn); ok {
+		// go-redis's pool checks an idle connection through its socket before handing it
+		// out, so one closed by follow is dropped there, not on a command's first use.
+		return &trackedSysConn{trackedConn: tc, sys: sc}, nil
+	}
 	return tc, nil
 }
+
+// trackedSysConn is a trackedConn whose socket go-redis's pool can check.
+type trackedSysConn struct {
+	*trackedConn
+	sys syscall.Conn
+}
+
+func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) { return c.sys.SyscallConn() }
 
 // trackedConn is a connection to one node, closed when the majority names another.
 type trackedConn struct {
