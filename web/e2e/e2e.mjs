@@ -185,7 +185,7 @@ async function paymentSteps(browser, desktop, pageErrors) {
     await ivy.fill('#user', 'ivy-' + run);
     await ivy.press('#user', 'Enter');
     await expectText(ivy.locator('#who-name'), new RegExp('ivy-' + run), 'ivy signed in');
-    ivyToken = await ivy.evaluate(() => sessionStorage.getItem('flashsale.token'));
+    ivyToken = await tokenOf(ivy);
   });
 
   await step('payments: buy, the hosted checkout page, pay, back on the shop page: the order turns Paid', async () => {
@@ -1206,6 +1206,8 @@ async function main() {
         assert(r.status === 201, `purchase ${i + 1}: ${r.status} ${JSON.stringify(r.data)}`);
         ids.push(r.data.order.id);
       }
+      // An idle page asks for its orders only now and then; orders made elsewhere show on a reload.
+      await hana.reload();
       for (const o of ids) await expectText(orderRow(hana, o).locator('.badge'), /^Reserved$/, 'reserved row');
       return ids;
     };
