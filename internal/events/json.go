@@ -39,6 +39,14 @@ func (e Event) AppendJSON(b []byte) ([]byte, error) {
 	b = appendOptTime(b, `,"ends_at":`, e.EndsAt)
 	b = appendOptTime(b, `,"expires_at":`, e.ExpiresAt)
 	b = appendOptString(b, `,"payment_id":`, e.PaymentID)
+	b = appendOptString(b, `,"image_url":`, e.ImageURL)
+	if len(e.Outcomes) > 0 {
+		j, err := json.Marshal(e.Outcomes) // sorted keys, as json.Marshal(e) gives
+		if err != nil {
+			return b, err
+		}
+		b = append(append(b, `,"outcomes":`...), j...)
+	}
 	return append(b, '}'), nil
 }
 

@@ -336,6 +336,12 @@ func TestPoisonEvents(t *testing.T) {
 	f := s.verify(items)
 	var dead int
 	if err := s.db.QueryRow(context.Background(), `SELECT count(*) FROM dead_letters`).Scan(&dead); err != nil || dead != 2 {
+		rows, _ := s.db.Query(context.Background(), `SELECT error, convert_from(value, 'UTF8') FROM dead_letters`)
+		for rows != nil && rows.Next() {
+			var e, v string
+			_ = rows.Scan(&e, &v)
+			t.Logf("dead letter: %s: %.300s", e, v)
+		}
 		t.Fatalf("%d dead letters (%v), want 2", dead, err)
 	}
 	report(t, "a poison and a NUL-byte event on the topic", f)

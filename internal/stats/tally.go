@@ -69,6 +69,9 @@ func (r *Recorder) flushTallies(ctx context.Context, pipe redis.Pipeliner, at in
 				values = append(values, events.TallyOutcomes[i], n)
 			}
 		}
+		if len(values) == 6 {
+			continue // nothing the report counts (a sale.tally needs outcomes)
+		}
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: r.keys.Item(item).Outbox(), Values: values})
 	}
 }
