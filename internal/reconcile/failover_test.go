@@ -49,8 +49,8 @@ func killPrimary(t *testing.T, r *testenv.Replicated) {
 }
 
 // A batch whose primary is kill -9ed while it compares (after its first item) waits for the
-// Sentinels to promote the replica, compares again against it and finishes: no drift, the run
-// recorded ok, and the report says it started over.
+// Sentinels to promote the replica, compares again against it and finishes: no drift and the
+// run recorded ok.
 func TestBatchRidesThroughPrimaryKill(t *testing.T) {
 	r, e := sentinelEnv(t)
 	var killed atomic.Bool
@@ -67,9 +67,12 @@ func TestBatchRidesThroughPrimaryKill(t *testing.T) {
 	if err != nil {
 		t.Fatalf("batch through a failover: %v", err)
 	}
-	if rep.Restarts < 1 || !rep.Clean() {
-		t.Fatalf("report: %d restarts (want at least 1), drift %v, unverified %v", rep.Restarts, driftKeys(rep.Drift), rep.Unverified)
+	// Whether the run started over depends on how soon the client follows the Sentinels: a
+	// read retried by the client may already reach the promoted replica. Either way it is clean.
+	if !rep.Clean() {
+		t.Fatalf("report: %d restarts, drift %v, unverified %v", rep.Restarts, driftKeys(rep.Drift), rep.Unverified)
 	}
+	t.Logf("the batch started over %d times", rep.Restarts)
 	latest, _ := e.rec.Latest(e.ctx)
 	if latest == nil || latest.Status != "ok" {
 		t.Fatalf("latest run %+v", latest)

@@ -149,6 +149,19 @@ func New(rdb redis.UniversalClient, keys keyspace.Space, db Record, opt Options)
 // Markers is the data markers' keeper (Options.Markers), or nil.
 func (r *Reconciler) Markers() *datamark.Keeper { return r.opt.Markers }
 
+// release gives the lock back, riding through a failover that happened during the job: the
+// lock was written where the ack set holds it, so the new primary has it to release.
+func (r *Reconciler) release(ctx context.Context, lk *lock.Lock) error {
+	err := lk.Release(ctx)
+	for attempt := 1; redisGone(err) && attempt < failoverAttempts; attempt++ {
+		if werr := r.awaitPrimary(ctx); werr != nil {
+			return err
+		}
+		err = lk.Release(ctx)
+	}
+	return err
+}
+
 // withLock runs job under the shared lock, cancelling it if the lock is lost.
 func (r *Reconciler) withLock(ctx context.Context, job func(ctx context.Context, fence int64) error) error {
 	// The fencing counter lives in Redis; after Redis lost it, start above what Postgres has
@@ -167,7 +180,7 @@ func (r *Reconciler) withLock(ctx context.Context, job func(ctx context.Context,
 	jobCtx, stop := lk.Keep(ctx)
 	err = job(jobCtx, lk.Fence)
 	stop()
-	if rerr := lk.Release(context.WithoutCancel(ctx)); rerr != nil && err == nil {
+	if rerr := r.release(context.WithoutCancel(ctx), lk); rerr != nil && err == nil {
 		// The job finished but the lock had expired meanwhile: its fenced writes were
 		// accepted or refused on their own merits, so only say it.
 		err = fmt.Errorf("reconcile: lock lost before the end of the job: %w", rerr)
