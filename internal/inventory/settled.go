@@ -13,7 +13,7 @@ import (
 // answered from memory until she may try again (limits.Refusals), and a replay of a key whose
 // order this api has already answered reads only that order (one command), not the purchase
 // script, and at most once per ReplayFresh: in between the order read last is answered (a
-// replay may show a status up to ReplayFresh old). Both memories are bounded.
+// replay may show a status up to ReplayFresh old; the first replay always reads). Both memories are bounded.
 
 // ReplayFresh is how long a settled key's order, as read last, answers its replays.
 const ReplayFresh = time.Second
@@ -62,7 +62,8 @@ func (s *settledKeys) remember(req PurchaseRequest, o orders.Order, window time.
 			}
 		}
 	}
-	s.m[settledKey{req.UserID, req.ItemID, req.IdempotencyKey}] = settledOrder{id: o.ID, until: until, order: o, fresh: now.Add(ReplayFresh)}
+	// Not fresh yet: the first replay reads the order, so it shows what became of it since.
+	s.m[settledKey{req.UserID, req.ItemID, req.IdempotencyKey}] = settledOrder{id: o.ID, until: until, order: o}
 }
 
 func (s *settledKeys) lookup(req PurchaseRequest, now time.Time) (settledOrder, bool) {
