@@ -100,6 +100,8 @@ func (b *bench) replicas(ctx context.Context) error {
 			"FLASHSALE_POSTGRES_DSN=" + b.pgDSN,
 			"FLASHSALE_LIMIT_PURCHASE=" + purchaseLimit,
 			"FLASHSALE_LIMIT_LOGIN_IP=off",
+			// Nothing is paid here; two apis would otherwise both start a simulator on its port.
+			"FLASHSALE_PAYMENT_PROVIDER=none",
 		}
 		if ack == 1 {
 			// The Sentinels name the primary: no FLASHSALE_REDIS_ADDRS (the bench's own is set).

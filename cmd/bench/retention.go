@@ -70,7 +70,7 @@ func (b *bench) retention(ctx context.Context) error {
 		return err
 	}
 	rec, err := start(ctx, "reconciler (retention)", b.recBin, nil, append([]string{
-		"KAFKA_BROKERS=" + kafkaAddr, "FLASHSALE_ADMIN_ADDR=" + recAdm,
+		"FLASHSALE_EMBEDDED_KAFKA_ADDR=" + kafkaAddr, "FLASHSALE_ADMIN_ADDR=" + recAdm,
 	}, common...), recAdm, "/metrics", b.logw)
 	if err != nil {
 		return err
