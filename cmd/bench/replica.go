@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -418,18 +419,31 @@ func waitSynced(ctx context.Context, replica *redis.Client) error {
 }
 
 // adminAt sends one admin request to the api at addr and wants a 2xx.
+// A 503 ("nothing was changed": the replicas are still joining the set) is tried again for a
+// while: the contract makes it safe.
 func (b *bench) adminAt(ctx context.Context, addr, method, path string, body any) error {
 	j, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, method, "http://"+addr+path, bytes.NewReader(j))
-	req.Header.Set("Authorization", "Bearer "+b.admin)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("bench: %s %s: %w", method, path, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, method, "http://"+addr+path, bytes.NewReader(j))
+		req.Header.Set("Authorization", "Bearer "+b.admin)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("bench: %s %s: %w", method, path, err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode/100 == 2:
+			return nil
+		case resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline):
+			sleepCtx(ctx, 200*time.Millisecond)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		default:
+			return fmt.Errorf("bench: %s %s: %d %s", method, path, resp.StatusCode, msg)
+		}
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("bench: %s %s: %d", method, path, resp.StatusCode)
-	}
-	return nil
 }

@@ -134,6 +134,7 @@ func (s *scaleRun) startAPI(ctx context.Context) (*child, error) {
 		"FLASHSALE_POSTGRES_DSN=" + s.b.pgDSN,
 		"FLASHSALE_HTTP_WRITE_TIMEOUT=5m", // one import call loads the catalogue
 		"FLASHSALE_LIMIT_READS=off",       // the orders row reads one shopper's orders over and over
+		"FLASHSALE_PAYMENT_PROVIDER=none", // several apis: each would start a simulator on its port
 	}
 	c, err := start(ctx, fmt.Sprintf("api-%d-%d", s.items, len(s.apis)), s.b.apiBin, nil, env, addr, "/readyz", s.b.logw)
 	if err != nil {
