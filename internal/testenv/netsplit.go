@@ -522,24 +522,5 @@ func connectedAnnounced(info string) []string {
 // Healthy reports whether every node runs and says the cluster is ok, and there are three
 // masters, each with two replicas online whose links are up.
 func (c *SplitCluster) Healthy() bool {
-	masters := 0
-	for _, s := range c.Nodes {
-		if !s.Running() || s.ClusterInfo("cluster_state") != "ok" {
-			return false
-		}
-		switch s.Info("replication", "role") {
-		case "master":
-			if s.Info("replication", "connected_slaves") != "2" {
-				return false
-			}
-			masters++
-		case "slave":
-			if s.Info("replication", "master_link_status") != "up" {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return masters == 3
+	return clusterHealthy(c.Nodes, 2)
 }

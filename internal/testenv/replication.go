@@ -512,14 +512,20 @@ func (c *ReplicatedCluster) MasterOf(key string) *Server {
 // Healthy reports whether every node runs and says the cluster is ok, and there are three
 // masters, each with a replica in step.
 func (c *ReplicatedCluster) Healthy() bool {
+	return clusterHealthy(c.Nodes, 1)
+}
+
+// clusterHealthy reports whether every node runs and says the cluster is ok, and there are
+// three masters, each with replicas online whose links are up.
+func clusterHealthy(nodes []*Server, replicas int) bool {
 	masters := 0
-	for _, s := range c.Nodes {
+	for _, s := range nodes {
 		if !s.Running() || s.ClusterInfo("cluster_state") != "ok" {
 			return false
 		}
 		switch s.Info("replication", "role") {
 		case "master":
-			if s.Info("replication", "connected_slaves") != "1" {
+			if s.Info("replication", "connected_slaves") != strconv.Itoa(replicas) {
 				return false
 			}
 			masters++
