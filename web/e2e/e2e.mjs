@@ -259,6 +259,8 @@ async function main() {
       for (const opts of [desktop, phone]) {
         const p = await (await browser.newContext(opts)).newPage();
         await p.goto(BASE + '/');
+        // The message is in the page from the start (hidden): wait until the items have loaded and shown it.
+        await p.locator('#items-empty').waitFor({ state: 'visible' });
         await expectText(p.locator('#items-empty'), /Nothing on sale right now/, 'empty shop message');
         assert(await p.locator('#board-cat').isHidden(), 'the "Top rated in" board shows an empty category choice');
         assert(await p.locator('#board-top').isVisible(), 'the top-rated board is hidden');
