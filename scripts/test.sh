@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test, each stage run even when an earlier one failed, against the real servers:
-# formatting and vet, the repository's self-containedness, compose validation, the events'
+# formatting, vet and lint, the repository's self-containedness, compose validation, the events'
 # AsyncAPI document, the alert rules, the Go suite under -race (Redis, a local Redis Cluster,
 # PostgreSQL, the kfake broker over TCP), the fault matrix, the fleet, the browser suite in
 # headless Chromium, and the k6 smoke. The last line sums it up; the exit code is non-zero if anything failed.
@@ -20,11 +20,30 @@ stage() { # stage NAME COMMAND...
   fi
 }
 
-fmt_vet() {
+# A stage that mostly waits (on failovers, partitions, timeouts) runs beside the next ones:
+# background_stage starts it with its output kept aside; await_background prints and counts it.
+bg_pid="" bg_name="" bg_out=""
+background_stage() { # background_stage NAME COMMAND...
+  bg_name=$1; shift
+  bg_out=$(mktemp)
+  echo "== $bg_name: started beside the next stages (its output follows when it ends)"
+  ( start=$SECONDS; if "$@"; then echo "== $bg_name: ok ($((SECONDS - start)) s)"; exit 0; fi
+    echo "== $bg_name: FAILED ($((SECONDS - start)) s)"; exit 1 ) >"$bg_out" 2>&1 &
+  bg_pid=$!
+}
+await_background() {
+  [ -n "$bg_pid" ] || return 0
+  echo "== $bg_name (output of the stage run beside)"
+  if wait "$bg_pid"; then stages_passed=$((stages_passed + 1)); else stages_failed=$((stages_failed + 1)); failed_names+=("$bg_name"); fi
+  cat "$bg_out"; rm -f "$bg_out"
+}
+
+# go vet's analyzers run in the golangci-lint stage (its govet linter, with the faults and fleet
+# build tags, so the tagged test packages are vetted too): type-checking the tree once, not twice.
+fmt_check() {
   local bad
   bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './web/e2e/node_modules/*'))
   if [ -n "$bad" ]; then echo "gofmt would change: $bad"; return 1; fi
-  go vet ./...
 }
 
 # The events test reads the topic back with kcat (librdkafka): a Kafka client nobody here wrote.
@@ -48,13 +67,14 @@ ensure_stripe_mock() {
 go_tests() {
   ensure_kcat || echo "kcat could not be installed; the kcat test will fail saying so"
   ensure_stripe_mock || echo "stripe-mock could not be installed; TestStripeProviderAgainstStripeMock will fail saying so"
-  go build -o bin/testsummary ./cmd/testsummary || return 1
   go test -race -count=1 -timeout 9m -json ./... | ./bin/testsummary
 }
 
-stage "gofmt and go vet" fmt_vet
+# The Go stages' one-line summaries; built once, before any stage runs beside another.
+go build -o bin/testsummary ./cmd/testsummary || { echo "cmd/testsummary does not build"; exit 1; }
+stage "gofmt" fmt_check
 stage "repository stands alone (LICENSE, links, go mod tidy)" ./scripts/repo-check.sh
-stage "golangci-lint" ./scripts/lint.sh
+stage "golangci-lint (go vet, staticcheck, depguard, ...)" ./scripts/lint.sh
 stage "docker-compose config" ./scripts/compose-check.sh
 stage "Kafka events document (AsyncAPI)" ./scripts/asyncapi-check.sh
 stage "alert rules and dashboard (promtool)" ./scripts/alerts-check.sh
@@ -63,7 +83,6 @@ stage "go test -race" go_tests
 # toxiproxy, kill -9, server restarts. Its own stage: it builds -race binaries and takes minutes.
 fault_matrix() {
   command -v redis-server >/dev/null || { echo "redis-server is missing: ./scripts/services.sh installs it"; return 1; }
-  go build -o bin/testsummary ./cmd/testsummary || return 1
   local out
   out=$(go test -race -tags faults -count=1 -timeout 15m -json ./internal/faults/ | ./bin/testsummary) ; local rc=$?
   echo "$out"
@@ -71,13 +90,12 @@ fault_matrix() {
   if echo "$out" | grep -q "^go test: 0 passed"; then echo "the fault matrix ran no scenario"; return 1; fi
   return $rc
 }
-stage "fault matrix (real processes)" fault_matrix
+background_stage "fault matrix (real processes)" fault_matrix
 # The fleet (internal/fleet, build tag fleet): a 3-master Redis Cluster, a 4-partition topic,
 # two apis and two reconcilers (real -race binaries), 2,000 items, one reconciler kill -9'd.
 fleet() {
   command -v redis-server >/dev/null && command -v redis-cli >/dev/null ||
     { echo "redis-server or redis-cli is missing: ./scripts/services.sh installs them"; return 1; }
-  go build -o bin/testsummary ./cmd/testsummary || return 1
   local out
   out=$(go test -race -tags fleet -count=1 -timeout 10m -json ./internal/fleet/ | ./bin/testsummary) ; local rc=$?
   echo "$out"
@@ -88,6 +106,7 @@ fleet() {
 stage "fleet (cluster, 2 apis, 2 reconcilers)" fleet
 stage "web e2e (headless Chromium)" ./scripts/web-e2e.sh
 stage "k6 smoke" ./scripts/k6.sh
+await_background
 
 [ ${#failed_names[@]} -gt 0 ] && printf 'failed stage: %s\n' "${failed_names[@]}"
 echo "stages: $stages_passed passed, $stages_failed failed"
