@@ -41,8 +41,9 @@ export function record(res, allowed, name) {
   serverErrors.add(s >= 500 && !(FAULTS && s === 503));
   const ok = allowed.includes(s);
   badStatus.add(!ok);
-  if (!ok && s !== 0) {
-    console.warn(`${name}: unexpected ${s} ${String(res.body).slice(0, 200)}`);
+  if (!ok) {
+    // Status 0: no reply at all (refused, reset or timed out); k6 has already logged why.
+    console.warn(s === 0 ? `${name}: no reply: ${res.error}` : `${name}: unexpected ${s} ${String(res.body).slice(0, 200)}`);
   }
   return ok;
 }

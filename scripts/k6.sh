@@ -29,6 +29,8 @@ prefix="k6-$(head -c6 /dev/urandom | od -An -tx1 | tr -d ' \n'):"
 admin=$(head -c18 /dev/urandom | od -An -tx1 | tr -d ' \n')
 log=$(mktemp)
 unset KAFKA_BROKERS
+# k6 is thousands of shoppers from one address: the per-address connection cap (256 by default,
+# a flood guard) would refuse most of them, as would the login limits.
 FLASHSALE_HTTP_ADDR="127.0.0.1:$port" \
 FLASHSALE_REDIS_PREFIX="$prefix" \
 FLASHSALE_EMBEDDED_KAFKA_ADDR="127.0.0.1:$kport" \
@@ -38,6 +40,7 @@ FLASHSALE_ADMIN_TOKEN="$admin" \
 FLASHSALE_JWT_SECRET="$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
 FLASHSALE_LIMIT_LOGIN_IP=off \
 FLASHSALE_LIMIT_LOGIN_USER=off \
+FLASHSALE_HTTP_MAX_CONNS_PER_CLIENT=100000 \
   ./bin/api >"$log" 2>&1 &
 api=$!
 cleanup() {
