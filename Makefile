@@ -18,12 +18,12 @@ test: services
 
 # Only the fault matrix (real processes, toxiproxy, kill -9): a few minutes.
 test-faults: services
-	$(GO) test -race -tags faults -count=1 -timeout 15m -v ./internal/faults/
+	$(GO) test -race -tags faults -count=1 -timeout 15m -v ./internal/testing/faults/
 
 # Only the fleet stage (issue 15): a 3-master Redis Cluster, a 4-partition topic, two apis and
 # two reconcilers (real -race binaries), 2,000 items, one reconciler killed mid-sale: about 2 minutes.
 test-fleet: services
-	$(GO) test -race -tags fleet -count=1 -timeout 10m -v ./internal/fleet/
+	$(GO) test -race -tags fleet -count=1 -timeout 10m -v ./internal/testing/fleet/
 
 # The performance table of docs/performance.md: the api against naive baselines, in one run.
 bench: services

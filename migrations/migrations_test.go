@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 	"github.com/flashsale/flashsale/migrations"
 )
 

@@ -79,25 +79,25 @@ stage "docker-compose config" ./scripts/compose-check.sh
 stage "Kafka events document (AsyncAPI)" ./scripts/asyncapi-check.sh
 stage "alert rules and dashboard (promtool)" ./scripts/alerts-check.sh
 stage "go test -race" go_tests
-# The fault matrix (internal/faults, build tag faults): real api and reconciler processes,
+# The fault matrix (internal/testing/faults, build tag faults): real api and reconciler processes,
 # toxiproxy, kill -9, server restarts. Its own stage: it builds -race binaries and takes minutes.
 fault_matrix() {
   command -v redis-server >/dev/null || { echo "redis-server is missing: ./scripts/services.sh installs it"; return 1; }
   local out
-  out=$(go test -race -tags faults -count=1 -timeout 15m -json ./internal/faults/ | ./bin/testsummary) ; local rc=$?
+  out=$(go test -race -tags faults -count=1 -timeout 15m -json ./internal/testing/faults/ | ./bin/testsummary) ; local rc=$?
   echo "$out"
   # A matrix that ran nothing (a lost build tag, a renamed package) must not pass.
   if echo "$out" | grep -q "^go test: 0 passed"; then echo "the fault matrix ran no scenario"; return 1; fi
   return $rc
 }
 background_stage "fault matrix (real processes)" fault_matrix
-# The fleet (internal/fleet, build tag fleet): a 3-master Redis Cluster, a 4-partition topic,
+# The fleet (internal/testing/fleet, build tag fleet): a 3-master Redis Cluster, a 4-partition topic,
 # two apis and two reconcilers (real -race binaries), 2,000 items, one reconciler kill -9'd.
 fleet() {
   command -v redis-server >/dev/null && command -v redis-cli >/dev/null ||
     { echo "redis-server or redis-cli is missing: ./scripts/services.sh installs them"; return 1; }
   local out
-  out=$(go test -race -tags fleet -count=1 -timeout 10m -json ./internal/fleet/ | ./bin/testsummary) ; local rc=$?
+  out=$(go test -race -tags fleet -count=1 -timeout 10m -json ./internal/testing/fleet/ | ./bin/testsummary) ; local rc=$?
   echo "$out"
   # A stage that ran nothing (a lost build tag, a renamed package) must not pass.
   if echo "$out" | grep -q "^go test: 0 passed"; then echo "the fleet stage ran no test"; return 1; fi

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/testenv"
-	"github.com/flashsale/flashsale/internal/testenv/procs"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
 // Issue 40, finding 2: half-open connections (one header line each) from a few addresses used

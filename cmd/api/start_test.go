@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // TestStartFailuresAreOneLine starts the real api and reconciler binaries (go build, child

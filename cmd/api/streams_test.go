@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/testenv"
-	"github.com/flashsale/flashsale/internal/testenv/procs"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
 // Issue 31, finding 1: about 1,000 idle catalogue streams from one host, under a 1,024

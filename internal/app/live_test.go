@@ -16,7 +16,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 const liveAdminToken = "live-test-admin-token-0123456789"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // With FLASHSALE_REDIS_ACK_REPLICAS=1, the api's answers say what a stalled or missing replica

@@ -11,7 +11,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/redisconn"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // TestTLSToRealServers: FLASHSALE_REDIS_TLS / _CA_FILE and KAFKA_TLS / KAFKA_CA_FILE reach a

@@ -8,7 +8,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/datamark"
 	"github.com/flashsale/flashsale/internal/record"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // While Redis has lost its data every change answers 503 "restore needed" and changes

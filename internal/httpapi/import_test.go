@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // importFixture is a CSV file of a few thousand rows mixing good rows, rows the parser refuses,

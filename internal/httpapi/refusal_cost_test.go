@@ -8,7 +8,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/limits"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // Issue 40, finding 3: refusals and replays cost Redis (a 429 on cancel ~6 commands, a purchase

@@ -15,7 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/record"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // The sales report route: JSON, or CSV on Accept: text/csv, filtered by window and item; bad

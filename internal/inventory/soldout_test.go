@@ -14,7 +14,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // soldOutCounter counts the commands a client sends (scripts separately), pipelines included.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/kafkabroker"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // TestRestartKeepsTheLog: a stopped broker comes back on the same address with its messages

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // TestObtainScriptRefusesBadArguments: a ttl that SET PX cannot take, or a floor that is not a

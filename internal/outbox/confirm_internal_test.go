@@ -11,7 +11,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // discard takes every message (these tests look at the read and its confirmation, not Kafka).

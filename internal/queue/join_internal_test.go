@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // TestJoinScriptRefusesBeforeWriting: queue_join.lua's header promises that malformed

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/flashsale/flashsale/internal/ranking"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 	"github.com/flashsale/flashsale/lua"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/flashsale/flashsale/internal/paysim"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 const moneyKey = "sk_test_reconcile-money-0123"

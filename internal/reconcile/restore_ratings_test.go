@@ -9,7 +9,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // ratedEnv is a pipeline on a private Redis with item A bought and paid by alice, bob and

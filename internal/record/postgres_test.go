@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/flashsale/flashsale/internal/record"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 type lockedBuffer struct {

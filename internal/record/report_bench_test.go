@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flashsale/flashsale/internal/record"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // reportBenchOrders is the orders BenchmarkSalesReport loads (FLASHSALE_BENCH_REPORT_ORDERS

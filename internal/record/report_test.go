@@ -10,7 +10,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/record"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // saleEvents builds the events of one item's sale in stream order: each call is the item's

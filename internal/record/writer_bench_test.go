@@ -12,7 +12,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/record"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // BenchmarkWriter measures the Writer alone (no Kafka) on new order.reserved events in batches

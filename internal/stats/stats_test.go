@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/stats"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // Two recorders (two api instances) flushing into the same second add up: requests, 5xx,

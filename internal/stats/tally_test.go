@@ -10,7 +10,7 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/stats"
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // Purchase attempts tallied by item and outcome (from many goroutines) leave, at each flush,

@@ -22,13 +22,13 @@ import (
 
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/paysim"
-	"github.com/flashsale/flashsale/internal/testenv/procs"
+	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
 // runbookSection returns the shell block of docs/runbook.md's section "## <title>".
 func runbookSection(t *testing.T, title string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/runbook.md")
+	b, err := os.ReadFile("../../../docs/runbook.md")
 	if err != nil {
 		t.Fatal(err)
 	}

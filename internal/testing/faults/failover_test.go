@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/testenv/procs"
+	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
 // The failover rows (issue 27): Redis with replicas fails over mid-sale, and no order the api

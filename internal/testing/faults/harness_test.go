@@ -31,8 +31,8 @@ import (
 
 	"github.com/flashsale/flashsale/internal/kafkabroker"
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/internal/testenv"
-	"github.com/flashsale/flashsale/internal/testenv/procs"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
 const (
@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if bins, err = procs.Build("../..", dir); err != nil {
+	if bins, err = procs.Build("../../..", dir); err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		os.Exit(1)
 	}

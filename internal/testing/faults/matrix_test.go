@@ -13,7 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/flashsale/flashsale/internal/testenv/procs"
+	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
 // workload is what shoppers do during a fault: each shopper buys one unit of an item (with an

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // The partition rows (issue 38): a primary A, replicas B and C and three Sentinels (quorum 2,

@@ -21,7 +21,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/paysim"
-	"github.com/flashsale/flashsale/internal/testenv/procs"
+	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
 const stormSecret = "whsec_faults-storm-0123456789abcdef0123456789"

@@ -18,8 +18,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/internal/testenv"
-	"github.com/flashsale/flashsale/internal/testenv/procs"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
+	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
 const (

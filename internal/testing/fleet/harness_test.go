@@ -16,7 +16,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/flashsale/flashsale/internal/testenv/procs"
+	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
 const (
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if bins, err = procs.Build("../..", dir); err != nil {
+	if bins, err = procs.Build("../../..", dir); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}

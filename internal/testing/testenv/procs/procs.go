@@ -1,5 +1,5 @@
 // Package procs runs flashsale as real processes for the whole-system test stages (the fault
-// matrix, internal/faults; the fleet, internal/fleet): it builds the api and reconciler
+// matrix, internal/testing/faults; the fleet, internal/testing/fleet): it builds the api and reconciler
 // binaries, starts and kills them, drives them over HTTP as shoppers and an admin would
 // (recording every call), and checks a sale's invariants against Redis, PostgreSQL and the
 // calls at the end. It holds test helpers only; nothing outside tests imports it.
@@ -27,7 +27,7 @@ import (
 type Binaries struct{ API, Reconciler string }
 
 // Build builds ./cmd/api and ./cmd/reconciler with -race into dir; root is the module's root
-// directory (from a package two levels down: "../.."). For TestMain, before any test runs.
+// directory (from a package three levels down: "../../.."). For TestMain, before any test runs.
 func Build(root, dir string) (Binaries, error) {
 	b := Binaries{API: filepath.Join(dir, "api"), Reconciler: filepath.Join(dir, "reconciler")}
 	for _, p := range []struct{ out, pkg string }{{b.API, "./cmd/api"}, {b.Reconciler, "./cmd/reconciler"}} {
