@@ -12,9 +12,9 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // The baselines are the naive ceilings the issue measures against, each served by a child
@@ -28,7 +28,7 @@ const (
 
 // baselinePurchase is the bare purchase.lua (no call record, no re-sends: one EVALSHA per
 // request) of the naive baseline server, declared here like every package declares its scripts.
-var baselinePurchase = lua.Bare("gcra.lua", "changed.lua", "purchase.lua")
+var baselinePurchase = exactlyonce.Bare("lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua")
 
 // serveBaseline runs the baseline named by FLASHSALE_BENCH_SERVE until killed.
 func serveBaseline(mode string) error {
@@ -92,7 +92,7 @@ func evalshaHandler() (gin.HandlerFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		return nil, err
 	}
 	lim, err := config.ParseLimit(purchaseLimit)

@@ -84,7 +84,7 @@ func (b *bench) queueRows(ctx context.Context) error {
 	}
 	b.rows = append(b.rows, row{name: "waiting-room joins/s", res: &jres, base: baseAt(jbases, 0),
 		baseName: "purchase attempts (same run, in turns)", target: 0.8, want: 200,
-		note: "the first join of each shopper enters the line, later ones return the same ticket; both run queue_join.lua, batched per item"})
+		note: "the first join of each shopper enters the line, later ones return the same ticket; both run queue/join.lua, batched per item"})
 	return nil
 }
 

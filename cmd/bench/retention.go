@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // The retention row: Redis memory is bounded in time (issue 30). A sale of N orders through an
@@ -90,10 +90,10 @@ func (b *bench) retention(ctx context.Context) error {
 	}
 	defer conn.Close(context.Background())
 
-	// Every script call leaves a record for recordLife (lua/once.lua); the processes' own
+	// Every script call leaves a record for recordLife (lua/lib/once.lua); the processes' own
 	// periodic calls (the pruning pass's lock, the api's ticks) keep a steady number of them.
 	// The full run lets that steady state build up before it takes the start.
-	recordLife := lua.CallDeadline + lua.ClockSkew + time.Second
+	recordLife := exactlyonce.CallDeadline + exactlyonce.ClockSkew + time.Second
 	if !b.opt.short {
 		sleepCtx(ctx, recordLife)
 	}

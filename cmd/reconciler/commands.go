@@ -16,6 +16,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/datamark"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/metrics"
@@ -24,7 +25,6 @@ import (
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // errDrift is returned by batchCommand when the run found drift or could not verify
@@ -40,7 +40,7 @@ func openReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconcil
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		rdb.Close()
 		return nil, nil, err
 	}

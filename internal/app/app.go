@@ -22,6 +22,7 @@ import (
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/crashpoint"
 	"github.com/flashsale/flashsale/internal/datamark"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/kafkabroker"
@@ -37,7 +38,6 @@ import (
 	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/stats"
-	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/web"
 )
 
@@ -89,7 +89,7 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 		return nil, err
 	}
 	metrics.InstrumentRedis(a.rdb) // script calls and latency by script name
-	if err = lua.Load(ctx, a.rdb); err != nil {
+	if err = exactlyonce.Load(ctx, a.rdb); err != nil {
 		return nil, err
 	}
 
@@ -308,12 +308,12 @@ func (a *API) ready(ctx context.Context) error {
 	if err := redisconn.Ready(a.rdb); err != nil {
 		return err
 	}
-	ok, err := lua.Loaded(ctx, a.rdb)
+	ok, err := exactlyonce.Loaded(ctx, a.rdb)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		if err := lua.Load(ctx, a.rdb); err != nil {
+		if err := exactlyonce.Load(ctx, a.rdb); err != nil {
 			return err
 		}
 	}

@@ -1,5 +1,5 @@
 // Package datamark notices that Redis lost its data. Every slot of record (each shard's, and
-// the ranking slot) carries a marker hash beside the data it vouches for (lua/datamark.lua):
+// the ranking slot) carries a marker hash beside the data it vouches for (lua/datamark/datamark.lua):
 // a random generation written when the marker is adopted or after a restore, and per observer
 // a count that only that observer raises, once per check, and that it takes as seen only once
 // the replicas hold it (so a failover is not a loss). A Redis that comes back empty has no
@@ -23,11 +23,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/lua"
 )
 
-var script = lua.NewChange("datamark", "datamark.lua")
+var script = exactlyonce.NewChange("datamark", "datamark/datamark.lua")
 
 // Slot is one marker: the slot's name in messages and the marker's key.
 type Slot struct{ Name, Key string }
@@ -47,7 +47,7 @@ var ErrLost = errors.New("redis_data_lost")
 // Loss is Redis having lost the data of a slot: what was found and where.
 type Loss struct {
 	Slot   string // "shard 3", "ranking"
-	Reason string // gone, behind or replaced (lua/datamark.lua)
+	Reason string // gone, behind or replaced (lua/datamark/datamark.lua)
 }
 
 // Error starts with the contract's reason token, so /readyz can answer it as it is.

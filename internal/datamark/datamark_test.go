@@ -11,11 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/datamark"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // ledger is the record of a throw-away database.
@@ -75,7 +75,7 @@ func TestEmptyRedisIsNoticedUntilRestored(t *testing.T) {
 	if err := rdb.FlushAll(ctx).Err(); err != nil { // the private server only
 		t.Fatal(err)
 	}
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	check(t, w)
@@ -151,7 +151,7 @@ func TestOlderCopyIsNoticed(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Start()
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	fresh := datamark.NewWatch(rdb, keys) // before the others: it remembers nothing

@@ -130,7 +130,7 @@ func ParseEntryID(id string) (Position, error) {
 // "user|quantity|price_cents|status|created_ms|expires_ms"; its item is the order id's and its
 // time the order's creation) is what purchase.lua wrote before it wrote one entry per batch:
 // still read, for entries an older api left in a stream. Every other entry (and an
-// order.reserved written by reconcile_reemit.lua) has one field per attribute.
+// order.reserved written by reconcile/reemit.lua) has one field per attribute.
 func FromEntry(eventID string, values map[string]any) (Event, error) {
 	if packed, ok := values["o"].(string); ok && values["type"] == OrderReserved {
 		order, _ := values["order"].(string)

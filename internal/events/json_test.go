@@ -58,7 +58,7 @@ func TestAppendJSONIsMarshal(t *testing.T) {
 }
 
 // TestCompactReservation: purchase.lua's compact order.reserved entry gives the same event as
-// the flat entry reconcile_reemit.lua writes for the same order.
+// the flat entry reconcile/reemit.lua writes for the same order.
 func TestCompactReservation(t *testing.T) {
 	flat, err := FromEntry("a/1700000000000-3", map[string]any{"type": "order.reserved", "at": "1700000000123",
 		"item": "a", "order": "a.7", "user": "u", "quantity": "2", "price_cents": "150", "expires": "1700000600123"})

@@ -1,24 +1,22 @@
-// Package lua embeds flashsale's Redis scripts. Each script is a .lua file here; scripts that
-// rate-limit get gcra.lua prepended so the limiter has one implementation. The Go package that
-// owns a script declares it with New and wraps it in a typed function; nobody else builds its
-// KEYS and ARGV. Every script is run exactly once in effect (once.go): re-sending it after a
-// timeout or a dropped connection is safe.
-package lua
+// Package exactlyonce runs flashsale's Redis scripts (lua/) so that each call takes effect
+// once: re-sending it after a timeout or a dropped connection is safe (once.go), and a state
+// change can wait until the replicas hold it (replicas.go). The Go package that owns a script
+// declares it in its scripts.go with New or NewChange and wraps it in one typed function;
+// nobody else builds its KEYS and ARGV.
+package exactlyonce
 
 import (
 	"context"
-	"embed"
 	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/lua"
 )
 
-//go:embed *.lua
-var files embed.FS
-
 func source(name string) string {
-	b, err := files.ReadFile(name)
+	b, err := lua.FS.ReadFile(name)
 	if err != nil {
 		panic(fmt.Sprintf("lua: missing embedded script %s: %v", name, err))
 	}
@@ -57,7 +55,7 @@ func Bare(files ...string) *redis.Script { return redis.NewScript(concat(files..
 // Register puts src inside the call-record wrapper (once.lua), so a re-sent call answers from
 // its record instead of running twice, and registers it under name.
 func Register(name, src string) *Script {
-	before, after, ok := strings.Cut(source("once.lua"), "--[[ script ]]")
+	before, after, ok := strings.Cut(source("lib/once.lua"), "--[[ script ]]")
 	if !ok {
 		panic("lua: once.lua has no --[[ script ]] marker")
 	}

@@ -1,4 +1,4 @@
-package lua_test
+package exactlyonce_test
 
 import (
 	"context"
@@ -7,9 +7,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // TestWaitBehind: the commands always run; confirmed says whether the replicas required hold
@@ -33,7 +33,7 @@ func TestWaitBehind(t *testing.T) {
 	incr := func(rdb redis.UniversalClient, want int64) bool {
 		t.Helper()
 		var cmd *redis.IntCmd
-		confirmed, err := lua.WaitBehind(ctx, rdb, key, func(pipe redis.Pipeliner) { cmd = pipe.Incr(ctx, key) })
+		confirmed, err := exactlyonce.WaitBehind(ctx, rdb, key, func(pipe redis.Pipeliner) { cmd = pipe.Incr(ctx, key) })
 		if err != nil {
 			t.Fatal(err)
 		}

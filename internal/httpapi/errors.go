@@ -8,13 +8,13 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // apiError is a contract error: an HTTP status and a code.
@@ -102,15 +102,15 @@ func fail(c *gin.Context, err error) {
 	}
 	// A replica stalled or gone: expected during a failover, counted by the purchase-outcome
 	// metric, not logged per request.
-	if errors.Is(err, lua.ErrTooFewReplicas) {
+	if errors.Is(err, exactlyonce.ErrTooFewReplicas) {
 		fail(c, errNoReplicas)
 		return
 	}
-	if errors.Is(err, lua.ErrPrimaryUnconfirmed) {
+	if errors.Is(err, exactlyonce.ErrPrimaryUnconfirmed) {
 		fail(c, errNoPrimary)
 		return
 	}
-	if errors.Is(err, lua.ErrNotReplicated) {
+	if errors.Is(err, exactlyonce.ErrNotReplicated) {
 		fail(c, errNotConfirmed)
 		return
 	}
@@ -119,7 +119,7 @@ func fail(c *gin.Context, err error) {
 		return
 	}
 	slog.Error("request failed", "request_id", requestIDOf(c), "method", c.Request.Method, "route", c.FullPath(), "err", err)
-	if errors.Is(err, lua.ErrOutcomeUnknown) {
+	if errors.Is(err, exactlyonce.ErrOutcomeUnknown) {
 		fail(c, errUnknown)
 		return
 	}

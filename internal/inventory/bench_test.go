@@ -3,6 +3,8 @@ package inventory_test
 import (
 	"cmp"
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,10 +16,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // BenchmarkPurchase compares, in one run, inventory.Purchase (coalescing concurrent purchases
@@ -60,7 +62,7 @@ func BenchmarkPurchase(b *testing.B) {
 	})
 }
 
-// BenchmarkCallRecord is the cost of exactly-once script calls (lua/once.lua): the same batch
+// BenchmarkCallRecord is the cost of exactly-once script calls (lua/lib/once.lua): the same batch
 // of 20 purchases (as the batcher coalesces them under load) sent as the bare purchase script
 // and as the recorded one, in alternating turns so the machine's changing load falls on both.
 // It reports each side's purchases/s and Redis CPU per purchase (INFO cpu, user+sys, on a
@@ -72,7 +74,7 @@ func BenchmarkCallRecord(b *testing.B) {
 	s := inventory.NewStore(rdb, keys, inventory.Options{})
 	newItem(b, s, "rec", 1_000_000_000_000, 1_000_000_000)
 	k := keys.Item("rec")
-	bare := lua.Bare("gcra.lua", "changed.lua", "purchase.lua")
+	bare := exactlyonce.Bare("lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua")
 	if err := bare.Load(ctx, rdb).Err(); err != nil {
 		b.Fatal(err)
 	}
@@ -298,8 +300,11 @@ type purchaseSource struct{ once, libs, purchase string }
 // readPurchaseSource reads the parts from a lua directory (ending in "/").
 func readPurchaseSource(b *testing.B, dir string) purchaseSource {
 	var out [4]string
-	for i, name := range []string{"once.lua", "gcra.lua", "changed.lua", "purchase.lua"} {
+	for i, name := range []string{"lib/once.lua", "lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua"} {
 		src, err := os.ReadFile(dir + name)
+		if errors.Is(err, fs.ErrNotExist) { // another version's flat lua/ folder
+			src, err = os.ReadFile(dir + filepath.Base(name))
+		}
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,10 +8,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // An order id never means two orders, whatever a deposed primary does: a replica promoted
@@ -23,7 +23,7 @@ func TestPromotedReplicaNeverReusesOrderIDs(t *testing.T) {
 	ctx := context.Background()
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
 	deposed, promoted := r.Primary.Client(), r.Replicas[0].Client()
-	if err := lua.Load(ctx, deposed); err != nil {
+	if err := exactlyonce.Load(ctx, deposed); err != nil {
 		t.Fatal(err)
 	}
 	old := inventory.NewStore(deposed, keys, inventory.Options{})
@@ -33,7 +33,7 @@ func TestPromotedReplicaNeverReusesOrderIDs(t *testing.T) {
 	if err := promoted.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := lua.Load(ctx, promoted); err != nil {
+	if err := exactlyonce.Load(ctx, promoted); err != nil {
 		t.Fatal(err)
 	}
 	cur := inventory.NewStore(promoted, keys, inventory.Options{})

@@ -20,12 +20,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -337,7 +337,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 			t.Fatalf("import after SCRIPT FLUSH: %+v %v", res, err)
 		}
 	}
-	if ok, _ := lua.Loaded(ctx, rdb); ok {
+	if ok, _ := exactlyonce.Loaded(ctx, rdb); ok {
 		t.Log("scripts re-cached by EVAL")
 	}
 }

@@ -16,12 +16,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // TestLateResendAppliesOnce is issue 31's finding 3: a change re-sent to Redis long after it
@@ -127,7 +127,7 @@ func TestLateResendAppliesOnce(t *testing.T) {
 			// Every reply is dropped from here on; the first send still reaches Redis and runs.
 			addToxic(t, px, `{"name":"drop","type":"timeout","stream":"downstream","attributes":{"timeout":0}}`)
 			err = c.do(inv, ord, item, order)
-			if !errors.Is(err, lua.ErrOutcomeUnknown) {
+			if !errors.Is(err, exactlyonce.ErrOutcomeUnknown) {
 				t.Fatalf("with every reply dropped the call answered %v, want the outcome unknown", err)
 			}
 			callKey, resends := hold.result()

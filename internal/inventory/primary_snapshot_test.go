@@ -12,11 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // After a failover the catalogue serves the new primary's stock and status, although its
@@ -37,7 +37,7 @@ func TestCatalogueFollowsThePrimaryOfRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rdb.Close() })
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}

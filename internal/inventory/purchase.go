@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // PurchaseRequest is one shopper's attempt to buy.
@@ -113,7 +113,7 @@ func (s *Store) Purchase(ctx context.Context, req PurchaseRequest) (PurchaseResu
 		// A batch not yet sent drops this call; one already sent may still make the order, so
 		// the outcome is unknown to this caller. A retry with the same Idempotency-Key returns
 		// the order if it was made.
-		return PurchaseResult{}, fmt.Errorf("inventory: purchase %s: %w (%w)", req.ItemID, lua.ErrOutcomeUnknown, ctx.Err())
+		return PurchaseResult{}, fmt.Errorf("inventory: purchase %s: %w (%w)", req.ItemID, exactlyonce.ErrOutcomeUnknown, ctx.Err())
 	}
 }
 
@@ -150,7 +150,7 @@ type purchaseReply struct {
 
 // runBatch runs purchase.lua once for calls that all buy the same item. Calls whose caller has
 // gone are dropped first: nobody would learn their outcome. The script call re-sends itself
-// until it has the reply or lua.CallDeadline passes (one run whatever the transport does).
+// until it has the reply or exactlyonce.CallDeadline passes (one run whatever the transport does).
 func (s *Store) runBatch(item string, calls []*purchaseCall) {
 	live := calls[:0]
 	for _, c := range calls {

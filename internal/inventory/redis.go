@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/flashsale/flashsale/internal/batch"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // The defaults of Options, stated once: config's FLASHSALE_* defaults are these.
@@ -171,7 +171,7 @@ func (s *Store) UpsertMany(ctx context.Context, ins []Input) ([]UpsertResult, er
 // items) in one pipeline, fills their results and returns the items the replies carry.
 func (s *Store) upsertBatch(ctx context.Context, ins []Input, batch []int, res []UpsertResult) ([]Item, error) {
 	ids := make([]any, len(batch))
-	calls := make([]lua.Call, len(batch))
+	calls := make([]exactlyonce.Call, len(batch))
 	for j, i := range batch {
 		ids[j] = ins[i].ID
 		calls[j] = s.upsertCall(ins[i])
@@ -232,7 +232,7 @@ func upsertedItem(id string, reply []any) (Item, error) {
 }
 
 // upsertCall is upsert_item.lua's call for in.
-func (s *Store) upsertCall(in Input) lua.Call {
+func (s *Store) upsertCall(in Input) exactlyonce.Call {
 	k := s.keys.Item(in.ID)
 	stock := ""
 	if in.Stock != nil {
@@ -245,7 +245,7 @@ func (s *Store) upsertCall(in Input) lua.Call {
 	} else if q := in.Queue; q != nil {
 		qRate, qMax, qTTL = q.AdmitPerSecond, q.MaxActive, q.PassTTLSeconds
 	}
-	return lua.Call{
+	return exactlyonce.Call{
 		Keys: []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()},
 		Args: []any{in.ID, in.Name, in.Category, in.PriceCents, stock, in.PerUserLimit,
 			msOrZero(in.StartsAt), msOrZero(in.EndsAt), qRate, qMax, qTTL},

@@ -10,12 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // replicated is a private primary with one replica, and a store whose changes one replica must
@@ -25,7 +25,7 @@ func replicated(t *testing.T) (*testenv.Replicated, redis.UniversalClient, keysp
 	r := testenv.ReplicatedRedis(t, 1)
 	ctx := context.Background()
 	rdb := r.AckClient(t, 1, 250*time.Millisecond)
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
@@ -75,12 +75,12 @@ func TestUnconfirmedPurchaseIsUnknownAndItsRetryReturnsTheOrder(t *testing.T) {
 		_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "hot", UserID: "u1", Quantity: 1, IdempotencyKey: k})
 		replica.Resume()
 		switch {
-		case errors.Is(err, lua.ErrNotReplicated):
-			if !errors.Is(err, lua.ErrOutcomeUnknown) {
+		case errors.Is(err, exactlyonce.ErrNotReplicated):
+			if !errors.Is(err, exactlyonce.ErrOutcomeUnknown) {
 				t.Fatalf("not replicated must be an unknown outcome: %v", err)
 			}
 			key = k
-		case errors.Is(err, lua.ErrTooFewReplicas):
+		case errors.Is(err, exactlyonce.ErrTooFewReplicas):
 			t.Logf("attempt %d: refused before it ran (the watch saw the stall first)", i)
 		default:
 			t.Fatalf("purchase with a stalled replica: %v", err)
@@ -119,10 +119,10 @@ func TestTooFewReplicasChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "hot", UserID: "u1", Quantity: 1, IdempotencyKey: "k"})
-	if !errors.Is(err, lua.ErrTooFewReplicas) || errors.Is(err, lua.ErrOutcomeUnknown) {
+	if !errors.Is(err, exactlyonce.ErrTooFewReplicas) || errors.Is(err, exactlyonce.ErrOutcomeUnknown) {
 		t.Fatalf("purchase without a live replica: %v", err)
 	}
-	if _, err := s.AdjustStock(ctx, "hot", 5); !errors.Is(err, lua.ErrTooFewReplicas) {
+	if _, err := s.AdjustStock(ctx, "hot", 5); !errors.Is(err, exactlyonce.ErrTooFewReplicas) {
 		t.Fatalf("restock without a live replica: %v", err)
 	}
 	after, err := primary.DBSize(ctx).Result()
@@ -149,7 +149,7 @@ func BenchmarkPurchaseWithReplica(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer rdb.Close()
-			if err := lua.Load(ctx, rdb); err != nil {
+			if err := exactlyonce.Load(ctx, rdb); err != nil {
 				b.Fatal(err)
 			}
 			testenv.WaitFor(b, "a live replica", 30*time.Second, func() bool { return redisconn.Ready(rdb) == nil })

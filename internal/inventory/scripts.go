@@ -1,10 +1,10 @@
 package inventory
 
-import "github.com/flashsale/flashsale/lua"
+import "github.com/flashsale/flashsale/internal/exactlyonce"
 
 // The inventory's scripts (lua/), each wrapped by one function of this package.
 var (
-	purchaseScript    = lua.NewChange("purchase", "gcra.lua", "changed.lua", "purchase.lua")
-	upsertItemScript  = lua.NewChange("upsert_item", "changed.lua", "upsert_item.lua")
-	adjustStockScript = lua.NewChange("adjust_stock", "changed.lua", "adjust_stock.lua")
+	purchaseScript    = exactlyonce.NewChange("purchase", "lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua")
+	upsertItemScript  = exactlyonce.NewChange("upsert_item", "lib/changed.lua", "inventory/upsert_item.lua")
+	adjustStockScript = exactlyonce.NewChange("adjust_stock", "lib/changed.lua", "inventory/adjust_stock.lua")
 )

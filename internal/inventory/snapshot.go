@@ -228,7 +228,7 @@ func (s *Store) Catalogue(ctx context.Context) (map[string]Item, uint64, error) 
 
 // refresh brings the snapshot up to date, by one loader at a time. The first call loads the
 // whole catalogue; later calls read only what changed: one ZRANGE of each shard's change log
-// (lua/changed.lua) past the clock last seen, then one HGETALL per changed item. So an idle
+// (lua/lib/changed.lua) past the clock last seen, then one HGETALL per changed item. So an idle
 // catalogue costs one command per shard per refresh, whatever its size.
 //
 // The snapshot follows the primary of record: each refresh first asks the nodes it reads which

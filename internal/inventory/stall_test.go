@@ -9,14 +9,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // TestRedisStallChangesOnce is issue 13's reproduction: Redis stalls (DEBUG SLEEP 3.5, longer
-// than lua.AttemptTimeout) while a purchase, a restock and a payment are in flight. The api
+// than exactlyonce.AttemptTimeout) while a purchase, a restock and a payment are in flight. The api
 // re-sends each call after its attempt times out; the call record makes the re-sends safe, so
 // each change happens once and each caller gets the real answer: one order (not two, not
 // limit_exceeded), +50 (not +100), paid (not invalid_state).
@@ -37,7 +37,7 @@ func TestRedisStallChangesOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := lua.Resends()
+		before := exactlyonce.Resends()
 
 		stalled := stallRedis(t, addr, "3.5")
 		type answer struct {
@@ -89,7 +89,7 @@ func TestRedisStallChangesOnce(t *testing.T) {
 				break
 			}
 		}
-		if t.Failed() || lua.Resends() > before {
+		if t.Failed() || exactlyonce.Resends() > before {
 			return
 		}
 	}

@@ -75,7 +75,7 @@ func (s Shard) UserItems(user string) string { return s.base + "uitems:" + user 
 // reader that remembers the highest clock it saw asks for exactly the items changed since.
 func (s Shard) Changed() string { return s.base + "changed" }
 
-// Clock is the shard's change clock (only grows; see lua/changed.lua).
+// Clock is the shard's change clock (only grows; see lua/lib/changed.lua).
 func (s Shard) Clock() string { return s.base + "clock" }
 
 // Marker is the marker of the data the shard's slot holds (internal/datamark).
@@ -108,7 +108,7 @@ func (k Item) PaidBy() string { return k.base + "paidby" }
 func (k Item) UserOrders() string { return k.base + "uorders" }
 
 // Payments is the item's hash order id -> "payment id|state|event id": the order's one payment
-// at the provider and how far it got (open, paid, refunding, refunded; see lua/pay.lua).
+// at the provider and how far it got (open, paid, refunding, refunded; see lua/orders/pay.lua).
 func (k Item) Payments() string { return k.base + "payments" }
 
 // Expiry, Outbox, Changed and Clock are the item's shard's (see Shard).

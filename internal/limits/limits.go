@@ -1,4 +1,4 @@
-// Package limits owns rate limiting: GCRA policies evaluated in Redis (lua/gcra.lua) and the
+// Package limits owns rate limiting: GCRA policies evaluated in Redis (lua/lib/gcra.lua) and the
 // decisions handed to the HTTP layer for the RateLimit-* headers.
 package limits
 
@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // ErrRateLimited means a policy refused the request; the Decision says when to retry.
@@ -79,8 +79,8 @@ func (p Policy) validate() error {
 	return nil
 }
 
-// script is lua/limit.lua with the shared GCRA library in front.
-var script = lua.New("limit", "gcra.lua", "limit.lua")
+// script is lua/limits/limit.lua with the shared GCRA library in front.
+var script = exactlyonce.New("limit", "lib/gcra.lua", "limits/limit.lua")
 
 // Limiter evaluates named GCRA policies in Redis. Its state lives only in Redis, so every api
 // instance shares one budget per subject. Policies can be replaced while it serves.

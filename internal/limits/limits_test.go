@@ -309,7 +309,7 @@ func TestSeparateKeys(t *testing.T) {
 	wg.Wait()
 	n := 0
 	for _, k := range rdb.Keys(ctx, keys.Prefix+"*").Val() {
-		if !strings.Contains(k, ":call:") { // the call records of lua.Script.Run
+		if !strings.Contains(k, ":call:") { // the call records of exactlyonce.Script.Run
 			n++
 		}
 	}

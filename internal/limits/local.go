@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Local is a GCRA limiter held in this process's memory (the same algorithm as lua/gcra.lua):
+// Local is a GCRA limiter held in this process's memory (the same algorithm as lua/lib/gcra.lua):
 // for limits each api instance enforces on its own, with no Redis call, so a check costs a
 // map lookup under a lock. Each instance has its own budget (n instances allow n times the
 // policy in all). Memory stays bounded by the subjects seen within the time a burst takes to

@@ -19,14 +19,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/lua"
 )
 
 var (
-	obtainScript  = lua.New("lock_obtain", "lock_obtain.lua")
-	refreshScript = lua.New("lock_refresh", "lock_refresh.lua")
-	releaseScript = lua.New("lock_release", "lock_release.lua")
+	obtainScript  = exactlyonce.New("lock_obtain", "lock/obtain.lua")
+	refreshScript = exactlyonce.New("lock_refresh", "lock/refresh.lua")
+	releaseScript = exactlyonce.New("lock_release", "lock/release.lua")
 )
 
 // Sentinel errors.

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/redisconn"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // Registry holds every flashsale metric plus the Go runtime and process collectors. A
@@ -62,8 +62,8 @@ var (
 
 	ScriptResends = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "flashsale_redis_script_resends_total",
-		Help: "Script calls re-sent (or given up as outcome unknown) after a send got no reply: a stalling or flapping Redis. Re-sends are safe: each call runs once (lua/once.lua).",
-	}, func() float64 { return float64(lua.Resends()) })
+		Help: "Script calls re-sent (or given up as outcome unknown) after a send got no reply: a stalling or flapping Redis. Re-sends are safe: each call runs once (lua/lib/once.lua).",
+	}, func() float64 { return float64(exactlyonce.Resends()) })
 
 	RedisFailovers = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "flashsale_redis_failovers_total",

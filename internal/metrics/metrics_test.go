@@ -14,9 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // Every metric follows Prometheus naming conventions (units, _total, help text).
@@ -50,7 +50,7 @@ func TestRegistryHasRuntimeCollectors(t *testing.T) {
 }
 
 // testScript is registered like a real one so the hook can name it.
-var testScript = lua.Register("metrics_test_echo", `return ARGV[1]`)
+var testScript = exactlyonce.Register("metrics_test_echo", `return ARGV[1]`)
 
 // The hook names script calls by their registered name whether they go out as EVALSHA, as
 // the EVAL fallback after NOSCRIPT, or inside a pipeline; unregistered scripts are "unknown".
@@ -66,7 +66,7 @@ func TestScriptHookNamesScripts(t *testing.T) {
 	timed := func() uint64 { return histCount(t, "flashsale_redis_script_duration_seconds", name) }
 	timedBefore := timed()
 
-	// EVALSHA (preloaded by testenv via lua.Load).
+	// EVALSHA (preloaded by testenv via exactlyonce.Load).
 	const n = 20
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {

@@ -11,13 +11,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 )
 
 // InstrumentRedis adds a hook to rdb that counts and times every Lua script call by script
 // name. Call it after every package has registered its scripts (in main, after imports ran).
 func InstrumentRedis(rdb redis.UniversalClient) {
-	rdb.AddHook(newScriptHook(lua.Hashes()))
+	rdb.AddHook(newScriptHook(exactlyonce.Hashes()))
 }
 
 // scriptHook names EVALSHA/EVAL commands by the registered script they run. The sha -> name

@@ -13,14 +13,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // purchaseBatch is purchase.lua without the call record: the tests below need one script call
 // of several attempts (the batcher forms them only under concurrency).
-var purchaseBatch = lua.Bare("gcra.lua", "changed.lua", "purchase.lua")
+var purchaseBatch = exactlyonce.Bare("lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua")
 
 // buyBatch buys one unit for each user in ONE purchase script call and returns the order ids
 // in attempt order.

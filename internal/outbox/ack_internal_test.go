@@ -10,7 +10,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestAckScriptReplies: every reply of outbox_ack.lua, with two consumers of the group as two
+// TestAckScriptReplies: every reply of outbox/ack.lua, with two consumers of the group as two
 // relays. Whatever the order of their acknowledgements, the stream keeps exactly the entries
 // not acknowledged yet; bad arguments are refused before anything is acknowledged.
 func TestAckScriptReplies(t *testing.T) {

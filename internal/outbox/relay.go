@@ -23,10 +23,10 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/redisconn"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // Publisher is what the relay needs from a Kafka producer; *kafka.Writer is one. WriteMessages
@@ -396,22 +396,22 @@ func chunk(batch []entry, maxBytes int) int {
 }
 
 // ackScript acknowledges published entries and removes them from the stream.
-var ackScript = lua.New("outbox_ack", "outbox_ack.lua")
+var ackScript = exactlyonce.New("outbox_ack", "outbox/ack.lua")
 
-// maxAckIDs is the most ids one outbox_ack.lua call takes.
+// maxAckIDs is the most ids one outbox/ack.lua call takes.
 const maxAckIDs = 10000
 
 // confirmScript: its run and the WAIT behind it confirm that the replicas hold what the
-// stream held before it (outbox_confirm.lua).
-var confirmScript = lua.NewChange("outbox_confirm", "outbox_confirm.lua")
+// stream held before it (outbox/confirm.lua).
+var confirmScript = exactlyonce.NewChange("outbox_confirm", "outbox/confirm.lua")
 
 // publish writes entries to Kafka, then acknowledges them and removes them from the stream.
 // With replicas required (FLASHSALE_REDIS_ACK_REPLICAS), it first waits until they hold the
 // entries, unless the read already confirmed them: an entry a failover could still lose is
 // published later, never now.
 func (r *Relay) publish(st *stream, batch []entry, confirmed bool) error {
-	if !confirmed && lua.RequiresReplicas(r.rdb) {
-		cctx, cancel := context.WithTimeout(r.hard, lua.CallDeadline)
+	if !confirmed && exactlyonce.RequiresReplicas(r.rdb) {
+		cctx, cancel := context.WithTimeout(r.hard, exactlyonce.CallDeadline)
 		err := confirmScript.Run(cctx, r.rdb, []string{st.key}).Err()
 		cancel()
 		if err != nil {
@@ -449,7 +449,7 @@ func (r *Relay) publish(st *stream, batch []entry, confirmed bool) error {
 			return &hookError{err}
 		}
 	}
-	// Acknowledge and remove (outbox_ack.lua) in calls of at most maxAckIDs ids, ascending.
+	// Acknowledge and remove (outbox/ack.lua) in calls of at most maxAckIDs ids, ascending.
 	for len(batch) > 0 {
 		n := min(len(batch), maxAckIDs)
 		args := make([]any, 0, n+1)
@@ -521,7 +521,7 @@ func summarize(err error) error {
 // (no wait), else new ones, waiting up to Block for the first. confirmed: the replicas required
 // hold them (readConfirmed), so publish need not ask again.
 func (r *Relay) read(ctx context.Context, st *stream) (batch []entry, confirmed bool, err error) {
-	if !st.retry && !st.idle && lua.RequiresReplicas(r.rdb) {
+	if !st.retry && !st.idle && exactlyonce.RequiresReplicas(r.rdb) {
 		batch, confirmed, err := r.readConfirmed(ctx, st)
 		if err != nil || len(batch) > 0 {
 			return batch, confirmed, err
@@ -544,7 +544,7 @@ func (r *Relay) read(ctx context.Context, st *stream) (batch []entry, confirmed 
 }
 
 // readConfirmed takes the new entries there are without blocking, with a WAIT behind the read
-// on its connection (lua.WaitBehind): the read delivers the entries to this consumer, a write
+// on its connection (exactlyonce.WaitBehind): the read delivers the entries to this consumer, a write
 // replicated after theirs, so when WAIT confirms it the replicas hold them, and publish needs
 // no confirming round trip of its own. While entries keep coming, batches come this way: the
 // entries written while the last batch was published. (Behind a blocking read WAIT would not
@@ -552,7 +552,7 @@ func (r *Relay) read(ctx context.Context, st *stream) (batch []entry, confirmed 
 // publish.)
 func (r *Relay) readConfirmed(ctx context.Context, st *stream) ([]entry, bool, error) {
 	var cmd *redis.XStreamSliceCmd
-	confirmed, err := lua.WaitBehind(ctx, r.rdb, st.key, func(pipe redis.Pipeliner) {
+	confirmed, err := exactlyonce.WaitBehind(ctx, r.rdb, st.key, func(pipe redis.Pipeliner) {
 		cmd = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: r.opt.Group, Consumer: r.opt.Consumer, Streams: []string{st.key, ">"},
 			Count: r.opt.ReadCount, Block: -1,

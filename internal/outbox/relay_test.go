@@ -18,12 +18,12 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/kafkabroker"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 const topic = "flashsale.orders"
@@ -730,7 +730,7 @@ func TestBatchEntryRepublishedWithStableIDs(t *testing.T) {
 		keys = append(keys, k.UserItems(u), k.Hash())
 		args = append(args, u, i, "", "")
 	}
-	bare := lua.Bare("gcra.lua", "changed.lua", "purchase.lua")
+	bare := exactlyonce.Bare("lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua")
 	res, err := bare.Run(ctx, e.rdb, keys, args...).Slice()
 	if err != nil || len(res) != 4*5+1 {
 		t.Fatal(res, err)

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // TestRelayPublishesOnlyWhatTheReplicasHold: with a replica required, entries the replica
@@ -27,7 +27,7 @@ func TestRelayPublishesOnlyWhatTheReplicasHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { plain.Close() })
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "a live replica", 30*time.Second, func() bool { return redisconn.Ready(rdb) == nil })

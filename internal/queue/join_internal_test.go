@@ -7,7 +7,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestJoinScriptRefusesBeforeWriting: queue_join.lua's header promises that malformed
+// TestJoinScriptRefusesBeforeWriting: queue/join.lua's header promises that malformed
 // arguments are an error reply that writes nothing. A score Lua's tonumber reads but ZADD does
 // not (surrounding spaces) in a later join of a batch must not leave the earlier joins in the
 // line uncounted (the start would not number them).

@@ -12,9 +12,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/lua"
 )
 
 var errNoReply = errors.New("queue: script reply malformed")
@@ -33,7 +33,7 @@ type joinReply struct {
 }
 
 // randomScore is a pre-start joiner's place in the shuffle: 52 random bits from the CSPRNG
-// (a zset score holds integers exactly below 2^53; lua/queue_ticket.lua), drawn at the join and
+// (a zset score holds integers exactly below 2^53; lua/queue/ticket.lua), drawn at the join and
 // never shown, so no shopper can predict or influence where they land.
 func randomScore() uint64 {
 	var b [8]byte
@@ -62,7 +62,7 @@ func (s *Store) Join(ctx context.Context, item, user string) (Ticket, error) {
 	select {
 	case r = <-c.done:
 	case <-ctx.Done():
-		return Ticket{}, fmt.Errorf("queue: join %s: %w (%w)", item, lua.ErrOutcomeUnknown, ctx.Err())
+		return Ticket{}, fmt.Errorf("queue: join %s: %w (%w)", item, exactlyonce.ErrOutcomeUnknown, ctx.Err())
 	}
 	if r.err != nil {
 		return Ticket{}, r.err
@@ -95,7 +95,7 @@ func startOf(it inventory.Item) time.Time {
 	return *it.StartsAt
 }
 
-// runJoins sends one queue_join.lua call for joins of one item (callers that have gone are
+// runJoins sends one queue/join.lua call for joins of one item (callers that have gone are
 // dropped first: nobody would learn their ticket).
 func (s *Store) runJoins(item string, calls []*joinCall) {
 	live := calls[:0]
@@ -225,7 +225,7 @@ const (
 	expirePerCall = 1000
 )
 
-// Admit runs one admission step for item (lua/queue_admit.lua) and updates this instance's
+// Admit runs one admission step for item (lua/queue/admit.lua) and updates this instance's
 // view of the line. Every instance runs it on every tick; Redis decides.
 func (s *Store) Admit(ctx context.Context, item string, starts time.Time) (AdmitResult, error) {
 	k := s.keys.Item(item)
@@ -283,7 +283,7 @@ func (s *Store) Stats(ctx context.Context, item string) (LineStats, error) {
 	return st, nil
 }
 
-// Run admits on every tick until ctx ends: one queue_admit.lua call per item with a waiting
+// Run admits on every tick until ctx ends: one queue/admit.lua call per item with a waiting
 // room (items without one cost nothing), more at once while the start numbers a large
 // shuffled group. Items whose sale ended over a minute ago are left alone.
 func (s *Store) Run(ctx context.Context) {
@@ -318,7 +318,7 @@ func (s *Store) Tick(ctx context.Context) {
 		for range 100 {
 			r, err := s.Admit(ctx, it.ID, startOf(it))
 			if err != nil {
-				if !errors.Is(err, lua.ErrTooFewReplicas) && !errors.Is(err, lua.ErrPrimaryUnconfirmed) { // said by /readyz and the replica watch
+				if !errors.Is(err, exactlyonce.ErrTooFewReplicas) && !errors.Is(err, exactlyonce.ErrPrimaryUnconfirmed) { // said by /readyz and the replica watch
 					slog.Warn("queue admission step failed", "item", it.ID, "err", err)
 				}
 				break

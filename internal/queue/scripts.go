@@ -1,9 +1,9 @@
 package queue
 
-import "github.com/flashsale/flashsale/lua"
+import "github.com/flashsale/flashsale/internal/exactlyonce"
 
 // The waiting room's scripts (lua/), each wrapped by one function of this package.
 var (
-	joinScript  = lua.New("queue_join", "queue_ticket.lua", "queue_join.lua")
-	admitScript = lua.NewChange("queue_admit", "queue_ticket.lua", "queue_admit.lua")
+	joinScript  = exactlyonce.New("queue_join", "queue/ticket.lua", "queue/join.lua")
+	admitScript = exactlyonce.NewChange("queue_admit", "queue/ticket.lua", "queue/admit.lua")
 )

@@ -113,7 +113,7 @@ func statusOf(it inventory.Item, now time.Time) string {
 	return lineLive
 }
 
-// packedTicket is a ticket as the tickets hash holds it (lua/queue_ticket.lua).
+// packedTicket is a ticket as the tickets hash holds it (lua/queue/ticket.lua).
 type packedTicket struct {
 	state     byte // w a x s
 	line      int64

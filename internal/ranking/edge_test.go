@@ -9,9 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 var defaults = ranking.Options{Size: 100, PriorMean: 3.5, PriorWeight: 10}
@@ -164,8 +164,8 @@ func TestRateRefusals(t *testing.T) {
 // rollback), including what tonumber accepts but is no number of stars: nan, inf, 4.5.
 func TestScriptsRefuseMalformedArguments(t *testing.T) {
 	e := newEnv(t, defaults)
-	rate := lua.New("rank_rate", "board.lua", "rate.lua")
-	sold := lua.New("rank_sold", "board.lua", "sold.lua")
+	rate := exactlyonce.New("rank_rate", "ranking/board.lua", "ranking/rate.lua")
+	sold := exactlyonce.New("rank_sold", "ranking/board.lua", "ranking/sold.lua")
 	overall := e.keys.TopRatedBoard("")
 	keys := []string{e.keys.ItemRatings("it"), e.keys.ItemRatingStats("it"), e.keys.RankOutbox(),
 		overall.Index, overall.Top}

@@ -9,15 +9,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // The scripts; board.lua (the bounded-board functions) is prepended to each.
 var (
-	rateScript         = lua.NewChange("rank_rate", "board.lua", "rate.lua")
-	soldScript         = lua.New("rank_sold", "board.lua", "sold.lua")
-	recategorizeScript = lua.NewChange("rank_recategorize", "board.lua", "recategorize.lua")
+	rateScript         = exactlyonce.NewChange("rank_rate", "ranking/board.lua", "ranking/rate.lua")
+	soldScript         = exactlyonce.New("rank_sold", "ranking/board.lua", "ranking/sold.lua")
+	recategorizeScript = exactlyonce.NewChange("rank_recategorize", "ranking/board.lua", "ranking/recategorize.lua")
 )
 
 // maxStale bounds the retries when concurrent calls keep moving an item between categories.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 )
 
 // A batch or a restore rides through a failover: when Redis goes away mid-run (the primary
@@ -46,7 +46,7 @@ func redisGone(err error) bool {
 	var ne net.Error
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, lua.ErrOutcomeUnknown) || errors.Is(err, lua.ErrTooFewReplicas)
+		errors.Is(err, exactlyonce.ErrOutcomeUnknown) || errors.Is(err, exactlyonce.ErrTooFewReplicas)
 }
 
 // rideThrough runs step again after Redis went away, once a primary answers, up to

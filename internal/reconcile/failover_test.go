@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // sentinelEnv is the whole pipeline on a private primary with one replica behind three
@@ -27,7 +27,7 @@ func sentinelEnv(t *testing.T) (*testenv.Replicated, *env) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rdb.Close() })
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	e := newEnvOn(t, rdb, keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"})

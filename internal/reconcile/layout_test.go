@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/reconcile"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // TestRestoreReplacesBatchEntries: a restore over a live item whose orders came in one purchase
@@ -17,7 +17,7 @@ func TestRestoreReplacesBatchEntries(t *testing.T) {
 	e := newEnv(t)
 	e.item("A", 10, 10)
 	k := e.keys.Item("A")
-	batch := lua.Bare("gcra.lua", "changed.lua", "purchase.lua")
+	batch := exactlyonce.Bare("lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua")
 	users := []string{"alice", "bob", "alice", "carol"}
 	keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 	args := []any{time.Hour.Milliseconds(), 86400000, 0, 0, 0, "A"}

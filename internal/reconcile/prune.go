@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/record"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // Pruning (FLASHSALE_ORDER_RETENTION): a final order (paid, cancelled, expired) that Postgres
@@ -26,8 +26,8 @@ import (
 // then marks it pruned (orders.pruned_at): batch expects it absent, restore leaves it out.
 
 var (
-	pruneScript        = lua.NewChange("prune", "prune.lua")
-	prunePaymentScript = lua.New("prune_payment_index", "prune_payment_index.lua")
+	pruneScript        = exactlyonce.NewChange("prune", "reconcile/prune.lua")
+	prunePaymentScript = exactlyonce.New("prune_payment_index", "reconcile/prune_payment_index.lua")
 )
 
 const (
@@ -146,8 +146,8 @@ func (r *Reconciler) prunePage(ctx context.Context, n int64, page []record.Pruna
 		items = append(items, item)
 	}
 	sort.Strings(items)
-	var done []string    // orders Redis no longer holds
-	var index []lua.Call // their payment index entries
+	var done []string            // orders Redis no longer holds
+	var index []exactlyonce.Call // their payment index entries
 	var err error
 	for _, item := range items {
 		if err = r.pruneItem(ctx, n, item, byItem[item], res, &done, &index); err != nil {
@@ -173,7 +173,7 @@ func (r *Reconciler) prunePage(ctx context.Context, n int64, page []record.Pruna
 // pruneItem runs prune.lua over one item's orders of the page, chunk by chunk, adding the
 // orders Redis no longer holds to done and their payment index entries to index.
 func (r *Reconciler) pruneItem(ctx context.Context, n int64, item string, orders []record.PrunableOrder,
-	res *PruneResult, done *[]string, index *[]lua.Call) error {
+	res *PruneResult, done *[]string, index *[]exactlyonce.Call) error {
 	if !keyspace.ValidID(item) {
 		return nil // not an id the api makes: nothing of it is in Redis under this name
 	}
@@ -194,7 +194,7 @@ func (r *Reconciler) pruneItem(ctx context.Context, n int64, item string, orders
 				pruned.Add(1)
 				*done = append(*done, oid)
 				if pid != "" {
-					*index = append(*index, lua.Call{Keys: []string{r.keys.PaymentOrder(pid)}, Args: []any{oid}})
+					*index = append(*index, exactlyonce.Call{Keys: []string{r.keys.PaymentOrder(pid)}, Args: []any{oid}})
 				}
 			case "gone":
 				res.Gone++

@@ -216,7 +216,7 @@ var errUnsettled = errors.New("events still in flight")
 // settle waits until every event up to each outbox stream's position (by stream key) has been
 // applied to Postgres:
 // first until the relay has published them (it removes an entry from the stream only after
-// Kafka acknowledged it: outbox_ack.lua), then until the consumer group has committed past the
+// Kafka acknowledged it: outbox/ack.lua), then until the consumer group has committed past the
 // topic's end as it was at that moment (it commits only after its transaction).
 func (r *Reconciler) settle(ctx context.Context, pos map[string]events.Position, deadline time.Time) error {
 	pending := make([]string, 0, len(pos))

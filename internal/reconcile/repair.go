@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 )
 
-var reemitScript = lua.NewChange("reconcile_reemit", "reconcile_reemit.lua")
+var reemitScript = exactlyonce.NewChange("reconcile_reemit", "reconcile/reemit.lua")
 
 // Why some drift is not repaired: repair only brings Postgres up to Redis through events, and
 // the consumer's rules (first user and quantity kept, status only forward) limit what events
@@ -25,7 +25,7 @@ const (
 	whyChanged    = "the order changed after the drift was confirmed, so it was not re-emitted (its own event is on the way); the next run checks it again"
 )
 
-// reemit is one call of reconcile_reemit.lua; status is the order's status the batch
+// reemit is one call of reconcile/reemit.lua; status is the order's status the batch
 // confirmed (the script sends nothing for an order no longer in it).
 type reemit struct{ item, mode, order, status string }
 

@@ -14,14 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/lua"
 )
 
 var (
-	restoreBegin  = lua.NewChange("restore_begin", "changed.lua", "restore_begin.lua")
-	restorePut    = lua.NewChange("restore_put", "restore_put.lua")
-	restoreFinish = lua.NewChange("restore_finish", "changed.lua", "restore_finish.lua")
+	restoreBegin  = exactlyonce.NewChange("restore_begin", "lib/changed.lua", "reconcile/restore_begin.lua")
+	restorePut    = exactlyonce.NewChange("restore_put", "reconcile/restore_put.lua")
+	restoreFinish = exactlyonce.NewChange("restore_finish", "lib/changed.lua", "reconcile/restore_finish.lua")
 )
 
 // restoreChunk bounds the entries of one restore_put call, so no script runs long.
@@ -372,7 +372,7 @@ func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries 
 // checkIdle refuses an item that Redis shows being sold: a version that moves within
 // QuietFor, or events of its shard's outbox, up to the newest one when the check began, still
 // unpublished after SettleTimeout (the relay removes an entry from the stream as it
-// acknowledges it: outbox_ack.lua). It returns the version it saw ("" for no item hash) and
+// acknowledges it: outbox/ack.lua). It returns the version it saw ("" for no item hash) and
 // that outbox position, which restore_begin.lua checks again atomically before it deletes
 // anything.
 func (r *Reconciler) checkIdle(ctx context.Context, id string) (version, pos string, err error) {

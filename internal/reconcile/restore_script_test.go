@@ -54,7 +54,7 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	}
 }
 
-// TestReemitRefusesBadFences: reconcile_reemit.lua stores the batch's fence on the item, so a
+// TestReemitRefusesBadFences: reconcile/reemit.lua stores the batch's fence on the item, so a
 // fence tonumber reads but no lock hands out ('inf', '1e300', one past 2^53) is refused before
 // anything is written: stored, it would fence out every later batch and restore of the item.
 func TestReemitRefusesBadFences(t *testing.T) {

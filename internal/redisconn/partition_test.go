@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // Behind Sentinels with the default acknowledgement (auto), a change waits for every replica
@@ -34,7 +34,7 @@ func TestAcknowledgedByEveryPromotableReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rdb.Close() })
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
@@ -61,11 +61,11 @@ func TestAcknowledgedByEveryPromotableReplica(t *testing.T) {
 	// One replica stalls: a change is never acknowledged while the set holds it.
 	stalled := r.Replicas[0]
 	stalled.Pause()
-	if err := buy(); !errors.Is(err, lua.ErrNotReplicated) && !errors.Is(err, lua.ErrTooFewReplicas) {
+	if err := buy(); !errors.Is(err, exactlyonce.ErrNotReplicated) && !errors.Is(err, exactlyonce.ErrTooFewReplicas) {
 		t.Fatalf("a purchase with a replica of the set stalled: %v, want not confirmed or refused", err)
 	}
 	testenv.WaitFor(t, "changes refused up front", 30*time.Second, func() bool {
-		return errors.Is(buy(), lua.ErrTooFewReplicas) && redisconn.Ready(rdb) != nil
+		return errors.Is(buy(), exactlyonce.ErrTooFewReplicas) && redisconn.Ready(rdb) != nil
 	})
 	testenv.WaitFor(t, "the Sentinels list it down: it leaves the set, changes go on", 60*time.Second, waits(1))
 	if err := buy(); err != nil {
@@ -82,7 +82,7 @@ func TestAcknowledgedByEveryPromotableReplica(t *testing.T) {
 	r.Sentinels[0].Pause()
 	r.Sentinels[1].Pause()
 	testenv.WaitFor(t, "changes refused once the lease ran out", 30*time.Second, func() bool {
-		return errors.Is(buy(), lua.ErrPrimaryUnconfirmed) && redisconn.Ready(rdb) != nil
+		return errors.Is(buy(), exactlyonce.ErrPrimaryUnconfirmed) && redisconn.Ready(rdb) != nil
 	})
 	r.Sentinels[0].Resume()
 	r.Sentinels[1].Resume()

@@ -2,7 +2,7 @@
 // than one is a Redis Cluster, and Sentinels name a primary to follow through failovers. Both
 // binaries and the tests use it. With replicas required (Options.AckReplicas), it also watches
 // the replicas of every primary (replication.go), so a state change is refused before it runs
-// when too few are live, and acknowledged only once they hold it (lua.Script.Run).
+// when too few are live, and acknowledged only once they hold it (exactlyonce.Script.Run).
 package redisconn
 
 import (
@@ -126,7 +126,7 @@ func newClient(o Options, sent *sentinels) redis.UniversalClient {
 		ReadTimeout:  3 * time.Second,
 		WriteTimeout: 3 * time.Second,
 		// Deadlines reach the socket, and nothing is re-sent blindly: a command re-sent after
-		// a read timeout may run twice. Scripts re-send themselves safely (lua.Script.Run).
+		// a read timeout may run twice. Scripts re-send themselves safely (exactlyonce.Script.Run).
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 	}

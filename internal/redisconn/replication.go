@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 )
 
 // WatchInterval is how often the primaries and their replicas are looked at (the Sentinels'
@@ -47,7 +47,7 @@ func RefusalPeriods() uint64 { return refusalPeriods.Load() }
 // watch follows the primaries behind one client (and the clients WithPool made from it): who
 // they are, which replicas must hold a change, and whether changes are refused. A primary
 // change is logged once, counted and the scripts are loaded on the new primary. It implements
-// lua.Replicas.
+// exactlyonce.Replicas.
 type watch struct {
 	rdb  redis.UniversalClient
 	opt  Options
@@ -142,7 +142,7 @@ func (w *watch) start(ctx context.Context, rdb redis.UniversalClient) error {
 	}
 	w.view.Store(v)
 	watches.Store(rdb, w)
-	lua.RequireReplicas(rdb, w)
+	exactlyonce.RequireReplicas(rdb, w)
 	if err := w.Ready(); err != nil {
 		slog.Warn("redis: changes are refused until this clears", "err", err)
 	}
@@ -168,7 +168,7 @@ func (w *watch) share(c redis.UniversalClient) {
 	w.shared = append(w.shared, c)
 	w.mu.Unlock()
 	watches.Store(c, w)
-	lua.RequireReplicas(c, w)
+	exactlyonce.RequireReplicas(c, w)
 }
 
 // run looks every WatchInterval until the client is closed.
@@ -203,7 +203,7 @@ func (w *watch) run() {
 			// The script cache is not replicated: load the scripts on the new primary now
 			// (calls meanwhile fall back to EVAL on NOSCRIPT).
 			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := lua.Load(lctx, w.rdb); err != nil {
+			if err := exactlyonce.Load(lctx, w.rdb); err != nil {
 				slog.Warn("redis: loading the scripts on the new primary failed; calls send their bodies until it works", "err", err)
 			}
 			cancel()
@@ -237,7 +237,7 @@ func (w *watch) refusing(err error) error {
 
 func (w *watch) stop() {
 	watches.Delete(w.rdb)
-	lua.RequireReplicas(w.rdb, nil)
+	exactlyonce.RequireReplicas(w.rdb, nil)
 	if w.sent != nil {
 		w.sent.close()
 	}
@@ -245,7 +245,7 @@ func (w *watch) stop() {
 	defer w.mu.Unlock()
 	for _, c := range w.shared {
 		watches.Delete(c)
-		lua.RequireReplicas(c, nil)
+		exactlyonce.RequireReplicas(c, nil)
 	}
 }
 
@@ -275,7 +275,7 @@ func (w *watch) look(ctx context.Context, prev *view) *view {
 			}
 			p := w.judge(info.Val(), clusterReplicas(nodes.Val()))
 			if s := field(state.Val(), "cluster_state:"); s != "ok" && p.refuse == nil {
-				p.refuse = fmt.Errorf("%w: the Redis Cluster master %s says cluster_state:%s (cut off from the majority?)", lua.ErrPrimaryUnconfirmed, m.Options().Addr, s)
+				p.refuse = fmt.Errorf("%w: the Redis Cluster master %s says cluster_state:%s (cut off from the majority?)", exactlyonce.ErrPrimaryUnconfirmed, m.Options().Addr, s)
 			}
 			add(m.Options().Addr, p)
 			return nil
@@ -305,7 +305,7 @@ func (w *watch) look(ctx context.Context, prev *view) *view {
 			v.err = err
 		case role(info) != "master":
 			// A node the Sentinels name that has not yet taken the role (or a demoted one).
-			add(addr, &primary{refuse: fmt.Errorf("%w: the node %s the Sentinels name is not a primary (role %s)", lua.ErrPrimaryUnconfirmed, addr, role(info))})
+			add(addr, &primary{refuse: fmt.Errorf("%w: the node %s the Sentinels name is not a primary (role %s)", exactlyonce.ErrPrimaryUnconfirmed, addr, role(info))})
 		default:
 			add(addr, w.judge(info, members))
 		}
@@ -314,7 +314,7 @@ func (w *watch) look(ctx context.Context, prev *view) *view {
 	}
 	addrs := make([]string, 0, len(v.nodes))
 	for a, p := range v.nodes {
-		if !errors.Is(p.refuse, lua.ErrPrimaryUnconfirmed) || w.sent == nil {
+		if !errors.Is(p.refuse, exactlyonce.ErrPrimaryUnconfirmed) || w.sent == nil {
 			addrs = append(addrs, a)
 		}
 	}
@@ -336,7 +336,7 @@ func (w *watch) judge(info string, members []string) *primary {
 	if !w.opt.auto() {
 		p.wait = w.opt.AckReplicas
 		if len(connected) < p.wait {
-			p.refuse = fmt.Errorf("%w (%d connected of %d required)", lua.ErrTooFewReplicas, len(connected), p.wait)
+			p.refuse = fmt.Errorf("%w (%d connected of %d required)", exactlyonce.ErrTooFewReplicas, len(connected), p.wait)
 		}
 		return p
 	}
@@ -348,7 +348,7 @@ func (w *watch) judge(info string, members []string) *primary {
 		if !slices.Contains(connected, m) {
 			p.wait++
 			if p.refuse == nil {
-				p.refuse = fmt.Errorf("%w: the replica %s could be promoted and is not connected to the primary, or lags (%d connected)", lua.ErrTooFewReplicas, m, len(connected))
+				p.refuse = fmt.Errorf("%w: the replica %s could be promoted and is not connected to the primary, or lags (%d connected)", exactlyonce.ErrTooFewReplicas, m, len(connected))
 			}
 		}
 	}
@@ -430,19 +430,19 @@ func connectedReplicas(info string) []string {
 	return out
 }
 
-// Timeout is lua.Replicas: how long WAIT waits.
+// Timeout is exactlyonce.Replicas: how long WAIT waits.
 func (w *watch) Timeout() time.Duration { return w.opt.AckTimeout }
 
-// Confirms is lua.Replicas: whether changes may wait for replicas.
+// Confirms is exactlyonce.Replicas: whether changes may wait for replicas.
 func (w *watch) Confirms() bool { return w.opt.auto() || w.opt.AckReplicas > 0 }
 
-// Admit is lua.Replicas: the replicas a change of key waits for, or why it is refused before
+// Admit is exactlyonce.Replicas: the replicas a change of key waits for, or why it is refused before
 // it runs (the Sentinels' majority has not confirmed the primary within the lease, or names
 // another node; a replica that could be promoted is not connected; too few replicas).
 func (w *watch) Admit(ctx context.Context, key string) (int, error) {
 	if w.sent != nil {
 		if err := w.sent.leaseErr(); err != nil {
-			return 0, w.refusing(fmt.Errorf("%w: %v", lua.ErrPrimaryUnconfirmed, err))
+			return 0, w.refusing(fmt.Errorf("%w: %v", exactlyonce.ErrPrimaryUnconfirmed, err))
 		}
 	}
 	v := w.view.Load()
@@ -450,7 +450,7 @@ func (w *watch) Admit(ctx context.Context, key string) (int, error) {
 	if c, ok := w.rdb.(*redis.ClusterClient); ok {
 		node, err := c.MasterForKey(ctx, key)
 		if err != nil {
-			return 0, fmt.Errorf("%w (%v)", lua.ErrPrimaryUnconfirmed, err)
+			return 0, fmt.Errorf("%w (%v)", exactlyonce.ErrPrimaryUnconfirmed, err)
 		}
 		p = v.nodes[node.Options().Addr]
 	} else if w.sent != nil {
@@ -461,7 +461,7 @@ func (w *watch) Admit(ctx context.Context, key string) (int, error) {
 		}
 	}
 	if p == nil {
-		return 0, w.refusing(fmt.Errorf("%w: the primary could not be read (%v)", lua.ErrPrimaryUnconfirmed, v.err))
+		return 0, w.refusing(fmt.Errorf("%w: the primary could not be read (%v)", exactlyonce.ErrPrimaryUnconfirmed, v.err))
 	}
 	if p.refuse != nil {
 		return 0, w.refusing(p.refuse)

@@ -10,11 +10,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // Through Sentinel, the client follows a planned failover (SENTINEL FAILOVER): the change is
@@ -30,7 +30,7 @@ func TestFollowsASentinelFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rdb.Close() })
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	old := r.Primary.Addr
@@ -69,7 +69,7 @@ func TestFollowsASentinelFailover(t *testing.T) {
 		t.Fatalf("failovers counted: %d, want %d", n, failovers+1)
 	}
 	testenv.WaitFor(t, "the scripts on the new primary", 30*time.Second, func() bool {
-		ok, err := lua.Loaded(ctx, rdb)
+		ok, err := exactlyonce.Loaded(ctx, rdb)
 		return err == nil && ok
 	})
 	testenv.WaitFor(t, "the old primary rejoins as a live replica", 60*time.Second, func() bool { return redisconn.Ready(rdb) == nil })
@@ -101,7 +101,7 @@ func TestClusterConfirmsAndFollowsAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rdb.Close() })
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "every master with a live replica", 30*time.Second, func() bool { return redisconn.Ready(rdb) == nil })
@@ -144,7 +144,7 @@ func TestClusterConfirmsAndFollowsAFailover(t *testing.T) {
 		t.Fatalf("failovers counted %d, want %d", n, failovers+1)
 	}
 	// The promoted master has no replica yet: it0 is refused, nothing changed.
-	if err := buy("it0", "k-during"); !errors.Is(err, lua.ErrTooFewReplicas) {
+	if err := buy("it0", "k-during"); !errors.Is(err, exactlyonce.ErrTooFewReplicas) {
 		t.Fatalf("it0 on a master without a replica: %v", err)
 	}
 	// An item of another master sells on.

@@ -36,7 +36,7 @@
 --
 -- Waiting room (issue 17): an item with a waiting room (item field q_rate > 0) sells only to an
 -- attempt whose pass is this user's current, admitted, unexpired one; a created order spends it
--- (ticket 's', and '#spent' counts it until queue_admit.lua sees its expiry). A refused attempt
+-- (ticket 's', and '#spent' counts it until queue/admit.lua sees its expiry). A refused attempt
 -- spends nothing.
 -- Rate limit: one field per user in the item's hash, no key of its own. Every TAT stored is at
 -- most now + burst * period / rate (gcra_step), so the hash expires that long after its last

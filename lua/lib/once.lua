@@ -1,4 +1,4 @@
--- once.lua: the call record every script runs inside (lua.go puts the script where the marker
+-- once.lua: the call record every script runs inside (internal/exactlyonce/scripts.go puts the script where the marker
 -- is). The api sends each call with an id it minted; the first run records its reply under
 -- that id, in the script's own slot, and any re-send of the same call (after a timeout, a
 -- dropped connection, a client or cluster retry) returns the recorded reply and changes nothing

@@ -1,4 +1,4 @@
--- lock_obtain.lua: take a job lock and, only when taken, the next fencing number.
+-- lock/obtain.lua: take a job lock and, only when taken, the next fencing number.
 -- One script so the lock and its fencing number cannot part: a holder always has a number
 -- larger than every earlier holder's, and a refused caller never consumes one.
 --

@@ -1,4 +1,4 @@
--- lock_refresh.lua: extend a job lock, only for its owner.
+-- lock/refresh.lua: extend a job lock, only for its owner.
 -- One script because comparing the value and extending must be atomic: between a GET and a
 -- PEXPIRE the lock may expire and be taken by another holder, whose lock we would extend.
 --

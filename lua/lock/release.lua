@@ -1,4 +1,4 @@
--- lock_release.lua: give a job lock back, only for its owner.
+-- lock/release.lua: give a job lock back, only for its owner.
 -- One script because comparing the value and deleting must be atomic: a plain DEL after a GET
 -- could delete the lock of the next holder, taken in between after ours expired.
 --

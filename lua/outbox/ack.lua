@@ -1,4 +1,4 @@
--- outbox_ack.lua: acknowledge outbox entries Kafka has taken and drop them from the stream, in
+-- outbox/ack.lua: acknowledge outbox entries Kafka has taken and drop them from the stream, in
 -- one step, so the stream holds exactly the entries no relay has acknowledged: its length is
 -- the backlog (the outbox bound, the metric) and its memory follows what is unpublished. The
 -- relay calls it after each publish. Most entries go by XTRIM MINID, which frees whole stream

@@ -1,4 +1,4 @@
--- outbox_confirm.lua: a run that writes nothing but its call record (once.lua). The relay runs
+-- outbox/confirm.lua: a run that writes nothing but its call record (once.lua). The relay runs
 -- it, with a WAIT behind it, before publishing entries it read from an outbox stream: once the
 -- replicas hold this record they hold every entry written before it, so Kafka (and Postgres)
 -- never get an event that a promoted replica lacks. Why a script: its record is a write in the

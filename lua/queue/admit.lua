@@ -1,4 +1,4 @@
--- queue_admit.lua: one admission step of one item's waiting room. (queue_ticket.lua is
+-- queue/admit.lua: one admission step of one item's waiting room. (queue/ticket.lua is
 -- prepended.) Every api instance calls it for every item with a waiting room on each tick;
 -- the decision is made here, in Redis, so several instances share one line and one rate.
 -- In order: expire passes past their time (their place frees; the ticket becomes 'x'); at

@@ -1,5 +1,5 @@
--- queue_join.lua: shoppers join one item's waiting room; a batch of joins for ONE item in one
--- call (the api coalesces concurrent joins as it does purchases). (queue_ticket.lua is
+-- queue/join.lua: shoppers join one item's waiting room; a batch of joins for ONE item in one
+-- call (the api coalesces concurrent joins as it does purchases). (queue/ticket.lua is
 -- prepended.) Joining again returns the same ticket; only a shopper whose pass expired unused
 -- joins again, at the back. Line numbers are handed out inside this one script, so accepted
 -- joins are numbered 1, 2, 3... with no gaps however many arrive at once.
@@ -16,7 +16,7 @@
 -- Reply: {now_ms, admitted, per-join replies...}, admitted = shoppers admitted so far (the
 --   line's head), each join's reply {outcome, ticket}
 --   outcome: joined | existing | not_found | no_queue | sale_ended
---   ticket: the packed ticket (queue_ticket.lua), '' unless joined or existing
+--   ticket: the packed ticket (queue/ticket.lua), '' unless joined or existing
 -- Malformed arguments are an error reply and write nothing.
 
 local item = ARGV[1]

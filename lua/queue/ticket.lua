@@ -1,5 +1,5 @@
--- queue_ticket.lua: a library, not a script. It is prepended to the waiting-room scripts
--- (queue_join.lua, queue_admit.lua) so the packed ticket has one reader and one writer.
+-- queue/ticket.lua: a library, not a script. It is prepended to the waiting-room scripts
+-- (queue/join.lua, queue/admit.lua) so the packed ticket has one reader and one writer.
 -- purchase.lua reads the same format with its own few lines (it is not a queue script).
 --
 -- A ticket is the tickets hash's value for a user: "state|line|pass|expires"

@@ -1,4 +1,4 @@
--- reconcile_reemit.lua: append again, to the item's outbox stream, the events that bring the
+-- reconcile/reemit.lua: append again, to the item's outbox stream, the events that bring the
 -- Postgres record up to Redis for one order or for the item itself (batch repair). The events
 -- travel the normal path (relay -> Kafka -> consumer), so the consumer's rules still hold: a
 -- new event id is applied once, order status only moves forward, item attributes and stock
@@ -35,7 +35,7 @@ if mode ~= 'item' and (not expected or expected == '') then
   return redis.error_reply('ERR reconcile_reemit: missing confirmed status')
 end
 -- tonumber also reads 'inf' and '1e300': stored, either would refuse every later batch and
--- restore of the item. Fencing numbers come from lock_obtain.lua, exact integers below 2^53.
+-- restore of the item. Fencing numbers come from lock/obtain.lua, exact integers below 2^53.
 if not fence or not (fence >= 1 and fence <= 9007199254740991) or fence ~= math.floor(fence) then
   return redis.error_reply('ERR reconcile_reemit: bad fencing number')
 end

@@ -27,7 +27,7 @@
 
 local n = tonumber(ARGV[1])
 -- tonumber also reads 'inf' and '1e300': stored, either would refuse every later restorer of
--- the item. Fencing numbers come from lock_obtain.lua, exact integers below 2^53.
+-- the item. Fencing numbers come from lock/obtain.lua, exact integers below 2^53.
 if not n or not (n >= 1 and n <= 9007199254740991) or n ~= math.floor(n) then
   return redis.error_reply('ERR restore_begin: bad fencing number')
 end

@@ -14,9 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // freePort asks the kernel for a free TCP port on 127.0.0.1.
@@ -112,7 +112,7 @@ func PrivateRedis(t testing.TB, extra ...string) (redis.UniversalClient, keyspac
 		t.Fatalf("testenv: %v", err)
 	}
 	t.Cleanup(func() { rdb.Close() })
-	if err := lua.Load(context.Background(), rdb); err != nil {
+	if err := exactlyonce.Load(context.Background(), rdb); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	return rdb, keyspace.Space{Prefix: "t" + Token(4) + ":"}, addr
@@ -159,7 +159,7 @@ func Cluster(t testing.TB) (redis.UniversalClient, keyspace.Space) {
 	}
 	t.Cleanup(func() { rdb.Close() })
 	// Every master must have the scripts: ScriptLoad on a cluster client goes to all of them.
-	if err := lua.Load(context.Background(), rdb); err != nil {
+	if err := exactlyonce.Load(context.Background(), rdb); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	return rdb, keyspace.Space{Prefix: "t" + Token(4) + ":"}

@@ -15,9 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
-	"github.com/flashsale/flashsale/lua"
 )
 
 // RedisAddr is the shared test Redis (FLASHSALE_TEST_REDIS overrides).
@@ -45,7 +45,7 @@ func Redis(t testing.TB) (redis.UniversalClient, keyspace.Space) {
 		t.Fatalf("testenv: %v", err)
 	}
 	space := keyspace.Space{Prefix: "t" + Token(6) + ":"}
-	if err := lua.Load(ctx, rdb); err != nil {
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	t.Cleanup(func() {
