@@ -172,6 +172,14 @@ func (r result) redisPerOp() time.Duration {
 	return r.redis.cpu / time.Duration(r.n)
 }
 
+// replicaPerOp is the Redis replicas' CPU time per request (zero: not sampled).
+func (r result) replicaPerOp() time.Duration {
+	if r.n == 0 {
+		return 0
+	}
+	return r.redis.replicaCPU / time.Duration(r.n)
+}
+
 func (l load) sampleRedis() redisSample {
 	if l.redis == nil {
 		return redisSample{}

@@ -55,9 +55,12 @@ func (b *bench) privateRedis(ctx context.Context) (stop func(), err error) {
 // plus make it a window's and add windows up (mem then is the window's growth, which may be
 // negative).
 type redisSample struct {
-	cpu  time.Duration
-	mem  int64
-	cmds map[string]cmdStat
+	cpu time.Duration
+	// replicaCPU is the CPU time of the server's replicas, when sampled with it (the replica
+	// rows): they apply every write the server makes.
+	replicaCPU time.Duration
+	mem        int64
+	cmds       map[string]cmdStat
 }
 
 type cmdStat struct {
@@ -66,7 +69,7 @@ type cmdStat struct {
 }
 
 func (s redisSample) minus(o redisSample) redisSample {
-	d := redisSample{cpu: max(s.cpu-o.cpu, 0), mem: s.mem - o.mem, cmds: map[string]cmdStat{}}
+	d := redisSample{cpu: max(s.cpu-o.cpu, 0), replicaCPU: max(s.replicaCPU-o.replicaCPU, 0), mem: s.mem - o.mem, cmds: map[string]cmdStat{}}
 	for k, v := range s.cmds {
 		d.cmds[k] = cmdStat{v.calls - o.cmds[k].calls, v.usec - o.cmds[k].usec}
 	}
@@ -74,7 +77,7 @@ func (s redisSample) minus(o redisSample) redisSample {
 }
 
 func (s redisSample) plus(o redisSample) redisSample {
-	d := redisSample{cpu: s.cpu + o.cpu, mem: s.mem + o.mem, cmds: map[string]cmdStat{}}
+	d := redisSample{cpu: s.cpu + o.cpu, replicaCPU: s.replicaCPU + o.replicaCPU, mem: s.mem + o.mem, cmds: map[string]cmdStat{}}
 	for _, m := range []map[string]cmdStat{s.cmds, o.cmds} {
 		for k, v := range m {
 			d.cmds[k] = cmdStat{d.cmds[k].calls + v.calls, d.cmds[k].usec + v.usec}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,16 +23,37 @@ import (
 )
 
 const (
-	replicaRowName    = "purchase attempts/s, two replicas, ACK_REPLICAS=auto (Sentinels)"
-	replicaCPURowName = "Redis CPU per purchase, two replicas, ACK_REPLICAS=auto (Sentinels)"
+	replicaRowName     = "purchase attempts/s, two replicas, ACK_REPLICAS=auto (Sentinels)"
+	replicaCPURowName  = "Redis CPU per purchase, two replicas, ACK_REPLICAS=auto (Sentinels)"
+	replicaWaitRowName = "purchase attempts/s, two replicas, ACK_REPLICAS=auto beside 0"
 )
 
+// baseAPIEnv names an api binary (another build, such as main's) that the replica rows also
+// run, with the default acknowledgement, as one more side of the same turns: a change to the
+// write path is then measured against the code before it in one run.
+const baseAPIEnv = "FLASHSALE_BENCH_BASE_API"
+
+// A side of the replica rows: one api, and the Redis it writes to.
+type replicaSide struct {
+	name string
+	bin  string   // the api binary
+	env  []string // how it reaches Redis
+	// primary is the side's primary; replicas are sampled with it (their CPU is the side's
+	// cost too: they apply every write).
+	primary  *redis.Client
+	replicas []*redis.Client
+	prefix   string
+}
+
 // replicas measures what acknowledging only changes every replica that could be promoted holds
-// costs (issues 27 and 38): a private primary with two replicas behind three Sentinels, with an
-// api on the Sentinels and the default FLASHSALE_REDIS_ACK_REPLICAS (auto: every coalesced batch
-// of purchases waits for both replicas with WAIT), against an api on a private primary with no
-// replica (nothing to wait for), measured in turns. The rows give the rate ratio and each
-// primary's CPU time per purchase.
+// costs: a private primary with two replicas behind three Sentinels, with an api on the
+// Sentinels and the default FLASHSALE_REDIS_ACK_REPLICAS (auto: every coalesced batch of
+// purchases waits for both replicas with WAIT), against an api on a private primary with no
+// replica (nothing to wait for, nothing to replicate), and against an api on the same
+// replicated primary with FLASHSALE_REDIS_ACK_REPLICAS=0 (replicated, never waited for: what
+// the WAIT costs apart from the replication), all measured in turns. With FLASHSALE_BENCH_BASE_API
+// another build runs as a fourth side with the default acknowledgement. The rows give the rate
+// ratios and the Redis CPU time per purchase, the replicas' included.
 func (b *bench) replicas(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "flashsale-bench-replica-")
 	if err != nil {
@@ -62,13 +84,14 @@ func (b *bench) replicas(ctx context.Context) error {
 	defer primary.Close()
 	lone := redis.NewClient(&redis.Options{Addr: addrs[3]})
 	defer lone.Close()
+	var reps []*redis.Client
 	for _, a := range addrs[1:3] {
 		replica := redis.NewClient(&redis.Options{Addr: a})
-		err := waitSynced(ctx, replica)
-		replica.Close()
-		if err != nil {
+		defer replica.Close()
+		if err := waitSynced(ctx, replica); err != nil {
 			return err
 		}
+		reps = append(reps, replica)
 	}
 	sentinels, stopSentinels, err := b.startSentinels(ctx, dir, addrs[0])
 	defer stopSentinels()
@@ -81,20 +104,33 @@ func (b *bench) replicas(ctx context.Context) error {
 	}
 	defer broker.Close()
 
-	var apis [2]*child
-	var adms [2]string
-	for ack := range apis {
+	// The Sentinels name the primary: no FLASHSALE_REDIS_ADDRS (the bench's own is set).
+	onSentinels := []string{"FLASHSALE_REDIS_SENTINELS=" + strings.Join(sentinels, ","), "FLASHSALE_REDIS_ADDRS="}
+	sides := []replicaSide{
+		{name: "on the Sentinels, waiting for both replicas (auto)", bin: b.apiBin, env: onSentinels, primary: primary, replicas: reps},
+		{name: "on the primary without replicas", bin: b.apiBin, env: []string{"FLASHSALE_REDIS_ADDRS=" + addrs[3]}, primary: lone},
+		{name: "on the Sentinels, waiting for no replica (ACK_REPLICAS=0)", bin: b.apiBin,
+			env: append(slices.Clone(onSentinels), "FLASHSALE_REDIS_ACK_REPLICAS=0"), primary: primary, replicas: reps},
+	}
+	if base := os.Getenv(baseAPIEnv); base != "" && !b.opt.short {
+		sides = append(sides, replicaSide{name: "of " + base + " on the Sentinels (auto)", bin: base, env: onSentinels, primary: primary, replicas: reps})
+	}
+	apis := make([]*child, len(sides))
+	adms := make([]string, len(sides))
+	for k := range sides {
+		sd := &sides[k]
+		sd.prefix = fmt.Sprintf("%sack%d:", b.prefix, k)
 		addr, err := freeAddr()
 		if err != nil {
 			return err
 		}
-		if adms[ack], err = freeAddr(); err != nil {
+		if adms[k], err = freeAddr(); err != nil {
 			return err
 		}
-		env := []string{
+		env := append([]string{
 			"FLASHSALE_HTTP_ADDR=" + addr,
-			"FLASHSALE_ADMIN_ADDR=" + adms[ack],
-			fmt.Sprintf("FLASHSALE_REDIS_PREFIX=%sack%d:", b.prefix, ack),
+			"FLASHSALE_ADMIN_ADDR=" + adms[k],
+			"FLASHSALE_REDIS_PREFIX=" + sd.prefix,
 			"KAFKA_BROKERS=" + broker.Addr(),
 			"FLASHSALE_JWT_SECRET=" + b.secret,
 			"FLASHSALE_ADMIN_TOKEN=" + b.admin,
@@ -103,43 +139,45 @@ func (b *bench) replicas(ctx context.Context) error {
 			"FLASHSALE_LIMIT_LOGIN_IP=off",
 			// Nothing is paid here; two apis would otherwise both start a simulator on its port.
 			"FLASHSALE_PAYMENT_PROVIDER=none",
-		}
-		if ack == 1 {
-			// The Sentinels name the primary: no FLASHSALE_REDIS_ADDRS (the bench's own is set).
-			env = append(env, "FLASHSALE_REDIS_SENTINELS="+strings.Join(sentinels, ","), "FLASHSALE_REDIS_ADDRS=")
-		} else {
-			env = append(env, "FLASHSALE_REDIS_ADDRS="+addrs[3])
-		}
-		progress(b.out, "replicas: starting the api %s", map[int]string{0: "on the primary without replicas", 1: "on the Sentinels, waiting for both replicas"}[ack])
-		if apis[ack], err = start(ctx, fmt.Sprintf("api-ack%d", ack), b.apiBin, nil, env, addr, "/readyz", b.logw); err != nil {
+		}, sd.env...)
+		progress(b.out, "replicas: starting the api %s", sd.name)
+		if apis[k], err = start(ctx, fmt.Sprintf("api-ack%d", k), sd.bin, nil, env, addr, "/readyz", b.logw); err != nil {
 			return err
 		}
-		defer apis[ack].stop()
+		defer apis[k].stop()
 		if err := b.adminAt(ctx, addr, "PUT", "/api/admin/items/"+benchItem, map[string]any{"name": "Bench",
 			"category": "bench", "price_cents": 100, "stock": int64(1e12), "per_user_limit": int64(1e9)}); err != nil {
 			return err
 		}
 	}
-	loadOf := func(ack int) load {
-		rdb := [2]*redis.Client{lone, primary}[ack]
-		return load{addr: apis[ack].addr, reqs: b.purchaseReqs(apis[ack].addr, benchItem, "r", b.opt.users),
-			conns: b.opt.conns, warmup: b.opt.warmup(), dur: b.opt.dur, pid: apis[ack].cmd.Process.Pid,
-			adm: adms[ack], redis: func() redisSample { return sampleRedisAt(rdb) }}
+	loads := make([]load, len(sides))
+	var prefixes []string
+	for k, sd := range sides {
+		loads[k] = load{addr: apis[k].addr, reqs: b.purchaseReqs(apis[k].addr, benchItem, "r", b.opt.users),
+			conns: b.opt.conns, warmup: b.opt.warmup(), dur: b.opt.dur, pid: apis[k].cmd.Process.Pid,
+			adm: adms[k], redis: func() redisSample {
+				s := sampleRedisAt(sd.primary)
+				for _, r := range sd.replicas {
+					s.replicaCPU += sampleRedisAt(r).cpu
+				}
+				return s
+			}}
+		prefixes = append(prefixes, sd.prefix)
 	}
 	quiet := func(ctx context.Context) error {
-		if err := waitQuiet(ctx, primary, b.prefix, true); err != nil {
+		if err := waitQuiet(ctx, primary, prefixes, true); err != nil {
 			return err
 		}
-		return waitQuiet(ctx, lone, b.prefix, false)
+		return waitQuiet(ctx, lone, prefixes, false)
 	}
-	progress(b.out, "replicas: purchases with two replicas (auto) and with none, in turns")
-	turns, err := b.replicaTurns(ctx, quiet, loadOf(1), loadOf(0))
+	progress(b.out, "replicas: purchases with two replicas (auto), with none, and with two not waited for, in turns")
+	turns, err := b.replicaTurns(ctx, quiet, loads)
 	if err != nil {
 		return err
 	}
-	res, base := merge(turns[0]), merge(turns[1])
+	res, base, ack0 := merge(turns[0]), merge(turns[1]), merge(turns[2])
 	rateTurns, cpuTurns := turnRatios(turns[0], turns[1]), cpuRatios(turns[0], turns[1])
-	progress(b.out, "replicas: rate two replicas (auto) over none, turn by turn: %s; primary CPU per purchase: %s", rateTurns, cpuTurns)
+	progress(b.out, "replicas: rate two replicas (auto) over none, turn by turn: %s; Redis CPU per purchase: %s", rateTurns, cpuTurns)
 	goal := "–"
 	if base.rate() > 0 {
 		x := res.rate() / base.rate()
@@ -147,14 +185,35 @@ func (b *bench) replicas(ctx context.Context) error {
 	}
 	b.rows = append(b.rows, row{name: replicaRowName, res: &res, base: &base,
 		baseName: "a primary without replicas", targetText: goal, want: 201,
-		note: "an api on three Sentinels in front of a private primary with two replicas, with the default FLASHSALE_REDIS_ACK_REPLICAS (auto: every coalesced batch of purchases is followed by a WAIT for both replicas on its connection, and the relay confirms what it read with a WAIT pipelined behind its read), against an api on a private primary without replicas; both warmed up alike, then measured in turns (ABBA...), each turn after the replicas caught up and both outboxes are drained; rate ratio per turn: " + rateTurns})
+		note: "an api on three Sentinels in front of a private primary with two replicas, with the default FLASHSALE_REDIS_ACK_REPLICAS (auto: every coalesced batch of purchases is followed by a WAIT for both replicas on its connection, and the relay confirms what it read with a WAIT pipelined behind its read), against an api on a private primary without replicas; all sides warmed up alike, then measured in turns (rotating), each turn after the replicas caught up and every outbox is drained; rate ratio per turn: " + rateTurns})
+	waitTurns := turnRatios(turns[0], turns[2])
+	goal = "–"
+	if ack0.rate() > 0 {
+		x := res.rate() / ack0.rate()
+		goal = fmt.Sprintf("≥ %.2f× %s (turns: %s)", replicaRateGoal, mark(x >= replicaRateGoal), waitTurns)
+	}
+	b.rows = append(b.rows, row{name: replicaWaitRowName, res: &res, base: &ack0,
+		baseName: "the same primary and replicas, ACK_REPLICAS=0", targetText: goal, want: 201,
+		note: "the auto side against an api on the same Sentinels, primary and replicas with FLASHSALE_REDIS_ACK_REPLICAS=0 (the writes replicated, never waited for): what the WAIT costs apart from the replication; rate ratio per turn: " + waitTurns +
+			"; Redis CPU per purchase (primary + both replicas): auto " + cpuSplit(res) + ", ACK_REPLICAS=0 " + cpuSplit(ack0) + ", no replicas " + cpuSplit(base)})
+	if len(turns) > 3 {
+		before := merge(turns[3])
+		bt := turnRatios(turns[0], turns[3])
+		b.rows = append(b.rows, row{name: replicaRowName + " (this build beside " + filepath.Base(sides[3].bin) + ")", res: &res, base: &before,
+			baseName: sides[3].bin + ", same primary and replicas, auto", want: 201,
+			ratioText: fmt.Sprintf("**%.2f×** (turns %s)", res.rate()/max(before.rate(), 1), bt),
+			note: "the auto side against the api built from " + sides[3].bin + " on the same Sentinels, primary and replicas, auto; Redis CPU per purchase (primary and replicas) " + usCell(res.redisPerOp()) + " against " + usCell(before.redisPerOp()) +
+				"; the base's rate over none, turn by turn: " + turnRatios(turns[3], turns[1]) + " (" + fmt.Sprintf("%.2f×", before.rate()/max(base.rate(), 1)) + ")"})
+	}
 	if res.redis.cpu > 0 && base.redis.cpu > 0 {
 		x := float64(res.redisPerOp()) / float64(base.redisPerOp())
 		b.rows = append(b.rows, row{name: replicaCPURowName, text: usCell(res.redisPerOp()),
 			baseText: "no replicas: " + usCell(base.redisPerOp()), ratioText: fmt.Sprintf("**%.2f×**", x),
 			targetText: fmt.Sprintf("≤ %.2f× %s (turns: %s)", replicaCPUGoal, mark(x <= replicaCPUGoal), cpuTurns),
 			note: "INFO cpu of each side's primary over its measured turns, per request answered (turn by turn: " + cpuTurns +
-				"); commands per purchase with two replicas: " + res.redis.perOp(res.n, 10) + "; with none: " + base.redis.perOp(base.n, 10)})
+				"); with both replicas' (they apply every write): " + cpuSplit(res) + " against " + cpuSplit(base) +
+				" (" + fmt.Sprintf("%.2f×", float64(res.redisPerOp()+res.replicaPerOp())/float64(max(base.redisPerOp(), 1))) + ")" +
+				"); commands per purchase on the primary with two replicas: " + res.redis.perOp(res.n, 10) + "; with none: " + base.redis.perOp(base.n, 10)})
 	}
 	return nil
 }
@@ -216,15 +275,14 @@ const (
 	replicaCPUGoal  = 1.10
 )
 
-// replicaTurns measures api and base in turns like measure (interleave.go), with what a fair
-// comparison of two apis on one primary and its replica needs besides: both are warmed up
-// alike before the first measured turn (so neither pays for the other's first keys, token
-// checks and pools), the order alternates ABBA..., and every turn starts only once the primary
-// is quiet (quiet: the replica has caught up and the other api's relay has drained its
-// outbox), so no turn carries the one before it. It returns each side's turns.
-func (b *bench) replicaTurns(ctx context.Context, quiet func(context.Context) error, api, base load) ([2][]result, error) {
-	var turns [2][]result
-	loads := [2]load{api, base}
+// replicaTurns measures the loads in turns like measure (interleave.go), with what a fair
+// comparison of apis on shared primaries and replicas needs besides: all are warmed up alike
+// before the first measured turn (so none pays for another's first keys, token checks and
+// pools), the order rotates from round to round, and every turn starts only once the
+// primaries are quiet (quiet: the replicas have caught up and the other apis' relays have
+// drained their outboxes), so no turn carries the one before it. It returns each load's turns.
+func (b *bench) replicaTurns(ctx context.Context, quiet func(context.Context) error, loads []load) ([][]result, error) {
+	turns := make([][]result, len(loads))
 	rounds := max(1, b.opt.rounds)
 	if b.opt.short {
 		rounds = 1
@@ -293,6 +351,11 @@ func warmEvery(ctx context.Context, l load, warm time.Duration) error {
 	return nil
 }
 
+// cpuSplit is a result's Redis CPU per request: the primary's + the replicas' = their sum.
+func cpuSplit(r result) string {
+	return fmt.Sprintf("%s + %s = %s", usCell(r.redisPerOp()), usCell(r.replicaPerOp()), usCell(r.redisPerOp()+r.replicaPerOp()))
+}
+
 // cpuRatios lists each round's Redis CPU per request of a over b.
 func cpuRatios(a, b []result) string {
 	var s []string
@@ -304,10 +367,10 @@ func cpuRatios(a, b []result) string {
 	return strings.Join(s, " ")
 }
 
-// waitQuiet waits (up to 10 s, then goes on) until the primary's replica has acknowledged
-// everything the primary wrote and the outbox streams under prefix are empty (the relays have
-// published what the last turn left).
-func waitQuiet(ctx context.Context, primary *redis.Client, prefix string, replicas bool) error {
+// waitQuiet waits (up to 10 s, then goes on) until the primary's replicas have acknowledged
+// everything the primary wrote and the outbox streams under the prefixes are empty (the relays
+// have published what the last turn left).
+func waitQuiet(ctx context.Context, primary *redis.Client, prefixes []string, replicas bool) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		caught, err := true, error(nil)
@@ -319,7 +382,7 @@ func waitQuiet(ctx context.Context, primary *redis.Client, prefix string, replic
 		}
 		left := int64(0)
 		if caught {
-			left, err = outboxLeft(ctx, primary, prefix)
+			left, err = outboxLeft(ctx, primary, prefixes)
 			if err != nil {
 				return err
 			}
@@ -377,13 +440,12 @@ func replicaCaughtUp(ctx context.Context, primary *redis.Client) (bool, error) {
 	return true, nil
 }
 
-// outboxLeft counts the entries in both apis' outbox streams (prefixes prefix+"ack0:" and
-// prefix+"ack1:").
-func outboxLeft(ctx context.Context, rdb *redis.Client, prefix string) (int64, error) {
+// outboxLeft counts the entries in the outbox streams of the apis' prefixes.
+func outboxLeft(ctx context.Context, rdb *redis.Client, prefixes []string) (int64, error) {
 	pipe := rdb.Pipeline()
 	var cmds []*redis.IntCmd
-	for ack := range 2 {
-		keys := keyspace.Space{Prefix: fmt.Sprintf("%sack%d:", prefix, ack)}
+	for _, p := range prefixes {
+		keys := keyspace.Space{Prefix: p}
 		cmds = append(cmds, pipe.XLen(ctx, keys.RankOutbox()))
 		for n := range keyspace.Shards {
 			cmds = append(cmds, pipe.XLen(ctx, keys.Shard(n).Outbox()))

@@ -37,6 +37,7 @@ var rowNames = []string{
 	retentionRowName,
 	replicaRowName,
 	replicaCPURowName,
+	replicaWaitRowName,
 	"GET /api/items reads/s",
 	itemsSameRowName,
 	"GET /api/items/{id} reads/s",

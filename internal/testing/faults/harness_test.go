@@ -112,6 +112,8 @@ var replicaArgs = []string{"--repl-timeout", "2", "--repl-ping-replica-period", 
 
 func newSale(t *testing.T, opt saleOptions) *sale {
 	t.Helper()
+	setup := time.Now()
+	defer func() { t.Logf("the sale's servers were up after %.1f s", time.Since(setup).Seconds()) }()
 	s := &sale{t: t, dir: t.TempDir(), prefix: "f" + testenv.Token(4) + ":"}
 	s.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	var redisAddrs string
@@ -252,8 +254,10 @@ func (s *sale) removeToxic(p *toxiproxy.Proxy, name string) {
 // startAPI starts an api process and waits until /readyz answers 200.
 func (s *sale) startAPI(extraEnv ...string) *procs.Proc {
 	s.t.Helper()
+	start := time.Now()
 	p := procs.StartAPI(s.t, s.dir, fmt.Sprintf("api%d", len(s.apis)), bins.API, append(slices.Clone(s.env), extraEnv...))
 	p.WaitReady(s.t)
+	s.t.Logf("%s ready after %.1f s", p.Name, time.Since(start).Seconds())
 	s.apis = append(s.apis, p)
 	return p
 }
@@ -268,9 +272,14 @@ func (s *sale) startReconciler(extraEnv ...string) *procs.Proc {
 }
 
 // waitFor polls cond until it holds or the deadline passes (a condition, never a fixed time).
+// It logs how long it waited, so a run's log shows where a scenario spends its time.
 func (s *sale) waitFor(what string, within time.Duration, cond func() bool) {
 	s.t.Helper()
+	start := time.Now()
 	procs.WaitFor(s.t, what, within, cond)
+	if d := time.Since(start); d >= time.Second {
+		s.t.Logf("waited %.1f s for %s", d.Seconds(), what)
+	}
 }
 
 // runReconciler runs a one-shot reconciler command (batch, restore) to its end.
@@ -290,7 +299,9 @@ func (s *sale) login(prefix string, n int) []string {
 	for i := range users {
 		users[i] = prefix + strconv.Itoa(i)
 	}
+	start := time.Now()
 	s.shop.Login(users)
+	s.t.Logf("%d shoppers logged in in %.1f s", n, time.Since(start).Seconds())
 	return users
 }
 
@@ -322,7 +333,9 @@ func (s *sale) verifyThen(items map[string]int, more func(procs.Ledger)) figures
 	settleStart := time.Now()
 	procs.WaitPostgres(s.t, s.db, ledger.Orders, 120*time.Second)
 	s.t.Logf("Postgres settled %.1f s after the checks began", time.Since(settleStart).Seconds())
+	batchStart := time.Now()
 	procs.ReconcileBatch(s.t, bins.Reconciler, s.env)
+	s.t.Logf("reconciler batch took %.1f s", time.Since(batchStart).Seconds())
 	return f
 }
 

@@ -43,7 +43,9 @@ func partitionRow(t *testing.T, name string, cut func(s *sale)) {
 	healed := time.Now()
 	t.Logf("cut at %s; a replica promoted after %.1f s", cutAt.Format("15:04:05.000"), healed.Sub(cutAt).Seconds())
 	s.split.WaitReplicated(t, 90*time.Second)
+	t.Logf("every server in step %.1f s after the cut", time.Since(cutAt).Seconds())
 	s.wait(sale)
+	t.Logf("the shoppers finished %.1f s after the cut", time.Since(cutAt).Seconds())
 	s.reportRefusals(name, cutAt)
 	s.checkFailoverRow(name, items, cutAt, true)
 }
