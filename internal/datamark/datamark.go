@@ -23,11 +23,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 )
-
-var script = exactlyonce.NewChange("datamark", "datamark/datamark.lua")
 
 // Slot is one marker: the slot's name in messages and the marker's key.
 type Slot struct{ Name, Key string }

@@ -2,7 +2,9 @@ package inventory
 
 import "github.com/flashsale/flashsale/internal/exactlyonce"
 
-// The inventory's scripts (lua/), each wrapped by one function of this package.
+// The inventory's scripts (lua/inventory/), each wrapped by one function of this package;
+// the purchase has the GCRA library (lua/lib/gcra.lua) in front, shared with the limiter.
+// NewChange marks a state change a client is answered for; New, one that is not.
 var (
 	purchaseScript    = exactlyonce.NewChange("purchase", "lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua")
 	upsertItemScript  = exactlyonce.NewChange("upsert_item", "lib/changed.lua", "inventory/upsert_item.lua")

@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 )
 
@@ -78,9 +77,6 @@ func (p Policy) validate() error {
 	}
 	return nil
 }
-
-// script is lua/limits/limit.lua with the shared GCRA library in front.
-var script = exactlyonce.New("limit", "lib/gcra.lua", "limits/limit.lua")
 
 // Limiter evaluates named GCRA policies in Redis. Its state lives only in Redis, so every api
 // instance shares one budget per subject. Policies can be replaced while it serves.

@@ -19,14 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-)
-
-var (
-	obtainScript  = exactlyonce.New("lock_obtain", "lock/obtain.lua")
-	refreshScript = exactlyonce.New("lock_refresh", "lock/refresh.lua")
-	releaseScript = exactlyonce.New("lock_release", "lock/release.lua")
 )
 
 // Sentinel errors.

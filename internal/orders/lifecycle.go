@@ -7,15 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-)
-
-// The lifecycle scripts; release.lua is their shared "give stock and allowance back".
-var (
-	payScript    = exactlyonce.NewChange("pay", "orders/release.lua", "lib/changed.lua", "orders/pay.lua")
-	cancelScript = exactlyonce.NewChange("cancel", "orders/release.lua", "lib/changed.lua", "orders/cancel.lua")
-	expireScript = exactlyonce.NewChange("expire", "orders/release.lua", "lib/changed.lua", "orders/expire.lua")
 )
 
 // MaxExpireBatch bounds a pass's batch: the expiry entries it reads and the orders one expire

@@ -9,16 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-)
-
-// The payment scripts: attaching a provider's payment to an order, and recording its refund.
-// Paying by a provider's word goes through payScript, the same path as the shopper's pay.
-var (
-	attachPaymentScript = exactlyonce.NewChange("attach_payment", "orders/release.lua", "orders/attach_payment.lua")
-	refundPaymentScript = exactlyonce.NewChange("refund_payment", "orders/release.lua", "orders/refund_payment.lua")
-	paymentStatusScript = exactlyonce.NewChange("payment_status", "orders/payment_status.lua")
 )
 
 // ErrUnknownPayment means a payment id that no checkout attached to an order (or to this order).

@@ -395,15 +395,8 @@ func chunk(batch []entry, maxBytes int) int {
 	return len(batch)
 }
 
-// ackScript acknowledges published entries and removes them from the stream.
-var ackScript = exactlyonce.New("outbox_ack", "outbox/ack.lua")
-
 // maxAckIDs is the most ids one outbox/ack.lua call takes.
 const maxAckIDs = 10000
-
-// confirmScript: its run and the WAIT behind it confirm that the replicas hold what the
-// stream held before it (outbox/confirm.lua).
-var confirmScript = exactlyonce.NewChange("outbox_confirm", "outbox/confirm.lua")
 
 // publish writes entries to Kafka, then acknowledges them and removes them from the stream.
 // With replicas required (FLASHSALE_REDIS_ACK_REPLICAS), it first waits until they hold the

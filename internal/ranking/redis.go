@@ -9,15 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-)
-
-// The scripts; board.lua (the bounded-board functions) is prepended to each.
-var (
-	rateScript         = exactlyonce.NewChange("rank_rate", "ranking/board.lua", "ranking/rate.lua")
-	soldScript         = exactlyonce.New("rank_sold", "ranking/board.lua", "ranking/sold.lua")
-	recategorizeScript = exactlyonce.NewChange("rank_recategorize", "ranking/board.lua", "ranking/recategorize.lua")
 )
 
 // maxStale bounds the retries when concurrent calls keep moving an item between categories.

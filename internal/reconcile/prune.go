@@ -25,11 +25,6 @@ import (
 // lock, a payment, a restore) an order is removed once, and only as the record holds it. Postgres
 // then marks it pruned (orders.pruned_at): batch expects it absent, restore leaves it out.
 
-var (
-	pruneScript        = exactlyonce.NewChange("prune", "reconcile/prune.lua")
-	prunePaymentScript = exactlyonce.New("prune_payment_index", "reconcile/prune_payment_index.lua")
-)
-
 const (
 	// prunePage is how many orders one Postgres read returns.
 	prunePage = 2000

@@ -3,11 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
-
-	"github.com/flashsale/flashsale/internal/exactlyonce"
 )
-
-var reemitScript = exactlyonce.NewChange("reconcile_reemit", "reconcile/reemit.lua")
 
 // Why some drift is not repaired: repair only brings Postgres up to Redis through events, and
 // the consumer's rules (first user and quantity kept, status only forward) limit what events

@@ -14,14 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/events"
-	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
-)
-
-var (
-	restoreBegin  = exactlyonce.NewChange("restore_begin", "lib/changed.lua", "reconcile/restore_begin.lua")
-	restorePut    = exactlyonce.NewChange("restore_put", "reconcile/restore_put.lua")
-	restoreFinish = exactlyonce.NewChange("restore_finish", "lib/changed.lua", "reconcile/restore_finish.lua")
 )
 
 // restoreChunk bounds the entries of one restore_put call, so no script runs long.
