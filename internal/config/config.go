@@ -379,7 +379,7 @@ func (c Config) checkReplication(addrsSet bool) error {
 		return fmt.Errorf("config: FLASHSALE_REDIS_SENTINEL_PASSWORD is for FLASHSALE_REDIS_SENTINELS, which is unset")
 	}
 	// WAIT with 0 waits for ever, and one send of a script with its WAIT must fit in
-	// lua.AttemptTimeout (2s) with room for the script.
+	// exactlyonce.AttemptTimeout (2s) with room for the script.
 	if c.RedisAckTimeout < time.Millisecond || c.RedisAckTimeout > time.Second {
 		return fmt.Errorf("config: FLASHSALE_REDIS_ACK_TIMEOUT=%s: want 1ms..1s", c.RedisAckTimeout)
 	}

@@ -459,7 +459,7 @@ func TestPruneMemoryReturns(t *testing.T) {
 	if err != nil || res.Pruned != n {
 		t.Fatalf("pass %+v %v: want all %d pruned", res, err, n)
 	}
-	// The scripts' call records live until their calls' deadlines pass (lua.CallDeadline).
+	// The scripts' call records live until their calls' deadlines pass (exactlyonce.CallDeadline).
 	goal := start + (peak-start)/10
 	deadline := time.Now().Add(60 * time.Second)
 	after := usedMemory(t, e)

@@ -9,6 +9,7 @@
 -- seen, is written down as the field lost, so every observer sees it until a restore writes a
 -- fresh marker. One script so each check and its write are atomic.
 --
+-- Go caller: datamark.call (internal/datamark/datamark.go).
 -- KEYS[1] the marker hash
 -- ARGV[1] mode:
 --   'check'    ARGV[2] gen the observer saw ('' for none), ARGV[3] observer id, ARGV[4] the

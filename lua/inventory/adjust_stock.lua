@@ -8,6 +8,7 @@
 -- there, and a retry with the key gets that reply back ('replayed') and changes nothing, so an
 -- admin who got "outcome unknown" can retry safely. A refused change records nothing.
 --
+-- Go caller: inventory.Store.AdjustStockOnce (internal/inventory/redis.go).
 -- KEYS[1] item hash   KEYS[2] shard outbox stream   KEYS[3] shard change log   KEYS[4] shard clock
 -- KEYS[5] the change's idempotency key (any key of the item when it has none: not touched)
 -- ARGV[1] item id   ARGV[2] delta (non-zero integer)   ARGV[3] idempotency key ('' none)

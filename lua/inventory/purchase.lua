@@ -18,6 +18,7 @@
 -- ("<item>.<seq>" for a single order), not one per order (docs/design.md, "Per-batch index
 -- entries"); expire.lua expands it.
 --
+-- Go caller: inventory.Store.runBatch (internal/inventory/purchase.go).
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
 -- KEYS[8] the item's purchase rate-limit hash (user -> GCRA TAT, 8 bytes: a little-endian double)

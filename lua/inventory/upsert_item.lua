@@ -2,6 +2,7 @@
 -- Stock is only set on create; an update whose stock differs from the current total is
 -- refused (stock moves through adjust_stock.lua, which races safely with purchases).
 --
+-- Go caller: inventory.Store.upsertBatch (internal/inventory/redis.go).
 -- KEYS[1] item hash   KEYS[2] shard outbox stream   KEYS[3] shard change log   KEYS[4] shard clock
 -- KEYS[5] the item's restoring mark (restore_begin.lua): while it is set, the missing hash is
 --         a restore's, not a new item's, and a create is refused

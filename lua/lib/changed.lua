@@ -9,6 +9,7 @@
 --   not from 1, means a clock lost with the data (FLUSHDB, a failover to a stale replica, a
 --   restore) comes back above every value a reader saw, so nothing is skipped after a loss.
 --   Microseconds since 1970 (~1.8e15) stay below 2^53, so the score is an exact integer.
+-- Included in front of the scripts that change an item (see their owners' scripts.go).
 
 local function mark_changed(k_changed, k_clock, item_id)
   local t = redis.call('TIME')

@@ -20,6 +20,7 @@
 -- when allowed. Every stored TAT is at most now + burst * period / rate, so a store whose
 -- entries all live that long after their write loses nothing by expiring.
 -- Callers must validate rate, period, burst and cost as positive numbers first.
+-- Included in front of inventory/purchase.lua and limits/limit.lua (their owners' scripts.go).
 local function gcra_step(tat, now, rate, period, burst, cost)
   local t = period / rate
   local tau = t * burst

@@ -9,7 +9,7 @@
 -- finds no record after the deadline (by this server's clock) is refused and runs nothing, and
 -- a record lives until a second past the deadline, so a re-send held back anywhere for any
 -- time either finds the record or is refused. The deadline is the api's clock, so the api's
--- clock and this server's must agree within the margin the api adds (lua.ClockSkew).
+-- clock and this server's must agree within the margin the api adds (exactlyonce.ClockSkew).
 --
 -- KEYS: the script's own keys, then the call record key (same hash tag as the script's keys).
 -- ARGV: the script's own arguments, then the call's deadline in Unix ms (an integer, at most
@@ -17,6 +17,7 @@
 -- Reply: the script's reply, recorded (msgpack keeps integers, strings and nesting); an error
 -- reply is not recorded (scripts validate before their first write, so an error wrote nothing).
 -- A send past its deadline without a record: the error reply 'LATE ...', nothing written.
+-- Go caller: exactlyonce.Script.Run and RunEach (internal/exactlyonce/once.go), around every script.
 
 local call_key = table.remove(KEYS)
 local call_deadline = tonumber(table.remove(ARGV))

@@ -3,6 +3,7 @@
 -- comparison with Redis TIME and the write of the new time must be atomic: two api instances
 -- deciding on the same key at once would otherwise both let a request through on one cell.
 --
+-- Go caller: limits.Limiter.AllowN (internal/limits/limits.go).
 -- KEYS[1] the limiter key (one key, so its own hash tag: <prefix>{rl:<policy>:<subject>})
 -- ARGV[1] rate: requests per period (> 0)   ARGV[2] period ms (> 0)
 -- ARGV[3] burst: requests allowed at once (integer >= 1)

@@ -2,6 +2,7 @@
 -- One script so the lock and its fencing number cannot part: a holder always has a number
 -- larger than every earlier holder's, and a refused caller never consumes one.
 --
+-- Go caller: lock.Locker.ObtainAbove (internal/lock/lock.go).
 -- KEYS[1] lock key   KEYS[2] fencing counter (same hash tag)
 -- ARGV[1] owner value (random per holder, non-empty)   ARGV[2] ttl ms (integer 1..1e13)
 -- ARGV[3] floor (integer >= 0, optional): the number handed out is above it. Redis can lose

@@ -2,6 +2,7 @@
 -- One script because comparing the value and extending must be atomic: between a GET and a
 -- PEXPIRE the lock may expire and be taken by another holder, whose lock we would extend.
 --
+-- Go caller: lock.Lock.Refresh (internal/lock/lock.go).
 -- KEYS[1] lock key
 -- ARGV[1] owner value   ARGV[2] ttl ms (integer >= 1)
 -- Reply: 'refreshed' | 'not_held' (no lock: it expired) | 'other' (another holder has it)

@@ -2,6 +2,7 @@
 -- One script because comparing the value and deleting must be atomic: a plain DEL after a GET
 -- could delete the lock of the next holder, taken in between after ours expired.
 --
+-- Go caller: lock.Lock.Release (internal/lock/lock.go).
 -- KEYS[1] lock key
 -- ARGV[1] owner value
 -- Reply: 'released' | 'not_held' (no lock: it expired) | 'other' (another holder has it)

@@ -6,6 +6,7 @@
 -- most one attempt in force: a new one replaces only the named session, once the provider
 -- said it ended (expired, or completed with a failed debit) or its creation failed (abandon).
 --
+-- Go caller: orders.Store.attempt (internal/orders/payments.go).
 -- KEYS[1] orders hash   KEYS[2] payments hash (order id -> "payment id|state|event id|attempt")
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
 -- ARGV[4] mode: begin | attach | abandon

@@ -10,6 +10,7 @@
 -- An order whose payment is processing (a debit on its way, KEYS[8]) is not cancelled: the
 -- provider decides it (the money would otherwise be taken for a cancelled order).
 --
+-- Go caller: orders.Store.Cancel (internal/orders/lifecycle.go).
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
 -- KEYS[8] item payments hash

@@ -17,6 +17,7 @@
 -- left only for such holds is re-scored to the earliest one's end, not re-read each sweep.
 -- At most 1000 orders (entries expanded) per call, so one call holds Redis for milliseconds.
 --
+-- Go caller: orders.Store.expireOrders (internal/orders/lifecycle.go).
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
 -- KEYS[8] item payments hash (order id -> "payment id|state|event id|attempt")

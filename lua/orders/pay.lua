@@ -19,6 +19,8 @@
 -- entry): a purchase batch's entry names other orders too and stays until it falls due, when
 -- expire.lua skips this settled order.
 --
+-- Go caller: orders.Store.Pay (internal/orders/lifecycle.go) and
+--   orders.Store.SettlePayment (internal/orders/payments.go).
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] paidby hash
 -- KEYS[5] shard expiry zset   KEYS[6] shard outbox stream   KEYS[7] shard change log
 -- KEYS[8] shard clock   KEYS[9] item payments hash

@@ -5,6 +5,7 @@
 -- Only a record of this session in one of those states moves, so a late or repeated event
 -- never undoes a settlement (paid, refunding, refunded) or touches another attempt's record.
 --
+-- Go caller: orders.Store.SetPaymentStatus (internal/orders/payments.go).
 -- KEYS[1] payments hash (order id -> "payment id|state|event id|attempt")
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] payment id (the session)
 -- ARGV[4] status: open | processing | failed | canceled

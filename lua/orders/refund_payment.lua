@@ -4,6 +4,7 @@
 -- delivered again, a retry after the provider's reply was lost) finds it refunded and writes
 -- nothing, so payment.refunded is published once per payment.
 --
+-- Go caller: orders.Store.FinishRefund (internal/orders/payments.go).
 -- KEYS[1] orders hash   KEYS[2] payments hash   KEYS[3] shard outbox stream
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] payment id
 --

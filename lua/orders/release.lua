@@ -12,6 +12,7 @@
 --   adds qty to stock_left, takes it off reserved, bumps version and removes the order's own
 --   expiry entry, if it has one (a purchase batch's entry is expire.lua's to remove): the
 --   expire script does those once per call.
+-- Included in front of the orders scripts (internal/orders/scripts.go).
 
 local function unpack_order(packed)
   if not packed then

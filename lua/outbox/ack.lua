@@ -5,6 +5,7 @@
 -- nodes; XDEL of each id (which looks every id up) was most of the relay's Redis time, so only
 -- the ids the trim cannot reach yet are deleted one by one.
 --
+-- Go caller: outbox.Relay.publish (internal/outbox/relay.go).
 -- KEYS[1] the outbox stream
 -- ARGV[1] the relay's consumer group   ARGV[2..] the ids published (1 to 10,000), ascending
 --         (as XREADGROUP and XAUTOCLAIM return them)

@@ -4,6 +4,7 @@
 -- never get an event that a promoted replica lacks. Why a script: its record is a write in the
 -- stream's slot, which WAIT needs on the connection that asks (a read alone would confirm nothing).
 --
+-- Go caller: outbox.Relay.publish (internal/outbox/relay.go).
 -- KEYS[1]: the outbox stream (only its slot matters). ARGV: none. Reply: 1.
 
 return 1

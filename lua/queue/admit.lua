@@ -10,6 +10,7 @@
 -- nobody is admitted to find nothing to buy. Nothing is admitted before the start, after the
 -- end, or while the item is sold out with nothing reserved that could come back.
 --
+-- Go caller: queue.Store.Admit (internal/queue/redis.go).
 -- KEYS[1] item hash   KEYS[2] line zset   KEYS[3] tickets hash   KEYS[4] line state hash
 -- KEYS[5] passes zset   KEYS[6] recent admissions zset   KEYS[7] shard outbox stream
 -- ARGV[1] most admissions in this call (integer >= 1)

@@ -7,6 +7,7 @@
 -- Each accepted join (not 'existing') appends queue.joined to the shard's outbox, for the
 -- post-sale report's funnel and waits.
 --
+-- Go caller: queue.Store.runJoins (internal/queue/redis.go).
 -- KEYS[1] item hash   KEYS[2] line zset   KEYS[3] tickets hash   KEYS[4] line state hash
 -- KEYS[5] shard outbox stream
 -- ARGV[1] item id; for join i (1-based): ARGV[2i] user id, ARGV[2i+1] random score, an

@@ -8,6 +8,7 @@
 --           (joined before the start: numbered when the start fixes the shuffled order)
 --   pass    the pass id "<user>.<n>" ('' before admission)
 --   expires the pass's expiry in unix ms (0 before admission)
+-- Included in front of the queue scripts (internal/queue/scripts.go).
 local function ticket_unpack(t)
   local st, line, pass, exp = string.match(t, '^(%a)|(%d+)|([^|]*)|(%d+)$')
   return st, tonumber(line), pass, tonumber(exp)

@@ -8,6 +8,7 @@
 --
 -- Order: Redis' own (score ascending, then member bytes ascending). Callers store the negated
 -- score, so the best comes first, and put their tie-break into the member.
+-- Included in front of the ranking scripts (internal/ranking/scripts.go).
 
 -- whole reports whether x is a finite integer >= min (tonumber accepts 'nan' and 'inf').
 local function whole(x, min)

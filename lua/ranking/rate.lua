@@ -7,6 +7,7 @@
 -- slot, so this script cannot read it on a cluster, and a paid order is final, so the check
 -- cannot go stale between the two calls.
 --
+-- Go caller: ranking.Store.rate (internal/ranking/redis.go).
 -- KEYS[1] the item's ratings hash (user -> stars)   KEYS[2] the item's stats hash (count sum cat)
 -- KEYS[3] the ranking outbox stream   KEYS[4], KEYS[5] the overall top-rated board (index, top)
 -- then, if ARGV[4] ~= '': the board of category ARGV[4] (index, top)

@@ -2,6 +2,7 @@
 -- rating. (board.lua is prepended.) One script so the item leaves one board and enters the
 -- other together, with the stats hash recording where it is ranked.
 --
+-- Go caller: ranking.Store.SetCategory (internal/ranking/redis.go).
 -- KEYS[1] the item's stats hash (count sum cat)   KEYS[2] the overall top-rated index (its score)
 -- then, if ARGV[2] ~= '': the board of category ARGV[2] (index, top)
 -- then, if ARGV[3] ~= '' and ARGV[3] ~= ARGV[2]: the board of category ARGV[3] (index, top)

@@ -5,6 +5,7 @@
 -- that arrived late (two payments' hooks racing). Calls are idempotent and commute.
 -- Equal units: the smaller item id first (the member is the item id, the score is -units).
 --
+-- Go caller: ranking.Store.SetSold (internal/ranking/redis.go).
 -- KEYS[1] best-sellers index   KEYS[2] best-sellers top
 -- ARGV[1] item id   ARGV[2] units paid (integer >= 0)   ARGV[3] board size N (>= 1)
 -- Reply: the units the board holds for the item after the call (integer).

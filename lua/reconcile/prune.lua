@@ -14,6 +14,7 @@
 -- refund_payment.lua recorded the refund.
 -- At most 500 orders per call, so one call holds Redis for a fraction of a millisecond.
 --
+-- Go caller: reconcile.Reconciler.pruneChunk (internal/reconcile/prune.go).
 -- KEYS[1] orders hash   KEYS[2] payments hash   KEYS[3] the item's restore fence
 -- KEYS[4] the item's restoring mark   KEYS[5] the item's user orders hash (user -> "3,17,42")
 -- then for order i (1-based): KEYS[5+i] the user's item index (the shard's zset item -> created

@@ -5,6 +5,7 @@
 -- (a provider that reused a payment id: IndexPayment never overwrites it) stays.
 -- An entry left behind by a pass that stopped in between still expires with its TTL.
 --
+-- Go caller: reconcile.Reconciler.prunePage (internal/reconcile/prune.go).
 -- KEYS[1] the payment's index key
 -- ARGV[1] the pruned order's id
 -- Reply: 1 removed, 0 none or another order's. Bad arguments: an error reply, nothing written.

@@ -11,6 +11,7 @@
 -- between confirming its drift and repairing it re-emits nothing once a newer batch or restore
 -- has written to the item (a newer batch re-emits the same events itself).
 --
+-- Go caller: reconcile.Reconciler.repair (internal/reconcile/repair.go).
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] outbox stream   KEYS[4] item's restore fence
 -- ARGV[1] item id   ARGV[2] mode   ARGV[3] order id ('' for mode item)
 -- ARGV[4] the order's status the batch confirmed (modes order and final)

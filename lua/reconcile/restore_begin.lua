@@ -8,6 +8,7 @@
 -- The shard-wide keys (expiry index, users' item indexes, outbox) are shared with the shard's
 -- other items, so they are not deleted: restore_put.lua removes this item's entries one by one.
 --
+-- Go caller: reconcile.Reconciler.restoreItem (internal/reconcile/restore.go).
 -- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] orders hash   KEYS[4] held hash
 -- KEYS[5] paidby hash   KEYS[6] shard outbox stream   KEYS[7] shard change log
 -- KEYS[8] shard clock   KEYS[9] the item's restoring mark (set here, deleted by restore_finish.lua:

@@ -5,6 +5,7 @@
 -- event id repeats an old one. Only for the restorer holding the item's fence; one script so
 -- the check and the writes are atomic. (changed.lua is prepended.)
 --
+-- Go caller: reconcile.Reconciler.restoreItem (internal/reconcile/restore.go).
 -- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] shard outbox stream
 -- KEYS[4] shard change log   KEYS[5] shard clock   KEYS[6] the item's restoring mark (deleted)
 -- ARGV[1] fencing number   ARGV[2] lowest stream id for new events ("<ms>-<seq>", > 0-0)

@@ -3,6 +3,7 @@
 -- the item's fence. One script so the fence check and the writes are atomic: a stale restorer
 -- writes nothing once a newer one began.
 --
+-- Go caller: reconcile.Reconciler.put (internal/reconcile/restore.go).
 -- KEYS[1] the item's restore fence   KEYS[2] orders hash   KEYS[3] held hash
 -- KEYS[4] paidby hash   KEYS[5] shard expiry zset   KEYS[6] the item's user orders hash
 -- then one user item-index zset (the shard's) per 'uitem' or 'drop' entry, in entry order
