@@ -20,7 +20,7 @@ test: services
 test-faults: services
 	$(GO) test -race -tags faults -count=1 -timeout 15m -v ./internal/testing/faults/
 
-# Only the fleet stage (issue 15): a 3-master Redis Cluster, a 4-partition topic, two apis and
+# Only the fleet stage: a 3-master Redis Cluster, a 4-partition topic, two apis and
 # two reconcilers (real -race binaries), 2,000 items, one reconciler killed mid-sale: about 2 minutes.
 test-fleet: services
 	$(GO) test -race -tags fleet -count=1 -timeout 10m -v ./internal/testing/fleet/

@@ -20,7 +20,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
-// Issue 40, finding 2: half-open connections (one header line each) from a few addresses used
+// Half-open connections (one header line each) from a few addresses used
 // every descriptor of the api, and /healthz stopped answering. The real api binary runs here
 // under a 512 open-file limit (prlimit) while 1,024 such connections from 16 addresses are
 // held, each redialled as soon as it is closed: the api keeps its connections within its cap

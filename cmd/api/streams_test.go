@@ -18,7 +18,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
-// Issue 31, finding 1: about 1,000 idle catalogue streams from one host, under a 1,024
+// About 1,000 idle catalogue streams from one host, under a 1,024
 // open-file limit, made the api stop answering (accept4: too many open files), /healthz and
 // purchases included. The real api binary runs here under that limit, and 1,000 streams are
 // opened against it from 32 client addresses.

@@ -8,7 +8,7 @@
 //     FLASHSALE_REDIS_ACK_REPLICAS (auto: both replicas) beside a primary without replicas
 //     (replica.go: two apis, in turns), and each primary's CPU time per purchase;
 //   - the purchase row beside the minimal service (minimal.go) turn by turn, and Redis's CPU
-//     time and memory per order made, the api's beside the minimal service's (issue 30);
+//     time and memory per order made, the api's beside the minimal service's;
 //   - sold-out answers/s and catalogue/leaderboard reads/s beside a bare Gin hello handler,
 //     and the sold-out answer and GET /api/items beside a bare Gin handler writing the api's
 //     very reply, recorded once, to the same request bytes (replay.go);

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The minimal service (issue 19) is the purchase baseline a shop choosing between flashsale and
+// The minimal service is the purchase baseline a shop choosing between flashsale and
 // a simple service would compare with: Gin binding the JSON body, one EVALSHA per request of a
 // four-write script (minimal_purchase.lua), a JSON reply. No auth, no rate limit, no outbox, no
 // idempotency, no reservation expiry, no call record, go-redis with its default options.
@@ -76,7 +76,7 @@ const (
 	redisMemRowName = "Redis memory per order"
 )
 
-// Issue 30's goals for what a purchase costs Redis: CPU time at most this share of the minimal
+// The goals for what a purchase costs Redis: CPU time at most this share of the minimal
 // service's, and memory per order made at most this many bytes.
 const (
 	redisCPUGoal = 0.6

@@ -19,7 +19,7 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 )
 
-// The relay rows (issue 15): purchase → Kafka latency with a small and a large catalogue,
+// The relay rows: purchase → Kafka latency with a small and a large catalogue,
 // measured in turns like every other comparison of the bench: while the largest catalogue is
 // loaded, a second api with the smallest one (its own key prefix, item ids of their own) runs
 // beside it, and the two take alternating turns of paced purchases (an open loop, not a

@@ -14,7 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// The same-reply baselines (issue 30): a bare Gin handler that answers exactly what the api
+// The same-reply baselines: a bare Gin handler that answers exactly what the api
 // answered, the same status, headers and body, recorded once from the api. Beside it the
 // api's row compares flashsale's work with writing the same bytes: net/http's costs of the
 // request and of the reply (a catalogue past its 4 KB buffer is two write syscalls) are on

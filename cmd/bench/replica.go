@@ -267,7 +267,7 @@ func (b *bench) startSentinels(ctx context.Context, dir, primary string) ([]stri
 	return addrs, stop, nil
 }
 
-// The goals of the replica rows (issue 27): the rate with ACK_REPLICAS=1 at least this share
+// The goals of the replica rows: the rate with ACK_REPLICAS=1 at least this share
 // of the rate with 0, and the primary's CPU per purchase unchanged (within what a shared
 // machine's noise moves it).
 const (

@@ -18,7 +18,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 )
 
-// The retention row: Redis memory is bounded in time (issue 30). A sale of N orders through an
+// The retention row: Redis memory is bounded in time. A sale of N orders through an
 // api of its own, all of them made final (half paid, half left to expire) and relayed to
 // Postgres by a reconciler of its own with a short FLASHSALE_ORDER_RETENTION; once the
 // reconciler has pruned them, Redis's used_memory must be back at its start. What stays by

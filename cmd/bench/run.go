@@ -330,7 +330,7 @@ func (b *bench) readRows(ctx context.Context) error {
 		progress(b.out, "%s", r.path)
 		req := request("GET", b.api.addr, r.path, nil, "")
 		bases := b.helloLoads()
-		// The catalogue (issue 30's row) also goes beside a bare Gin handler writing the api's
+		// The catalogue row also goes beside a bare Gin handler writing the api's
 		// very reply, recorded once (replay.go): net/http writes a reply past its 4 KB
 		// connection buffer in two syscalls, and the same bytes pay the same there.
 		var replay *child
@@ -410,8 +410,8 @@ func (b *bench) soldOut(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Beside the GET hello: not issue 30's goal (the next row is), kept for the history of
-	// this row in docs/performance.md.
+	// Beside the GET hello: the next row is the goal; this one is kept for comparison with
+	// earlier runs in docs/performance.md.
 	b.rows = append(b.rows, row{name: "sold-out answers/s", res: &res, base: baseAt(got, 0), baseName: "bare Gin hello", want: 409})
 	if len(got) > 1 {
 		same := row{name: soldOutSameRowName, res: &res, base: baseAt(got, 1), target: 0.9, want: 409,

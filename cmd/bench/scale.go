@@ -19,7 +19,7 @@ import (
 	"github.com/flashsale/flashsale/internal/metrics"
 )
 
-// The scale rows (issue 15): what flashsale costs Redis with a large catalogue and several api
+// The scale rows: what flashsale costs Redis with a large catalogue and several api
 // instances. They run against a private redis-server of the bench's own, so nobody else's
 // traffic counts in its INFO stats (and the shared server is spared the load):
 //

@@ -275,7 +275,7 @@ func TestReplication(t *testing.T) {
 	}
 }
 
-// Issue 31: dev login (anyone becomes anyone) is on by default only where nobody else can reach
+// Dev login (anyone becomes anyone) is on by default only where nobody else can reach
 // it: a loopback listener of an api without an identity provider's keys. The variable forces it
 // either way, except that it cannot put HS256 tokens back beside a key file.
 func TestDevLoginDefault(t *testing.T) {
@@ -310,7 +310,7 @@ func TestDevLoginDefault(t *testing.T) {
 	}
 }
 
-// Issue 31: the embedded broker has no TLS, so it listens on loopback only; another
+// The embedded broker has no TLS, so it listens on loopback only; another
 // address is a one-line configuration error, not a broker open to the network.
 func TestEmbeddedBrokerLoopbackOnly(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:9092", ":9092", "10.0.0.5:9092", "[::]:9092", "kafka.example:9092"} {
@@ -360,7 +360,7 @@ func writeECKeyFile(t *testing.T) string {
 	return file
 }
 
-// Issue 31: the image (Dockerfile: it listens on 0.0.0.0) and compose never turn dev login on
+// The image (Dockerfile: it listens on 0.0.0.0) and compose never turn dev login on
 // by themselves: the image's own environment parses to dev login off, and no compose file or
 // .env.example sets it to true.
 func TestImageAndComposeLeaveDevLoginOff(t *testing.T) {

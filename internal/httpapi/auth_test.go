@@ -105,7 +105,7 @@ func TestIdentityProviderTokens(t *testing.T) {
 		{"rs256", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, good()), http.StatusOK},
 		{"es256", sign(t, jwt.SigningMethodES256, "ec-1", p.ec, good()), http.StatusOK},
 		{"aud list", sign(t, jwt.SigningMethodRS256, "rsa-1", p.rsa, with("aud", []string{"other", aud})), http.StatusOK},
-		// Issue 31: with a key file, HS256 is off: the shared secret (or dev login) is no IdP.
+		// With a key file, HS256 is off: the shared secret (or dev login) is no IdP.
 		{"own hs256 token", a.token("alice"), http.StatusUnauthorized},
 		{"hs256 with the secret, iss and aud", sign(t, jwt.SigningMethodHS256, "", []byte(a.cfg.JWTSecret), good()), http.StatusUnauthorized},
 		{"unknown kid", sign(t, jwt.SigningMethodRS256, "rsa-2", p.rsa, good()), http.StatusUnauthorized},
@@ -175,7 +175,7 @@ func TestWithPolicyForgetsCheckedTokens(t *testing.T) {
 	}
 }
 
-// Issue 31: a token the api minted (dev login) is never taken for the identity provider's:
+// A token the api minted (dev login) is never taken for the identity provider's:
 // under an iss/aud policy it carries the dev-login issuer instead of the shop's, and is
 // accepted only while dev login is on; an api with dev login off refuses it though it shares
 // the secret, the issuer and the audience.
@@ -228,7 +228,7 @@ func rawToken(t *testing.T, secret, header, payload string) string {
 	return signing + "." + enc.EncodeToString(sig)
 }
 
-// Issue 31: a token is read one way only. Duplicate names (encoding/json keeps the last, another
+// A token is read one way only. Duplicate names (encoding/json keeps the last, another
 // reader the first), a `crit` header (extensions the api does not understand: RFC 7515 says
 // refuse) and registered times given as strings are 401, however well signed.
 func TestStrictTokenClaims(t *testing.T) {

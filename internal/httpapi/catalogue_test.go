@@ -85,7 +85,7 @@ func TestCatalogueETag(t *testing.T) {
 	}
 }
 
-// Issue 31: names and categories are shown to shoppers and admins, so text that displays as
+// Names and categories are shown to shoppers and admins, so text that displays as
 // something else is refused: bidi overrides and isolates (which reorder what follows) and
 // zero-width characters (which hide in a name that looks like another). 400, nothing saved.
 func TestNamesRefuseInvisibleCharacters(t *testing.T) {

@@ -210,7 +210,7 @@ func TestImportRedisFailure(t *testing.T) {
 	}
 }
 
-// Issue 31: an import's reply stays small whatever the file: `errors` lists the first 1,000
+// An import's reply stays small whatever the file: `errors` lists the first 1,000
 // bad rows in file order and `failed` counts them all, and the good rows among them load. The
 // file here is a JSON array just under the 8 MiB limit, almost all of it bad rows. (Before,
 // every bad row was in the reply, and the whole file's rows were in memory at once.)

@@ -9,7 +9,7 @@ import (
 // goWords are traces of Go in a message: a type name, a package, encoding/json's own prefix.
 var goWords = regexp.MustCompile(`Go (struct|value)|int64|float64|\bstruct\b|json\.|httpapi|inventory\.|\[\]|RawMessage|^json: `)
 
-// Issue 31: a 400's message speaks the contract's words (the field and what it must be), never
+// A 400's message speaks the contract's words (the field and what it must be), never
 // Go's: encoding/json's "cannot unmarshal string into Go struct field .quantity of type int64"
 // tells a client about our code, not about its request.
 func TestBadRequestMessagesInContractWords(t *testing.T) {

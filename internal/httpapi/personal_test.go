@@ -11,7 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/ranking"
 )
 
-// Issue 31: replies that belong to one shopper or admin (orders, tickets carrying passes, admin
+// Replies that belong to one shopper or admin (orders, tickets carrying passes, admin
 // data, a login's token) carry Cache-Control: no-store, so no shared cache or browser keeps
 // them; the public catalogue keeps its public caching.
 func TestPersonalRepliesNoStore(t *testing.T) {
@@ -58,7 +58,7 @@ func TestPersonalRepliesNoStore(t *testing.T) {
 	}
 }
 
-// Issue 31: the leaderboard cache is keyed by the query, which anyone chooses: a category the
+// The leaderboard cache is keyed by the query, which anyone chooses: a category the
 // catalogue has never had must not push real boards out (it used to: 1,024 new keys emptied the
 // whole cache). Such a category's board is read through, never cached.
 func TestBoardCacheKeepsRealBoards(t *testing.T) {

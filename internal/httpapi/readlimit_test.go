@@ -10,7 +10,7 @@ import (
 	"github.com/flashsale/flashsale/internal/limits"
 )
 
-// TestReadsAreLimitedPerUser is issue 31's finding 6 (its read half): order reads and the
+// TestReadsAreLimitedPerUser: order reads and the
 // waiting-room polls that must reach Redis are limited per user (FLASHSALE_LIMIT_READS, in the
 // api's memory: no Redis call), answered 429 rate_limited with the RateLimit headers and
 // Retry-After past the budget; another user keeps theirs, and a poll answered from memory

@@ -11,7 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// Issue 40, finding 3: refusals and replays cost Redis (a 429 on cancel ~6 commands, a purchase
+// Refusals and replays cost Redis (a 429 on cancel ~6 commands, a purchase
 // replay ~11). Counted on a private server (INFO commandstats, a script call counting with the
 // commands it runs): once a shopper is over a limit, her refused requests cost no command
 // (cancel, and a purchase without an Idempotency-Key) or one (a purchase with a new key: the

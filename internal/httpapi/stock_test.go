@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestStockIdempotencyKey is issue 31's finding 8: an admin stock change whose outcome was
+// TestStockIdempotencyKey: an admin stock change whose outcome was
 // unknown can be retried with its Idempotency-Key and is applied once; the retry gets the same
 // reply. A bad key is 400 and changes nothing; another key is another change.
 func TestStockIdempotencyKey(t *testing.T) {

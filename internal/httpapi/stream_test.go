@@ -161,7 +161,7 @@ func streamFrom(t *testing.T, base, ip string) (status int, retryAfter string, c
 	return resp.StatusCode, resp.Header.Get("Retry-After"), c
 }
 
-// Issue 31: streams are capped per client address (429 rate_limited) and in all (503
+// Streams are capped per client address (429 rate_limited) and in all (503
 // unavailable), both with Retry-After, while other routes answer; a stream whose client has
 // gone frees its place at once, not at the next heartbeat (15 s here, and no hub runs, so no
 // heartbeat ever comes).
@@ -217,7 +217,7 @@ func TestStreamCaps(t *testing.T) {
 	}
 }
 
-// Issue 31: a stream its client closed is a normal end, logged at debug, never a slow
+// A stream its client closed is a normal end, logged at debug, never a slow
 // request's warning (streams last as long as shoppers watch).
 func TestClosedStreamLogsNoWarn(t *testing.T) {
 	a := newTestAPI(t, nil)

@@ -15,7 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestUnknownItemsCostNoRedis is issue 31's finding 4 and issue 40's: purchases and
+// TestUnknownItemsCostNoRedis: purchases and
 // waiting-room joins of made-up ids are answered 404, each id costing Redis one look-up per
 // UnknownFor at most (a short negative cache, counted; measured on a private server: INFO
 // commandstats); yet items created a moment ago by another api, which this api's snapshot has
@@ -67,7 +67,7 @@ func TestUnknownItemsCostNoRedis(t *testing.T) {
 			t.Fatalf("purchase of made-up-again: %d %s, want 404", r.Status, r.Raw)
 		}
 	}
-	// One look-up per id and UnknownFor, where each request cost 6.5 commands before issue 31.
+	// One look-up per id and UnknownFor.
 	used := commands(t, priv) - before - 1 // the INFO that measured
 	windows := 1 + int(time.Since(start)/inventory.UnknownFor)
 	bound := n + 2*windows // an id whose window ends between its purchase and its join costs one more

@@ -24,7 +24,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestLateResendAppliesOnce is issue 31's finding 3: a change re-sent to Redis long after it
+// TestLateResendAppliesOnce: a change re-sent to Redis long after it
 // first ran must not run again. Through a fault proxy (toxiproxy, in-process) the first send of
 // a purchase without a key, of an admin restock (+777) and of a payment reaches Redis and runs,
 // but its reply is dropped; the api re-sends, and every re-send is held in the proxy until the

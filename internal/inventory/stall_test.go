@@ -15,7 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestRedisStallChangesOnce is issue 13's reproduction: Redis stalls (DEBUG SLEEP 3.5, longer
+// TestRedisStallChangesOnce: Redis stalls (DEBUG SLEEP 3.5, longer
 // than exactlyonce.AttemptTimeout) while a purchase, a restock and a payment are in flight. The api
 // re-sends each call after its attempt times out; the call record makes the re-sends safe, so
 // each change happens once and each caller gets the real answer: one order (not two, not

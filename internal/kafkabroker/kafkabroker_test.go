@@ -62,7 +62,7 @@ func TestRestartKeepsTheLog(t *testing.T) {
 	}
 }
 
-// Issue 31: the broker has no TLS, so it listens on loopback only: an address of
+// The broker has no TLS, so it listens on loopback only: an address of
 // every interface or of another host is refused before anything listens.
 func TestLoopbackOnly(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {

@@ -406,7 +406,7 @@ func TestOutboxBound(t *testing.T) {
 	guarded := inventory.NewStore(e.rdb, e.keys, inventory.Options{Admit: r.Admit})
 	stop, _ := start(t, r)
 	e.waitDrained()
-	// A purchase with a key before the bound, replayed over it (issue 31): its order back.
+	// A purchase with a key before the bound, replayed over it: its order back.
 	keyed := inventory.PurchaseRequest{ItemID: "a", UserID: "keyed", Quantity: 1, IdempotencyKey: "k1"}
 	made, err := guarded.Purchase(context.Background(), keyed)
 	if err != nil {

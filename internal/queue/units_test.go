@@ -10,7 +10,7 @@ import (
 	"github.com/flashsale/flashsale/internal/queue"
 )
 
-// TestAdmissionCountsUnits is issue 31's finding 5: the waiting room admits by units. The units
+// TestAdmissionCountsUnits: the waiting room admits by units. The units
 // the live passes may buy (each up to per_user_limit, or all that is left if less) never
 // exceed stock_left: with per_user_limit 3 and 3 units left one shopper is admitted, not three
 // who then find nothing; with 7 left, two; with a limit above what is left, still one.

@@ -350,7 +350,7 @@ func TestRestoreRefusesLiveItem(t *testing.T) {
 	e.sameState("A", before, e.dump("A", []string{"alice", "bob"}))
 }
 
-// TestRestoreRefusesItemSoldAfterItsCheck is issue 13's reproduction: a purchase lands between
+// TestRestoreRefusesItemSoldAfterItsCheck: a purchase lands between
 // restore's idle check and its first write (the settle wait and the Postgres reads lie
 // between). Before restore_begin.lua re-checked the item, the restore deleted that order from
 // Redis while its event still reached Postgres, and its units sold again (6 of 4). Now the

@@ -4,7 +4,7 @@
 -- stock_total never goes above 2^53 - 1: Lua numbers are doubles, and above that a sum drops
 -- units (2^53 - 2 plus 3 reads back 2^53) while the event still says the full delta.
 --
--- An optional Idempotency-Key (issue 31): a change applied under a key records its reply
+-- An optional Idempotency-Key: a change applied under a key records its reply
 -- there, and a retry with the key gets that reply back ('replayed') and changes nothing, so an
 -- admin who got "outcome unknown" can retry safely. A refused change records nothing.
 --

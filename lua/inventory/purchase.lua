@@ -35,7 +35,7 @@
 -- At most 256 attempts (the api's FLASHSALE_PURCHASE_BATCH bound), so every gathered write
 -- stays well within unpack's limits.
 --
--- Waiting room (issue 17): an item with a waiting room (item field q_rate > 0) sells only to an
+-- Waiting room: an item with a waiting room (item field q_rate > 0) sells only to an
 -- attempt whose pass is this user's current, admitted, unexpired one; a created order spends it
 -- (ticket 's', and '#spent' counts it until queue/admit.lua sees its expiry). A refused attempt
 -- spends nothing.
@@ -114,7 +114,7 @@ local expires_s = string.format('%d', now_int + ttl)
 local order_tail = '|' .. price .. '|reserved|' .. now_s .. '|' .. expires_s
 local oid_prefix = item_id .. '.'
 
--- Waiting room (issue 17) ----------------------------------------------------------------
+-- Waiting room ----------------------------------------------------------------------------
 local qkey = KEYS[9]
 local queued = (tonumber(f[8]) or 0) > 0
 -- pass_ticket returns the user's ticket fields when pass is their live, unspent pass.
@@ -212,7 +212,7 @@ for i = 1, n do
     letter = 'S'
   elseif ends > 0 and now >= ends then
     letter = 'E'
-  elseif queued and not pass_ticket(user, pass) then -- waiting room (issue 17)
+  elseif queued and not pass_ticket(user, pass) then -- waiting room
     letter = 'Q'
   else
     local k = slot[user]
@@ -254,7 +254,7 @@ for i = 1, n do
       -- The batch's outbox entry (written once, below) lists it: user|quantity.
       batch_list[nb + 1], batch_list[nb + 2] = user, qty_s
       nb = nb + 2
-      if queued then -- waiting room (issue 17): the pass is spent and frees its place
+      if queued then -- waiting room: the pass is spent and frees its place
         local q = pass_ticket(user, pass)
         redis.call('HSET', qkey, user, 's|' .. q[1] .. '|' .. q[2] .. '|' .. q[3])
         redis.call('HINCRBY', qkey, '#spent', 1)

@@ -11,7 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
-// The failover rows (issue 27): Redis with replicas fails over mid-sale, and no order the api
+// The failover rows: Redis with replicas fails over mid-sale, and no order the api
 // acknowledged is lost, no unit is sold twice, no order id names two orders. Every api and the
 // reconciler require one replica to hold a change before it is acknowledged or relayed.
 const ackEnv = "FLASHSALE_REDIS_ACK_REPLICAS=1"

@@ -1,6 +1,6 @@
 //go:build faults
 
-// Package faults is the fault matrix (issue 13): whole apps as real processes (the api and
+// Package faults is the fault matrix: whole apps as real processes (the api and
 // reconciler binaries, built with -race), a private redis-server with AOF, the shared
 // PostgreSQL (a throw-away database), a Kafka-protocol broker held by the test, and Shopify's
 // toxiproxy (in-process) between the processes and Redis and Postgres. Each scenario injects
@@ -70,8 +70,8 @@ type sale struct {
 	// rdb reads the sale's Redis for the checks (DEBUG SLEEP, FLUSHDB on the single server):
 	// direct to the single server, through Sentinel to the primary, or a cluster client.
 	rdb       redis.UniversalClient
-	sentinels *testenv.Replicated // the replicated topologies (issue 27), else nil
-	split     *testenv.Split      // the partitioned topologies (issue 38), else nil
+	sentinels *testenv.Replicated // the replicated topologies, else nil
+	split     *testenv.Split      // the partitioned topologies, else nil
 	splitCl   *testenv.SplitCluster
 	cluster   *testenv.ReplicatedCluster
 	toxics    *toxiproxy.ApiServer

@@ -13,7 +13,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// The partition rows (issue 38): a primary A, replicas B and C and three Sentinels (quorum 2,
+// The partition rows: a primary A, replicas B and C and three Sentinels (quorum 2,
 // down-after 3 s), each behind a proxy that cuts links between groups of processes
 // (testenv.Split), the api and the reconciler on the Sentinels with the default settings
 // (FLASHSALE_REDIS_ACK_REPLICAS auto, FLASHSALE_REDIS_SENTINEL_LEASE 2s). Each row cuts at the

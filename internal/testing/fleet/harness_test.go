@@ -1,6 +1,6 @@
 //go:build fleet
 
-// Package fleet is the fleet stage of make test (issue 15): flashsale as it runs in production,
+// Package fleet is the fleet stage of make test: flashsale as it runs in production,
 // several of each process. A local 3-master Redis Cluster, a Kafka-protocol broker with a
 // 4-partition topic, two api processes and two reconciler processes (the real binaries, built
 // with -race), a throw-away PostgreSQL database. The test talks to them only as clients and
