@@ -156,6 +156,30 @@ func (s *Server) adjustStock(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"item": it})
 }
 
+// archiveItem takes an item off sale for good (inventory.Store.Archive); again: 200 as well.
+func (s *Server) archiveItem(c *gin.Context) {
+	it, err := s.Inventory.Archive(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"item": it})
+}
+
+// adminItems lists every item, archived ones included, with the status an admin sees.
+func (s *Server) adminItems(c *gin.Context) {
+	items, err := s.Inventory.List(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	now := time.Now()
+	for i := range items {
+		items[i].Status = items[i].AdminStatusAt(now)
+	}
+	c.JSON(http.StatusOK, gin.H{"items": items})
+}
+
 // listItems and getItem (catalogue.go) answer from the encoded snapshot.
 
 type importRow struct {

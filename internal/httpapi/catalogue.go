@@ -188,6 +188,8 @@ func (r *catalogueReplies) get(ctx context.Context, inv *inventory.Store) (*enco
 // in prev (the previous generation's encoding) keeps its bytes, and the list is the items'
 // bodies joined, so a change to a few of 10,000 items costs a few marshals and a copy, not
 // 10,000 marshals. The bytes are exactly encoding/json's for {"items": [...]} and {"item": ...}.
+// An archived item is off sale for good: it has a body of its own (status ended) but no place
+// in the list, its pages or the stream.
 func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time, prev *encodedCatalogue) (*encodedCatalogue, error) {
 	e := &encodedCatalogue{gen: gen, src: snap, at: now, one: make(map[string][]byte, len(snap)),
 		cat: make(map[string]string, len(snap)), categories: map[string]struct{}{}, ids: sortedIDs(snap, prev)}
@@ -196,7 +198,8 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time, 
 		size += len(prev.list)
 	}
 	list := append(make([]byte, 0, size), `{"items":[`...)
-	for i, id := range e.ids {
+	listed := 0
+	for _, id := range allIDs(snap, e.ids) {
 		it := snap[id]
 		it.Status = it.StatusAt(now)
 		for _, t := range []*time.Time{it.StartsAt, it.EndsAt} {
@@ -219,11 +222,16 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time, 
 				return nil, err
 			}
 		}
-		e.one[id], e.cat[id] = one, it.Category
-		e.categories[it.Category] = struct{}{}
-		if i > 0 {
+		e.one[id] = one
+		e.categories[it.Category] = struct{}{} // an archived item's board stays
+		if it.ArchivedAt != nil {
+			continue
+		}
+		e.cat[id] = it.Category
+		if listed > 0 {
 			list = append(list, ',')
 		}
+		listed++
 		list = append(list, one[len(`{"item":`):len(one)-1]...) // {"item":{...}} -> {...}
 	}
 	list = append(list, "]}"...)
@@ -234,13 +242,19 @@ func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time, 
 	return e, nil
 }
 
-// sortedIDs returns snap's ids in order: prev's when snap holds the same items (the usual
-// change: stock moved), else sorted afresh.
+// sortedIDs returns the ids of snap's listed (not archived) items in order: prev's when snap
+// lists the same items (the usual change: stock moved), else sorted afresh.
 func sortedIDs(snap map[string]inventory.Item, prev *encodedCatalogue) []string {
-	if prev != nil && len(prev.ids) == len(snap) {
+	listed := 0
+	for _, it := range snap {
+		if it.ArchivedAt == nil {
+			listed++
+		}
+	}
+	if prev != nil && len(prev.ids) == listed {
 		same := true
 		for _, id := range prev.ids {
-			if _, ok := snap[id]; !ok {
+			if it, ok := snap[id]; !ok || it.ArchivedAt != nil {
 				same = false
 				break
 			}
@@ -249,12 +263,29 @@ func sortedIDs(snap map[string]inventory.Item, prev *encodedCatalogue) []string 
 			return prev.ids
 		}
 	}
-	ids := make([]string, 0, len(snap))
-	for id := range snap {
-		ids = append(ids, id)
+	ids := make([]string, 0, listed)
+	for id, it := range snap {
+		if it.ArchivedAt == nil {
+			ids = append(ids, id)
+		}
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// allIDs is listed (sorted, from sortedIDs) followed by snap's archived items, which have a
+// body of their own but no place in the list.
+func allIDs(snap map[string]inventory.Item, listed []string) []string {
+	if len(listed) == len(snap) {
+		return listed
+	}
+	all := slices.Clip(listed)
+	for id, it := range snap {
+		if it.ArchivedAt != nil {
+			all = append(all, id)
+		}
+	}
+	return all
 }
 
 // sameEncoding reports whether a and b encode as the same JSON: every field the contract's

@@ -160,7 +160,9 @@ func (s *Server) routes() {
 	api.POST("/payments/webhook", s.paymentWebhook) // signed by the provider, no bearer token
 
 	admin := api.Group("/admin", noStore, s.Auth.requireAdmin)
+	admin.GET("/items", s.adminItems)
 	admin.PUT("/items/:id", s.putItem)
+	admin.POST("/items/:id/archive", s.archiveItem)
 	admin.POST("/items/:id/stock", s.adjustStock)
 	admin.POST("/items/import", s.importItems)
 	admin.GET("/items/:id/queue", s.queueStats)

@@ -67,6 +67,8 @@ const (
 	StatusLive     = "live"
 	StatusSoldOut  = "sold_out"
 	StatusEnded    = "ended"
+	// StatusArchived is shown only to admins: shoppers see an archived item as ended.
+	StatusArchived = "archived"
 )
 
 // Item is the contract's Item plus the counters the reconciler and boards need.
@@ -84,14 +86,19 @@ type Item struct {
 	// Queue is the item's waiting room (null: none).
 	Queue *QueueSettings `json:"queue"`
 
+	// ArchivedAt is when the item was taken off sale for good (nil: it was not).
+	ArchivedAt *time.Time `json:"-"`
+
 	Reserved int64 `json:"-"`
 	Paid     int64 `json:"-"`
 	Version  int64 `json:"-"`
 }
 
-// StatusAt computes the item's status at now.
+// StatusAt computes the item's status at now, as shoppers see it.
 func (it Item) StatusAt(now time.Time) string {
 	switch {
+	case it.ArchivedAt != nil:
+		return StatusEnded
 	case it.StartsAt != nil && now.Before(*it.StartsAt):
 		return StatusUpcoming
 	case it.EndsAt != nil && !now.Before(*it.EndsAt):
@@ -101,6 +108,14 @@ func (it Item) StatusAt(now time.Time) string {
 	default:
 		return StatusLive
 	}
+}
+
+// AdminStatusAt is StatusAt as admins see it: an archived item says so.
+func (it Item) AdminStatusAt(now time.Time) string {
+	if it.ArchivedAt != nil {
+		return StatusArchived
+	}
+	return it.StatusAt(now)
 }
 
 // Input is an item as an admin writes it (PUT or one import row).
@@ -202,6 +217,10 @@ func itemFromHash(id string, h map[string]string) (Item, error) {
 	if ms := num("ends_at"); ms > 0 {
 		t := time.UnixMilli(ms).UTC()
 		it.EndsAt = &t
+	}
+	if ms := num("archived_at"); ms > 0 {
+		t := time.UnixMilli(ms).UTC()
+		it.ArchivedAt = &t
 	}
 	return it, nil
 }

@@ -212,6 +212,9 @@ func (s *Store) upsertBatch(ctx context.Context, ins []Input, batch []int, res [
 		switch reply[0] {
 		case "invalid_state":
 			r.Err = fmt.Errorf("%w: stock differs from the current total %d; use the stock route", ErrInvalidState, it.StockTotal)
+			if it.ArchivedAt != nil {
+				r.Err = fmt.Errorf("%w: item %s is archived (off sale for good) and cannot be changed", ErrInvalidState, id)
+			}
 		case "created":
 			r.Created = true
 		}
@@ -301,12 +304,40 @@ func (s *Store) AdjustStockOnce(ctx context.Context, id string, delta int64, key
 	if err != nil {
 		return Item{}, err
 	}
-	switch res[0] {
-	case "invalid_state":
+	switch {
+	case res[0] == "invalid_state" && it.ArchivedAt != nil:
+		return it, fmt.Errorf("%w: item %s is archived (off sale for good); its stock cannot change", ErrInvalidState, id)
+	case res[0] == "invalid_state":
 		return it, fmt.Errorf("%w: only %d unsold units can be withdrawn", ErrInvalidState, it.StockLeft)
-	case "too_large":
+	case res[0] == "too_large":
 		return it, fmt.Errorf("%w: stock_total %d plus %d is over the most an item holds, %d", ErrInvalidState, it.StockTotal, delta, MaxStockTotal)
 	}
+	return it, nil
+}
+
+// Archive takes an item off sale for good: once it returns, no purchase of the item succeeds
+// (sale_ended), and the item leaves the shoppers' catalogue; its orders, open reservations
+// and record stay. Archiving an archived item changes nothing and returns it.
+func (s *Store) Archive(ctx context.Context, id string) (Item, error) {
+	if !keyspace.ValidID(id) {
+		return Item{}, ErrNotFound
+	}
+	k := s.keys.Item(id)
+	res, err := archiveItemScript.Run(ctx, s.rdb, []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock()}, id).Slice()
+	if err != nil {
+		return Item{}, fmt.Errorf("archive %s: %w", id, err)
+	}
+	if len(res) != 2 {
+		return Item{}, errNoReply
+	}
+	if res[0] == "not_found" {
+		return Item{}, ErrNotFound
+	}
+	it, err := s.remember(id, res[1])
+	if err != nil {
+		return Item{}, err
+	}
+	it.Status = StatusArchived
 	return it, nil
 }
 

@@ -9,4 +9,5 @@ var (
 	purchaseScript    = exactlyonce.NewChange("purchase", "lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua")
 	upsertItemScript  = exactlyonce.NewChange("upsert_item", "lib/changed.lua", "inventory/upsert_item.lua")
 	adjustStockScript = exactlyonce.NewChange("adjust_stock", "lib/changed.lua", "inventory/adjust_stock.lua")
+	archiveItemScript = exactlyonce.NewChange("archive_item", "lib/changed.lua", "inventory/archive.lua")
 )

@@ -162,14 +162,14 @@ func (s *Store) Read(ctx context.Context, item, user string) (Ticket, error) {
 	pipe := s.rdb.Pipeline()
 	tcmd := pipe.HGet(ctx, k.QueueTickets(), user)
 	scmd := pipe.HMGet(ctx, k.QueueState(), "popped", "pre", "fixed")
-	icmd := pipe.HMGet(ctx, k.Hash(), "stock_total", "stock_left", "reserved", "starts_at", "ends_at", "q_rate")
+	icmd := pipe.HMGet(ctx, k.Hash(), "stock_total", "stock_left", "reserved", "starts_at", "ends_at", "q_rate", "archived_at")
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Ticket{}, fmt.Errorf("queue: read %s: %w", item, err)
 	}
 	now := time.Now()
 	num := func(v any) int64 { s, _ := v.(string); n, _ := strconv.ParseInt(s, 10, 64); return n }
 	f := icmd.Val()
-	if len(f) != 6 || f[0] == nil {
+	if len(f) != 7 || f[0] == nil {
 		return Ticket{}, inventory.ErrNotFound
 	}
 	if num(f[5]) <= 0 {
@@ -189,6 +189,8 @@ func (s *Store) Read(ctx context.Context, item, user string) (Ticket, error) {
 		v.starts = time.UnixMilli(ms)
 	}
 	switch {
+	case num(f[6]) > 0: // archived: off sale for good, its tickets read sold_out
+		v.status = lineSoldOut
 	case now.Before(v.starts):
 		v.status = lineUpcoming
 	case num(f[4]) > 0 && now.UnixMilli() >= num(f[4]):

@@ -103,6 +103,8 @@ func statusOf(it inventory.Item, now time.Time) string {
 	switch {
 	case it.Queue == nil:
 		return lineNone
+	case it.ArchivedAt != nil: // off sale for good: its tickets read sold_out
+		return lineSoldOut
 	case it.StartsAt != nil && now.Before(*it.StartsAt):
 		return lineUpcoming
 	case it.EndsAt != nil && !now.Before(*it.EndsAt):

@@ -253,7 +253,9 @@ type ItemRecord struct {
 	Name, Category               string
 	Price, Total, PerUser        int64
 	StartsAt, EndsAt             *time.Time
-	AttrMs, AttrSeq, StMs, StSeq int64 // stream positions of the newest attribute and stock events
+	ArchivedAt                   *time.Time // nil: on sale
+	ImageURL                     string     // "" for none
+	AttrMs, AttrSeq, StMs, StSeq int64      // stream positions of the newest attribute and stock events
 	Orders                       []OrderRecord
 }
 
@@ -269,9 +271,10 @@ type OrderRecord struct {
 // Item reads one item and its orders; ok is false when the record has no such item.
 func (q *Queries) Item(ctx context.Context, id string) (it ItemRecord, ok bool, err error) {
 	err = q.db.QueryRow(ctx, `SELECT name, category, price_cents, stock_total, per_user_limit,
-		starts_at, ends_at, attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq FROM items WHERE id = $1`, id).
+		starts_at, ends_at, archived_at, coalesce(image_url, ''), attr_pos_ms, attr_pos_seq, stock_pos_ms, stock_pos_seq
+		FROM items WHERE id = $1`, id).
 		Scan(&it.Name, &it.Category, &it.Price, &it.Total, &it.PerUser, &it.StartsAt, &it.EndsAt,
-			&it.AttrMs, &it.AttrSeq, &it.StMs, &it.StSeq)
+			&it.ArchivedAt, &it.ImageURL, &it.AttrMs, &it.AttrSeq, &it.StMs, &it.StSeq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return it, false, nil
 	}

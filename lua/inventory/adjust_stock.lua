@@ -15,7 +15,7 @@
 -- ARGV[4] how long a key is kept, ms (integer 1..1e13)
 -- Reply: {'ok'|'replayed'|'not_found'|'invalid_state'|'too_large', HGETALL of the item};
 --        replayed: the reply first recorded under the key, its item as that change left it;
---        invalid_state: stock_left would go below zero, too_large: stock_total would go above
+--        invalid_state: stock_left would go below zero or the item is archived, too_large: stock_total would go above
 --        2^53 - 1 (both write nothing); an error reply for a malformed argument (nothing written).
 
 local delta = tonumber(ARGV[2])
@@ -34,12 +34,12 @@ if idem ~= '' then
     return {'replayed', r[2]}
   end
 end
-local f = redis.call('HMGET', KEYS[1], 'stock_total', 'stock_left')
+local f = redis.call('HMGET', KEYS[1], 'stock_total', 'stock_left', 'archived_at')
 local total, left = tonumber(f[1]), tonumber(f[2])
 if total == nil then
   return {'not_found', {}}
 end
-if left + delta < 0 then
+if left + delta < 0 or (tonumber(f[3]) or 0) > 0 then
   return {'invalid_state', redis.call('HGETALL', KEYS[1])}
 end
 if delta > 0 and total + delta > 9007199254740991 then

@@ -57,7 +57,8 @@
 --                     reserved, price, creation and expiry as in the batch's string
 --     R  order_id     replayed: a is the earlier order, packed ("user|quantity|price_cents|
 --                     status|created_ms|expires_ms"); the limiter is not reached (b is -1)
---     N not_found  I invalid_request  S sale_not_started  E sale_ended  Q queue_required
+--     N not_found  I invalid_request  S sale_not_started  E sale_ended (also: archived)
+--     Q queue_required
 --     L rate_limited  X limit_exceeded  O sold_out: value 0
 --   a, b: the rate limiter's figures when it ran, whole ms rounded up: for L the retry and
 --   reset times (nothing remains), for C, X and O the requests remaining and the reset time;
@@ -90,8 +91,10 @@ if rate > 0 and (not finite(period) or period <= 0 or not finite(burst) or burst
 end
 
 local f = redis.call('HMGET', KEYS[1], 'stock_left', 'per_user_limit', 'price_cents',
-  'starts_at', 'ends_at', 'seq', 'reserved', 'q_rate', 'version', 'term')
+  'starts_at', 'ends_at', 'seq', 'reserved', 'q_rate', 'version', 'term', 'archived_at')
 local exists = f[1] ~= false
+-- An archived item (archive.lua) is off sale for good: its attempts read as after the end.
+local archived = (tonumber(f[11]) or 0) > 0
 local left = tonumber(f[1]) or 0
 local per_user = tonumber(f[2]) or 0
 local price = f[3] or '0'
@@ -210,7 +213,7 @@ for i = 1, n do
     letter = 'I'
   elseif now < starts then
     letter = 'S'
-  elseif ends > 0 and now >= ends then
+  elseif (ends > 0 and now >= ends) or archived then
     letter = 'E'
   elseif queued and not pass_ticket(user, pass) then -- waiting room
     letter = 'Q'

@@ -14,6 +14,7 @@
 --   q_rate q_max q_ttl, read by the queue scripts and purchase.lua)
 -- An ends_at in the past (by Redis's clock) is refused on create and when it changes; an
 -- unchanged past ends_at is accepted (an ended sale's name can still be corrected).
+-- An archived item (archive.lua) is never changed again: {'invalid_state', HGETALL}.
 -- Reply: {'created'|'updated', HGETALL of the item} or {'invalid_state', HGETALL} or
 --        {'restoring', {}} or {'ends_past', {}} (nothing written) or
 --        an error reply for malformed arguments (nothing written).
@@ -41,6 +42,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local total = tonumber(redis.call('HGET', KEYS[1], 'stock_total'))
 local outcome = 'updated'
+if total ~= nil and (tonumber(redis.call('HGET', KEYS[1], 'archived_at')) or 0) > 0 then
+  return {'invalid_state', redis.call('HGETALL', KEYS[1])}
+end
 if ends > 0 and ends <= now and (total == nil or tonumber(redis.call('HGET', KEYS[1], 'ends_at')) ~= ends) then
   return {'ends_past', {}}
 end

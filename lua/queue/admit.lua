@@ -34,7 +34,7 @@ end
 
 local now = now_ms()
 local f = redis.call('HMGET', KEYS[1], 'stock_total', 'stock_left', 'reserved', 'starts_at',
-  'ends_at', 'q_rate', 'q_max', 'q_ttl', 'per_user_limit')
+  'ends_at', 'q_rate', 'q_max', 'q_ttl', 'per_user_limit', 'archived_at')
 local rate, max_active, ttl = tonumber(f[6]) or 0, tonumber(f[7]) or 0, tonumber(f[8]) or 0
 local st = redis.call('HMGET', KEYS[4], 'pre', 'popped', 'fixed', 'tokens', 'tok_ms', 'passno')
 local pre, popped, fixed = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
@@ -88,8 +88,8 @@ end
 local status = 'live'
 if ends > 0 and now >= ends then
   status = 'ended'
-elseif left <= 0 and reserved <= 0 then
-  status = 'sold_out'
+elseif (left <= 0 and reserved <= 0) or (tonumber(f[10]) or 0) > 0 then
+  status = 'sold_out' -- an archived item sells nothing more: its tickets read sold_out
 end
 if status ~= 'live' then
   return {status, now, popped, waiting, live, 0, left}

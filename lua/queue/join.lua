@@ -36,7 +36,7 @@ for i = 1, n do
 end
 
 local now = now_ms()
-local f = redis.call('HMGET', KEYS[1], 'stock_total', 'starts_at', 'ends_at', 'q_rate')
+local f = redis.call('HMGET', KEYS[1], 'stock_total', 'starts_at', 'ends_at', 'q_rate', 'archived_at')
 local st = redis.call('HMGET', KEYS[4], 'pre', 'seq', 'popped')
 local pre, seq, popped = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
 local starts, ends = tonumber(f[2]) or 0, tonumber(f[3]) or 0
@@ -45,8 +45,8 @@ if f[1] == false then
   common = 'not_found'
 elseif (tonumber(f[4]) or 0) <= 0 then
   common = 'no_queue'
-elseif ends > 0 and now >= ends then
-  common = 'sale_ended'
+elseif (ends > 0 and now >= ends) or (tonumber(f[5]) or 0) > 0 then
+  common = 'sale_ended' -- or archived: off sale for good
 end
 
 local out = {now, popped}

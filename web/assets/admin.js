@@ -7,7 +7,7 @@
   const { api, describe, money, el, say } = window.flashsale;
   const $ = (id) => document.getElementById(id);
   const TOKEN_KEY = 'flashsale.admin-token';
-  const STATUS_TEXT = { upcoming: 'Upcoming', live: 'Live', sold_out: 'Sold out', ended: 'Ended' };
+  const STATUS_TEXT = { upcoming: 'Upcoming', live: 'Live', sold_out: 'Sold out', ended: 'Ended', archived: 'Archived' };
 
   const state = {
     token: sessionStorage.getItem(TOKEN_KEY),
@@ -234,9 +234,13 @@
     row.apply = apply;
     const form = el('form', { class: 'restock', 'data-item': id }, row.deltaLabel, row.delta, apply);
     form.addEventListener('submit', (ev) => { ev.preventDefault(); restock(row); });
+    // Archiving is for good: the first click asks, the second (within 5 s) archives.
+    row.archive = el('button', { type: 'button', class: 'secondary archive' }, 'Archive');
+    row.archive.addEventListener('click', () => archive(row));
+    row.form = form;
     row.root = el('tr', { 'data-item': id },
       row.cells.id, row.cells.name, row.cells.category, row.cells.price, row.cells.stock,
-      row.cells.limit, row.cells.status, el('td', { class: 'actions' }, el('div', { class: 'restock' }, edit, form)));
+      row.cells.limit, row.cells.status, el('td', { class: 'actions' }, el('div', { class: 'restock' }, edit, form, row.archive)));
     return row;
   }
 
@@ -251,6 +255,35 @@
     if (item.queue) refreshLine(row, item);
     row.edit.setAttribute('aria-label', `Edit ${item.name}`);
     row.deltaLabel.textContent = `Stock change for ${item.name}`;
+    const archived = item.status === 'archived';
+    row.edit.hidden = row.form.hidden = row.archive.hidden = archived;
+    if (!row.confirming) row.archive.setAttribute('aria-label', `Archive ${item.name}`);
+  }
+
+  async function archive(row) {
+    const msg = $('stock-msg');
+    if (needToken(msg)) return;
+    const item = state.items.get(row.id);
+    if (!row.confirming) {
+      row.confirming = setTimeout(() => { row.confirming = null; row.archive.textContent = 'Archive'; }, 5000);
+      row.archive.textContent = 'Confirm archive';
+      say(msg, `Archive ${item.name}? It goes off sale for good (open reservations may still be paid). Click "Confirm archive" to go on.`);
+      return;
+    }
+    clearTimeout(row.confirming);
+    row.confirming = null;
+    row.archive.textContent = 'Archive';
+    row.archive.disabled = true;
+    const r = await api('POST', `/api/admin/items/${encodeURIComponent(row.id)}/archive`, { token: state.token });
+    row.archive.disabled = false;
+    if (!r.ok) {
+      say(msg, describe(r, { admin: true, what: 'archive' }), 'bad');
+      handleAuth(r);
+      return;
+    }
+    state.items.set(row.id, r.data.item);
+    updateRow(row, r.data.item);
+    say(msg, `${r.data.item.name} is archived: off sale for good, kept in the record and the reports.`, 'ok');
   }
 
   // refreshLine shows an item's live line length beside its status (admin route).
@@ -291,9 +324,14 @@
     $('categories').replaceChildren(...cats.map((c) => el('option', { value: c })));
   }
 
+  // refreshItems lists every item, archived ones included, with the admin token (the
+  // shoppers' list without it).
   async function refreshItems() {
-    const r = await api('GET', '/api/items');
+    const r = state.token
+      ? await api('GET', '/api/admin/items', { token: state.token })
+      : await api('GET', '/api/items');
     if (r.ok) renderItems(r.data.items || []);
+    else if (state.token) handleAuth(r);
   }
 
   async function restock(row) {

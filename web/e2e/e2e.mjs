@@ -1155,6 +1155,26 @@ async function main() {
       assert(after.stock_left === before.stock_left - 1, `stock_left ${after.stock_left}, want ${before.stock_left - 1}`);
     });
 
+    await step('admin archives an item: Archive asks first, then the row says Archived and the shop drops the card', async () => {
+      const A = { id: `e2e-radio-${run}`, name: `Radio ${run}` };
+      const put = await apiJSON('PUT', `/api/admin/items/${A.id}`, ADMIN,
+        { name: A.name, category: 'radios', price_cents: 1500, stock: 4, per_user_limit: 2 });
+      assert(put.status === 201, `create: ${put.status}`);
+      await card(alice, A.id).waitFor({ timeout: TIMEOUT });
+      const row = admin.locator(`#catalogue tr[data-item="${A.id}"]`);
+      await row.locator('button:has-text("Archive")').click();
+      await expectText(admin.locator('#stock-msg'), /off sale for good/, 'the archive asks first');
+      assert((await apiJSON('GET', `/api/items/${A.id}`)).data.item.status === 'live', 'one click archived the item');
+      await row.locator('button:has-text("Confirm archive")').click();
+      await expectText(admin.locator('#stock-msg'), new RegExp(`${A.name} is archived`), 'archive message');
+      await expectText(row.locator('td[data-label="Status"]'), /^Archived$/, 'the row says Archived');
+      assert(await row.locator('button:has-text("Restock")').isHidden(), 'an archived row still offers Restock');
+      await saveShot(row, 'admin-archived.png');
+      await card(alice, A.id).waitFor({ state: 'detached', timeout: 20_000 });
+      const buy = await apiJSON('POST', `/api/items/${A.id}/purchase`, shopperToken('dave'), { quantity: 1 });
+      assert(buy.status === 409 && buy.data.error.code === 'sale_ended', `purchase after the archive: ${buy.status}`);
+    });
+
     await step('a keyboard shopper keeps the focus on the card after pressing Buy', async () => {
       const K = { id: `e2e-pen-${run}`, name: `Pen ${run}` };
       const put = await apiJSON('PUT', `/api/admin/items/${K.id}`, ADMIN,
