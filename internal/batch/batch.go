@@ -4,6 +4,7 @@
 package batch
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -119,4 +120,25 @@ func (b *Batcher[T]) gather(q *queue[T]) {
 	if q.wake == wake {
 		q.wake = nil
 	}
+}
+
+// Call is a call a run carries: its caller's context, and how to answer it with an error.
+type Call interface {
+	Context() context.Context
+	Fail(err error)
+}
+
+// Live drops the calls whose caller has gone, failing each with its context's error (nobody
+// would learn its outcome, so it is never sent), and returns the rest in order, in calls'
+// array. Runs call it first.
+func Live[C Call](calls []C) []C {
+	live := calls[:0]
+	for _, c := range calls {
+		if err := c.Context().Err(); err != nil {
+			c.Fail(err)
+			continue
+		}
+		live = append(live, c)
+	}
+	return live
 }

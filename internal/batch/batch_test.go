@@ -1,6 +1,8 @@
 package batch
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -188,4 +190,27 @@ func TestLinger(t *testing.T) {
 		t.Fatalf("after the linger %d calls went, want the one waiting", len(s3.calls))
 	}
 	close(s3.release)
+}
+
+type ctxCall struct {
+	ctx    context.Context
+	failed error
+}
+
+func (c *ctxCall) Context() context.Context { return c.ctx }
+func (c *ctxCall) Fail(err error)           { c.failed = err }
+
+// TestLive: a call whose context has ended is failed with its error and left out; the others
+// stay, in order.
+func TestLive(t *testing.T) {
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	a, b, c := &ctxCall{ctx: context.Background()}, &ctxCall{ctx: gone}, &ctxCall{ctx: context.Background()}
+	live := Live([]*ctxCall{a, b, c})
+	if len(live) != 2 || live[0] != a || live[1] != c {
+		t.Fatalf("live = %v, want [a c]", live)
+	}
+	if !errors.Is(b.failed, context.Canceled) || a.failed != nil || c.failed != nil {
+		t.Fatalf("failed: a %v, b %v, c %v; want only b, canceled", a.failed, b.failed, c.failed)
+	}
 }

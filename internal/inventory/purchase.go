@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/batch"
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
@@ -148,19 +149,14 @@ type purchaseReply struct {
 	err error
 }
 
+func (c *purchaseCall) Context() context.Context { return c.ctx }
+func (c *purchaseCall) Fail(err error)           { c.done <- purchaseReply{err: err} }
+
 // runBatch runs purchase.lua once for calls that all buy the same item. Calls whose caller has
 // gone are dropped first: nobody would learn their outcome. The script call re-sends itself
 // until it has the reply or exactlyonce.CallDeadline passes (one run whatever the transport does).
 func (s *Store) runBatch(item string, calls []*purchaseCall) {
-	live := calls[:0]
-	for _, c := range calls {
-		if c.ctx.Err() != nil {
-			c.done <- purchaseReply{err: c.ctx.Err()}
-			continue
-		}
-		live = append(live, c)
-	}
-	calls = live
+	calls = batch.Live(calls)
 	if len(calls) == 0 {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/batch"
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
@@ -31,6 +32,9 @@ type joinReply struct {
 	seen   int64
 	err    error
 }
+
+func (c *joinCall) Context() context.Context { return c.ctx }
+func (c *joinCall) Fail(err error)           { c.done <- joinReply{err: err} }
 
 // randomScore is a pre-start joiner's place in the shuffle: 52 random bits from the CSPRNG
 // (a zset score holds integers exactly below 2^53; lua/queue/ticket.lua), drawn at the join and
@@ -98,15 +102,7 @@ func startOf(it inventory.Item) time.Time {
 // runJoins sends one queue/join.lua call for joins of one item (callers that have gone are
 // dropped first: nobody would learn their ticket).
 func (s *Store) runJoins(item string, calls []*joinCall) {
-	live := calls[:0]
-	for _, c := range calls {
-		if c.ctx.Err() != nil {
-			c.done <- joinReply{err: c.ctx.Err()}
-			continue
-		}
-		live = append(live, c)
-	}
-	calls = live
+	calls = batch.Live(calls)
 	if len(calls) == 0 {
 		return
 	}
