@@ -307,6 +307,32 @@ func (s *Split) SentinelPrimary() *Server {
 	return nil
 }
 
+// ListedDown reports whether every Sentinel lists the replica srv subjectively down (s_down:
+// silent for their down-after time), the state in which they no longer promote it.
+func (s *Split) ListedDown(srv *Server) bool {
+	name := s.Announced(srv)
+	for _, sen := range s.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr, MaxRetries: -1, DialTimeout: time.Second})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		reps, err := sc.Replicas(ctx, s.MasterName).Result()
+		cancel()
+		sc.Close()
+		if err != nil {
+			return false
+		}
+		down := false
+		for _, r := range reps {
+			if r["name"] == name && slices.Contains(strings.Split(r["flags"], ","), "s_down") {
+				down = true
+			}
+		}
+		if !down {
+			return false
+		}
+	}
+	return true
+}
+
 // WaitReplicated waits up to d until the Sentinels agree on a primary that has every other
 // data server online as its replica, in step, and makes it s.Primary.
 func (s *Split) WaitReplicated(t testing.TB, d time.Duration) {

@@ -3,12 +3,14 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,15 +21,39 @@ import (
 	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
-// freePort asks the kernel for a free TCP port on 127.0.0.1.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testenv: free port: %v", err)
+	return FreePort(t)
+}
+
+// Ports handed out by FreePort come from below the kernel's ephemeral range (32768 and up on
+// Linux), chosen at random and once per process: a port the kernel hands out for :0 may be
+// taken, between the check and the server's bind, as the local port of any outgoing
+// connection (a busy test makes thousands), and then a server started on it fails to bind.
+const (
+	portLow, portHigh = 20000, 32000
+)
+
+var givenPorts sync.Map // int -> struct{}
+
+// FreePort returns a TCP port on 127.0.0.1 that is free now, never handed out before in this
+// process, and outside the ephemeral range, for a server a test starts.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	for range 1000 {
+		p := portLow + rand.IntN(portHigh-portLow)
+		if _, taken := givenPorts.LoadOrStore(p, struct{}{}); taken {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("testenv: no free port in %d-%d", portLow, portHigh)
+	return 0
 }
 
 func redisServerBinary(t testing.TB) string {

@@ -8,7 +8,6 @@ package procs
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
 // Binaries are the api and reconciler executables of this module.
@@ -40,15 +40,10 @@ func Build(root, dir string) (Binaries, error) {
 	return b, nil
 }
 
-// FreePort asks the kernel for a free TCP port on 127.0.0.1.
+// FreePort is a free TCP port on 127.0.0.1 for a process a test starts (testenv.FreePort).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testenv.FreePort(t)
 }
 
 // WaitFor polls cond until it holds or the deadline passes (a condition, never a fixed time).
