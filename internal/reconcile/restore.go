@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/record"
 )
 
 // restoreChunk bounds the entries of one restore_put call, so no script runs long.
@@ -130,30 +131,14 @@ func refuse(format string, args ...any) error {
 	return &refusedError{fmt.Errorf(format, args...)}
 }
 
+// restoreItem rebuilds item id in Redis from the record, in steps: make sure nobody is selling
+// it, read the record, derive the Redis state from it, write that state behind the fence.
 func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force bool) (RestoredItem, error) {
-	k := r.keys.Item(id)
 	out := RestoredItem{ID: id}
-
-	// 1. Is the api selling it? Activity shows as a version that moves while we watch, or
-	// events of its shard's outbox (which may be its own) that stay unpublished.
-	expected, pos := "*", "" // forced: whatever Redis holds is replaced
-	if !force {
-		v, p, err := r.checkIdle(ctx, id)
-		if err != nil {
-			return out, err
-		}
-		expected, pos = v, p
+	expected, pos, err := r.restoreQuiet(ctx, id, force)
+	if err != nil {
+		return out, err
 	}
-	// 2. Everything already published must be in the record before it is read.
-	if r.opt.Pipeline != nil {
-		deadline := time.Now().Add(r.opt.SettleTimeout)
-		if err := r.settle(ctx, map[string]events.Position{}, deadline); err != nil && !errors.Is(err, errUnsettled) {
-			return out, err
-		} else if err != nil && !force {
-			return out, refuse("%w: the consumer has not applied every published event (%v)", ErrSelling, err)
-		}
-	}
-	// 3. Read the record.
 	it, found, err := r.db.Item(ctx, id)
 	if err != nil {
 		return out, err
@@ -161,15 +146,62 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	if !found {
 		return out, refuse("%w", ErrNotInRecord)
 	}
-	orders := it.Orders
-
-	// 4. Derive the state. The item leaves the live state's users' item indexes (shared with
-	// the shard's other items) first, then the record's users' go in, so no stale entry
-	// survives; the item's expiry entries are dropped the same way after restore_begin.lua
-	// (below). The item's user orders hash goes with its other hashes in restore_begin.lua.
-	stale, err := r.scanOrders(ctx, id)
+	st, err := r.restoreState(ctx, id, it, &out)
 	if err != nil {
 		return out, err
+	}
+	if err := r.restoreWrite(ctx, id, n, it, expected, pos, st, &out); err != nil {
+		return out, err
+	}
+	if r.opt.Ranking != nil {
+		if out.Ratings, err = r.restoreRatings(ctx, id, it.Category, out.Paid); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// restoreQuiet checks that the api is not selling item id: activity shows as a version that
+// moves while we watch, or events of its shard's outbox (which may be its own) that stay
+// unpublished. Then everything already published must be in the record before it is read.
+// It returns the version and outbox position restore_begin.lua expects ("*" and "" when
+// forced: whatever Redis holds is replaced).
+func (r *Reconciler) restoreQuiet(ctx context.Context, id string, force bool) (expected, pos string, err error) {
+	expected, pos = "*", ""
+	if !force {
+		if expected, pos, err = r.checkIdle(ctx, id); err != nil {
+			return "", "", err
+		}
+	}
+	if r.opt.Pipeline != nil {
+		deadline := time.Now().Add(r.opt.SettleTimeout)
+		if err := r.settle(ctx, map[string]events.Position{}, deadline); err != nil && !errors.Is(err, errUnsettled) {
+			return "", "", err
+		} else if err != nil && !force {
+			return "", "", refuse("%w: the consumer has not applied every published event (%v)", ErrSelling, err)
+		}
+	}
+	return expected, pos, nil
+}
+
+// itemState is an item's Redis state as the record holds it: the entries to put, and the
+// highest order sequence and change time the record shows.
+type itemState struct {
+	puts          []entry
+	maxSeq, maxMs int64
+}
+
+// restoreState derives item id's Redis state from its record it, counting the units into out.
+// The item leaves the live state's users' item indexes (shared with the shard's other items)
+// first, then the record's users' go in, so no stale entry survives; the item's expiry entries
+// are dropped the same way after restore_begin.lua (restoreWrite). The item's user orders hash
+// goes with its other hashes in restore_begin.lua.
+func (r *Reconciler) restoreState(ctx context.Context, id string, it record.ItemRecord, out *RestoredItem) (itemState, error) {
+	k := r.keys.Item(id)
+	orders := it.Orders
+	stale, err := r.scanOrders(ctx, id)
+	if err != nil {
+		return itemState{}, err
 	}
 	var puts []entry
 	staleUsers := map[string]bool{}
@@ -254,21 +286,26 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 		out.Note = fmt.Sprintf("record holds %d units more than stock_total; stock_left set to 0", -out.StockLeft)
 		out.StockLeft = 0
 	}
+	return itemState{puts: puts, maxSeq: maxSeq, maxMs: maxMs}, nil
+}
 
-	// 5. Write: begin (fence, re-check idle, clear; the item hash goes), chunks, finish (the
-	// item hash last).
+// restoreWrite writes st behind the fence: begin (fence, re-check idle, clear; the item hash
+// goes), the entries in chunks, finish (the item hash last).
+func (r *Reconciler) restoreWrite(ctx context.Context, id string, n int64, it record.ItemRecord, expected, pos string, st itemState, out *RestoredItem) error {
+	k := r.keys.Item(id)
+	puts, maxSeq, maxMs := st.puts, st.maxSeq, st.maxMs
 	if r.opt.beforeBegin != nil {
 		r.opt.beforeBegin(ctx, id)
 	}
 	reply, err := restoreBegin.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring(), k.UserOrders()}, n, expected, pos, id).Slice()
 	if err != nil {
-		return out, err
+		return err
 	}
 	switch reply[0] {
 	case "fenced":
-		return out, refuse("%w: a newer restore (fencing %v) wrote this item", ErrFenced, reply[1])
+		return refuse("%w: a newer restore (fencing %v) wrote this item", ErrFenced, reply[1])
 	case "moved":
-		return out, refuse("%w: it changed after its idle check (version %v, %v events unpublished); nothing was written (use --force to override)", ErrSelling, reply[1], reply[2])
+		return refuse("%w: it changed after its idle check (version %v, %v events unpublished); nothing was written (use --force to override)", ErrSelling, reply[1], reply[2])
 	}
 	version, _ := reply[1].(int64)
 	oldSeq, _ := reply[2].(int64)
@@ -280,17 +317,17 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	// their prefix) leave first: nothing adds one while the item hash is missing.
 	drops, err := r.expiryEntries(ctx, k)
 	if err != nil {
-		return out, err
+		return err
 	}
 	puts = append(drops, puts...)
 	for i := 0; i < len(puts); i += restoreChunk {
 		if err := r.put(ctx, k, n, puts[i:min(i+restoreChunk, len(puts))]); err != nil {
-			return out, err
+			return err
 		}
 	}
 
 	if err := r.rdb.SAdd(ctx, r.keys.Catalog(), id).Err(); err != nil {
-		return out, err
+		return err
 	}
 	ms := func(t *time.Time) int64 {
 		if t == nil {
@@ -306,18 +343,12 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 		"archived_at", ms(it.ArchivedAt), "seq", out.Seq, "version", version + 1}
 	reply, err = restoreFinish.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}, args...).Slice()
 	if err != nil {
-		return out, err
+		return err
 	}
 	if reply[0] == "fenced" {
-		return out, refuse("%w: a newer restore (fencing %v) wrote this item", ErrFenced, reply[1])
+		return refuse("%w: a newer restore (fencing %v) wrote this item", ErrFenced, reply[1])
 	}
-
-	if r.opt.Ranking != nil {
-		if out.Ratings, err = r.restoreRatings(ctx, id, it.Category, out.Paid); err != nil {
-			return out, err
-		}
-	}
-	return out, nil
+	return nil
 }
 
 // entry is one write of restore_put; key is the user's item index for uitem and drop.
