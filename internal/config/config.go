@@ -146,8 +146,44 @@ func FromEnv() (Config, error) { return Parse(os.Getenv) }
 // Parse reads the configuration through getenv (tests pass a map lookup).
 func Parse(getenv func(string) string) (Config, error) { return parse(&parser{getenv: getenv}) }
 
+// parse reads every setting, then checks them in steps (secrets, pacing, dev login, network,
+// durations, payment), filling in the secrets left unset; the first refusal is the error.
 func parse(p *parser) (Config, error) {
-	c := Config{
+	c, devLogin := p.settings()
+	if p.err != nil {
+		return Config{}, p.err
+	}
+	if err := c.checkSecrets(); err != nil {
+		return Config{}, err
+	}
+	if err := c.checkPacing(); err != nil {
+		return Config{}, err
+	}
+	if err := c.setDevLogin(devLogin); err != nil {
+		return Config{}, err
+	}
+	if c.JWTSecret == "" {
+		c.JWTSecret, c.JWTSecretGenerated = randomHex(32), true
+	}
+	if c.AdminToken == "" {
+		c.AdminToken, c.AdminTokenGenerated = randomHex(24), true
+	}
+	if err := c.checkNetwork(p.getenv("FLASHSALE_REDIS_ADDRS") != ""); err != nil {
+		return Config{}, err
+	}
+	if err := c.checkDurations(); err != nil {
+		return Config{}, err
+	}
+	if err := c.checkPayment(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// settings reads every setting with its default and range, and FLASHSALE_DEV_LOGIN as written
+// (its default depends on other settings: see setDevLogin).
+func (p *parser) settings() (c Config, devLogin string) {
+	c = Config{
 		HTTPAddr:          p.str("FLASHSALE_HTTP_ADDR", "127.0.0.1:8080"),
 		AdminAddr:         p.str("FLASHSALE_ADMIN_ADDR", ""),
 		RedisAddrs:        p.list("FLASHSALE_REDIS_ADDRS", "127.0.0.1:6379"),
@@ -236,36 +272,49 @@ func parse(p *parser) (Config, error) {
 	c.RedisAckReplicas = p.ackReplicas("FLASHSALE_REDIS_ACK_REPLICAS")
 	c.RedisAckTimeout = p.duration("FLASHSALE_REDIS_ACK_TIMEOUT", 250*time.Millisecond)
 	c.RedisSentinelLease = p.duration("FLASHSALE_REDIS_SENTINEL_LEASE", redisconn.DefaultSentinelLease)
-	devLogin := p.read("FLASHSALE_DEV_LOGIN", "") // default in words: see below
-	if p.err != nil {
-		return Config{}, p.err
-	}
+	devLogin = p.read("FLASHSALE_DEV_LOGIN", "") // its default depends on others: setDevLogin
+	return c, devLogin
+}
+
+// checkSecrets loads the key file and refuses secrets too short or left as placeholders.
+func (c *Config) checkSecrets() error {
 	// The key file is read once, here: a missing or wrong file stops the start, not a shopper.
 	if c.JWTKeysFile != "" {
 		keys, err := jwtkeys.Load(c.JWTKeysFile)
 		if err != nil {
-			return Config{}, fmt.Errorf("config: FLASHSALE_JWT_KEYS: %w", err)
+			return fmt.Errorf("config: FLASHSALE_JWT_KEYS: %w", err)
 		}
 		c.JWTKeys = keys
 	}
 	// A secret that is set must be one: long enough, and not a placeholder someone forgot.
 	if c.JWTSecret != "" && (len(c.JWTSecret) < 32 || placeholder(c.JWTSecret)) {
-		return Config{}, fmt.Errorf("config: FLASHSALE_JWT_SECRET must be at least 32 bytes and not a placeholder (scripts/dotenv.sh makes one)")
+		return fmt.Errorf("config: FLASHSALE_JWT_SECRET must be at least 32 bytes and not a placeholder (scripts/dotenv.sh makes one)")
 	}
 	if c.AdminToken != "" && (utf8.RuneCountInString(c.AdminToken) < 24 || placeholder(c.AdminToken)) {
-		return Config{}, fmt.Errorf("config: FLASHSALE_ADMIN_TOKEN must be at least 24 characters and not a placeholder (scripts/dotenv.sh makes one)")
+		return fmt.Errorf("config: FLASHSALE_ADMIN_TOKEN must be at least 24 characters and not a placeholder (scripts/dotenv.sh makes one)")
 	}
 	for _, s := range c.QueueSecrets {
 		if len(s) < 32 || placeholder(s) {
-			return Config{}, fmt.Errorf("config: every FLASHSALE_QUEUE_SECRET must be at least 32 bytes and not a placeholder")
+			return fmt.Errorf("config: every FLASHSALE_QUEUE_SECRET must be at least 32 bytes and not a placeholder")
 		}
 	}
+	return nil
+}
+
+// checkPacing bounds the waiting room's tick and the purchase batcher's linger.
+func (c *Config) checkPacing() error {
 	if c.QueueTick < time.Millisecond || c.QueueTick > 10*time.Second {
-		return Config{}, fmt.Errorf("config: FLASHSALE_QUEUE_TICK must be 1ms..10s")
+		return fmt.Errorf("config: FLASHSALE_QUEUE_TICK must be 1ms..10s")
 	}
 	if c.PurchaseLinger > 100*time.Millisecond {
-		return Config{}, fmt.Errorf("config: FLASHSALE_PURCHASE_LINGER must be 0..100ms (every purchase of a hot item may wait that long)")
+		return fmt.Errorf("config: FLASHSALE_PURCHASE_LINGER must be 0..100ms (every purchase of a hot item may wait that long)")
 	}
+	return nil
+}
+
+// setDevLogin decides dev login from FLASHSALE_DEV_LOGIN as written (devLogin) and checks where
+// the embedded broker listens.
+func (c *Config) setDevLogin(devLogin string) error {
 	// Dev login lets anyone become anyone: on by default only where nobody else can reach it (a
 	// loopback listener) and no identity provider signs the tokens. Its tokens are HS256, which
 	// a key file turns off: asking for both is a contradiction, not something to guess about.
@@ -275,80 +324,90 @@ func parse(p *parser) (Config, error) {
 	default:
 		b, err := strconv.ParseBool(devLogin)
 		if err != nil {
-			return Config{}, fmt.Errorf("config: FLASHSALE_DEV_LOGIN=%q: want true or false", devLogin)
+			return fmt.Errorf("config: FLASHSALE_DEV_LOGIN=%q: want true or false", devLogin)
 		}
 		c.DevLogin = b
 	}
 	if c.DevLogin && c.JWTKeysFile != "" {
-		return Config{}, fmt.Errorf("config: FLASHSALE_DEV_LOGIN=true mints HS256 tokens, which FLASHSALE_JWT_KEYS turns off; unset one of them")
+		return fmt.Errorf("config: FLASHSALE_DEV_LOGIN=true mints HS256 tokens, which FLASHSALE_JWT_KEYS turns off; unset one of them")
 	}
 	// The embedded broker has no TLS: only processes of this host may reach it.
 	if len(c.KafkaBrokers) == 0 && !loopback(c.EmbeddedKafkaAddr) {
-		return Config{}, fmt.Errorf("config: FLASHSALE_EMBEDDED_KAFKA_ADDR=%q: the embedded broker has no TLS, so it listens on a loopback address only (127.0.0.1, ::1, localhost); use KAFKA_BROKERS for a broker others reach", c.EmbeddedKafkaAddr)
+		return fmt.Errorf("config: FLASHSALE_EMBEDDED_KAFKA_ADDR=%q: the embedded broker has no TLS, so it listens on a loopback address only (127.0.0.1, ::1, localhost); use KAFKA_BROKERS for a broker others reach", c.EmbeddedKafkaAddr)
 	}
-	if c.JWTSecret == "" {
-		c.JWTSecret, c.JWTSecretGenerated = randomHex(32), true
-	}
-	if c.AdminToken == "" {
-		c.AdminToken, c.AdminTokenGenerated = randomHex(24), true
-	}
+	return nil
+}
+
+// checkNetwork checks the trusted proxies, the Kafka and Redis connections and the listening
+// addresses; addrsSet says whether FLASHSALE_REDIS_ADDRS was set.
+func (c *Config) checkNetwork(addrsSet bool) error {
 	// Gin would trust anything it cannot parse as no proxy at all: refuse instead of guessing
 	// whom to trust with X-Forwarded-For.
 	for _, px := range c.TrustedProxies {
 		if _, _, err := net.ParseCIDR(px); err != nil && net.ParseIP(px) == nil {
-			return Config{}, fmt.Errorf("config: FLASHSALE_TRUSTED_PROXIES: %q is neither an IP address nor a CIDR range", px)
+			return fmt.Errorf("config: FLASHSALE_TRUSTED_PROXIES: %q is neither an IP address nor a CIDR range", px)
 		}
 	}
 	if err := c.Kafka.Check(); err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return fmt.Errorf("config: %w", err)
 	}
 	if c.Kafka.TLS != nil && len(c.KafkaBrokers) == 0 {
-		return Config{}, fmt.Errorf("config: KAFKA_TLS is for KAFKA_BROKERS; the embedded broker has no TLS")
+		return fmt.Errorf("config: KAFKA_TLS is for KAFKA_BROKERS; the embedded broker has no TLS")
 	}
 	if len(c.KafkaBrokers) == 0 && c.Kafka.Mechanism == "" && (c.Kafka.Username == "") != (c.Kafka.Password == "") {
-		return Config{}, fmt.Errorf("config: KAFKA_USERNAME and KAFKA_PASSWORD go together (the embedded broker's login)")
+		return fmt.Errorf("config: KAFKA_USERNAME and KAFKA_PASSWORD go together (the embedded broker's login)")
 	}
 	if len(c.RedisAddrs) == 0 {
-		return Config{}, fmt.Errorf("config: FLASHSALE_REDIS_ADDRS: at least one address is needed")
+		return fmt.Errorf("config: FLASHSALE_REDIS_ADDRS: at least one address is needed")
 	}
-	if err := c.checkReplication(p.getenv("FLASHSALE_REDIS_ADDRS") != ""); err != nil {
-		return Config{}, err
+	if err := c.checkReplication(addrsSet); err != nil {
+		return err
 	}
-	if err := checkAddrs(c); err != nil {
-		return Config{}, err
+	if err := checkAddrs(*c); err != nil {
+		return err
 	}
+	return nil
+}
+
+// checkDurations checks the TTLs, timeouts and intervals against each other.
+func (c *Config) checkDurations() error {
 	// The scripts work in whole milliseconds: anything shorter would round to 0.
 	if c.ReservationTTL < time.Millisecond || c.IdempotencyTTL < time.Millisecond || c.TokenTTL < time.Second {
-		return Config{}, fmt.Errorf("config: reservation and idempotency TTLs must be at least 1ms, the token TTL at least 1s")
+		return fmt.Errorf("config: reservation and idempotency TTLs must be at least 1ms, the token TTL at least 1s")
 	}
 	// A replay must find its order for as long as the order can be paid; a shorter idempotency
 	// TTL would let a retry inside the payment window take stock a second time.
 	if c.IdempotencyTTL < c.ReservationTTL {
-		return Config{}, fmt.Errorf("config: FLASHSALE_IDEMPOTENCY_TTL (%s) must be at least FLASHSALE_RESERVATION_TTL (%s)", c.IdempotencyTTL, c.ReservationTTL)
+		return fmt.Errorf("config: FLASHSALE_IDEMPOTENCY_TTL (%s) must be at least FLASHSALE_RESERVATION_TTL (%s)", c.IdempotencyTTL, c.ReservationTTL)
 	}
 	// An idempotent replay must find its order for the whole window: a final order leaves
 	// Redis after the retention, so the retention may not be shorter.
 	if c.OrderRetention < c.IdempotencyTTL {
-		return Config{}, fmt.Errorf("config: FLASHSALE_ORDER_RETENTION (%s) must be at least FLASHSALE_IDEMPOTENCY_TTL (%s): a replay within the idempotency window must find its order", c.OrderRetention, c.IdempotencyTTL)
+		return fmt.Errorf("config: FLASHSALE_ORDER_RETENTION (%s) must be at least FLASHSALE_IDEMPOTENCY_TTL (%s): a replay within the idempotency window must find its order", c.OrderRetention, c.IdempotencyTTL)
 	}
 	if c.HTTPReadTimeout < time.Millisecond || c.HTTPWriteTimeout < time.Millisecond || c.HTTPIdleTimeout < time.Millisecond {
-		return Config{}, fmt.Errorf("config: the HTTP read, write and idle timeouts must be at least 1ms")
+		return fmt.Errorf("config: the HTTP read, write and idle timeouts must be at least 1ms")
 	}
 	if c.StreamHeartbeat < 10*time.Millisecond || c.StreamHeartbeat > 15*time.Second {
-		return Config{}, fmt.Errorf("config: FLASHSALE_STREAM_HEARTBEAT must be from 10ms to 15s (the contract's longest gap)")
+		return fmt.Errorf("config: FLASHSALE_STREAM_HEARTBEAT must be from 10ms to 15s (the contract's longest gap)")
 	}
 	// The drain is part of the shutdown's time: requests in flight when it ends need some too.
 	if c.ShutdownTimeout < time.Millisecond || c.ShutdownDrain >= c.ShutdownTimeout {
-		return Config{}, fmt.Errorf("config: FLASHSALE_SHUTDOWN_TIMEOUT (%s) must be at least 1ms and longer than FLASHSALE_SHUTDOWN_DRAIN (%s)", c.ShutdownTimeout, c.ShutdownDrain)
+		return fmt.Errorf("config: FLASHSALE_SHUTDOWN_TIMEOUT (%s) must be at least 1ms and longer than FLASHSALE_SHUTDOWN_DRAIN (%s)", c.ShutdownTimeout, c.ShutdownDrain)
 	}
 	if c.PostgresStartWait < time.Second || c.RedisStartWait < time.Second {
-		return Config{}, fmt.Errorf("config: FLASHSALE_POSTGRES_START_TIMEOUT and FLASHSALE_REDIS_START_TIMEOUT must be at least 1s")
+		return fmt.Errorf("config: FLASHSALE_POSTGRES_START_TIMEOUT and FLASHSALE_REDIS_START_TIMEOUT must be at least 1s")
 	}
 	if c.ExpiryInterval < time.Millisecond || c.SnapshotInterval < time.Millisecond {
-		return Config{}, fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")
+		return fmt.Errorf("config: expiry and snapshot intervals must be at least 1ms")
 	}
+	return nil
+}
+
+// checkPayment checks the payment settings and fills in the simulator's secrets left unset.
+func (c *Config) checkPayment() error {
 	if err := c.Payment.check(); err != nil {
-		return Config{}, err
+		return err
 	}
 	if c.Payment.Provider == "sim" && len(c.Payment.WebhookSecrets) == 0 {
 		c.Payment.WebhookSecrets, c.Payment.SecretGenerated = []string{"whsec_" + randomHex(32)}, true
@@ -356,7 +415,7 @@ func parse(p *parser) (Config, error) {
 	if c.Payment.Provider == "sim" && c.Payment.SimAPIKey == "" {
 		c.Payment.SimAPIKey, c.Payment.SimKeyGenerated = "sk_test_"+randomHex(24), true
 	}
-	return c, nil
+	return nil
 }
 
 // checkReplication checks the Sentinel and acknowledgement settings; addrsSet reports whether
