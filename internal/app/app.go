@@ -392,12 +392,12 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	conns := newUnusedConns()
 	srv.ConnState = conns.track
 	// The timeouts are enforced by a watch every tick (a tenth of the shortest, 5-100 ms)
-	// instead of a timer re-armed five times per request (httpapi.CoarseDeadlines).
+	// instead of a timer re-armed five times per request (CoarseDeadlines).
 	tick := min(srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout) / 10
 	tick = max(5*time.Millisecond, min(tick, 100*time.Millisecond))
 	// Over a connection cap a connection is closed at once (httpapi.CapConns); the reserve
 	// keeps /healthz, /readyz, /metrics and the admin routes reachable during a flood.
-	capped := httpapi.CapConns(httpapi.CoarseDeadlines(ln, tick), a.conns)
+	capped := httpapi.CapConns(CoarseDeadlines(ln, tick), a.conns)
 	metrics.HTTPConns.From(capped.Counts)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(capped) }()
