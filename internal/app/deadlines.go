@@ -11,7 +11,7 @@ import (
 // cost a store instead of re-arming a runtime timer. A server with read, write and idle
 // timeouts sets five deadlines per request (the whole request's, the answer's, clearing it, the
 // idle wait's, the next header's), and each re-arms the connection's poller timer under its
-// lock: 5-7% of the CPU of a sold-out answer or a catalogue read. Here a deadline is only
+// lock, a cost on every short answer. Here a deadline is only
 // remembered; one goroutine per listener looks every tick and makes the connection's reads or
 // writes fail (a real deadline in the past) when their deadline has passed. Timeouts keep
 // their meaning, at most one tick late; a deadline already past when set (net/http's way to

@@ -121,7 +121,7 @@ type UpsertResult struct {
 }
 
 // upsertsPerPipeline is how many upserts UpsertMany sends in one pipeline: one round trip for
-// them all, while the Redis time each costs (~40 µs) keeps a pipeline's hold on Redis short.
+// them all, while a pipeline's hold on Redis stays short.
 const upsertsPerPipeline = 128
 
 // UpsertMany is Upsert of every input in turn (an import), one result per input in their

@@ -17,13 +17,11 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 )
 
-// How a batch reaches Postgres. Profiled on cmd/bench's batches (1000 order.reserved events):
-// Postgres spends about the same CPU per row taking a batch as binary array parameters of
-// INSERT ... SELECT FROM unnest(...) as taking it by COPY (~12.5-14 µs per event for its three
-// rows either way). What differs is round trips and the writer's own CPU. COPY is two round
-// trips per table (the COPY statement, then the data), and a savepoint or a transaction driven
-// through database/sql adds one per statement: the old COPY path took ten per batch, each a
-// wake-up of Postgres and of the writer on a busy machine. Statements with array parameters
+// How a batch reaches Postgres. Postgres spends about the same CPU per row taking a batch as
+// binary array parameters of INSERT ... SELECT FROM unnest(...) as taking it by COPY; what
+// differs is round trips and the writer's own CPU. COPY is two round trips per table (the COPY
+// statement, then the data), and a savepoint or a transaction driven through database/sql adds
+// one per statement, each a wake-up of Postgres and of the writer. Statements with array parameters
 // can be pipelined, COPY cannot. So each batch is one pipeline, one round trip: BEGIN, every
 // statement, COMMIT (txBatch in wire.go).
 //

@@ -12,9 +12,8 @@ import (
 )
 
 // The writer's statements take each column of a batch as one array parameter. pgx encodes an
-// array element by element through interface values and an encode plan per element (about
-// 100 ns each: 2 µs of the writer's ~5.5 µs of CPU per event on cmd/bench's batches, where
-// an event is some 20 elements). The arrays here are encoded straight into PostgreSQL's
+// array element by element through interface values and an encode plan per element, a large
+// share of the writer's CPU per event (some 20 elements each). The arrays here are encoded straight into PostgreSQL's
 // binary array format, in one buffer reused between statements and batches, and sent as the
 // parameters of statements prepared once per connection, in one pgconn pipeline per
 // transaction: each statement is flushed as soon as it is encoded, so Postgres executes it

@@ -6,16 +6,14 @@
 //
 // A Cache is a fixed table of 8-way sets of atomic pointers rather than a sync.Map: a lookup is
 // one short hash, the set's 64 bytes of hashes and the one pointer whose hash matches,
-// with no lock, no interface boxing and no trie walk (sync.Map.Load was 6-7% of a sold-out
-// answer). The set is chosen by hashing only the token's last bytes, which for our tokens are
+// with no lock, no interface boxing and no trie walk, on the path of every authenticated
+// answer. The set is chosen by hashing only the token's last bytes, which for our tokens are
 // the signature and so already spread evenly; whatever a client sends there, it can only land
 // in a set, never match an entry it does not hold the whole token of.
 //
 // 16,384 sets of 8 hold 131,072 tokens. A full set evicts a round-robin victim, which then
-// simply checks again. Four ways used to be enough on average, but at 20,000 shoppers about
-// 130 sets held more tokens than ways; their shoppers, polling in turn, evicted one another on
-// every request and paid the full check (a JWT parse is about 5 µs) several percent of the
-// time. With eight ways a set overflows only past about 100,000 live tokens.
+// simply checks again. Eight ways keep a set from overflowing until about 100,000 live tokens,
+// so shoppers polling in turn do not evict one another into the full check.
 package tokencache
 
 import (

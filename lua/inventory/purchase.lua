@@ -43,14 +43,12 @@
 -- most now + burst * period / rate (gcra_step), so the hash expires that long after its last
 -- write (never sooner than a TTL it already has): it then holds only TATs in the past, which
 -- read as none. A refusal writes nothing. A TAT is stored as the 8 bytes of its double
--- (struct.pack '<d'), exact and neither printed nor parsed: Redis prints a Lua number given to
--- redis.call with printf("%.17g") and tonumber reads it back with strtod, together ~4% of a
--- purchase's Redis CPU. A TAT stored as text (an older version's, 13 or more characters) still
--- reads.
+-- (struct.pack '<d'), exact and neither printed nor parsed (printf and strtod cost Redis CPU
+-- on every purchase). A TAT stored as text (13 or more characters) still reads.
 --
 -- Reply: four values per attempt, then one string for the batch. Numbers stay numbers (an
 -- integer reply; once.lua records them as such): the script formats nothing for the reply,
--- a cost per attempt it used to pay three or four times. The api knows each attempt's item,
+-- since formatting is paid per attempt. The api knows each attempt's item,
 -- user and quantity, and the orders of a batch share price, creation and expiry, so a created
 -- order is only its sequence number. Attempt i is out[4i-3 .. 4i]: letter, value, a, b:
 --     C  seq          created: order <item>.<seq> of the attempt's user and quantity, status
@@ -148,8 +146,8 @@ end
 
 -- sized(k): a table whose array part has k slots from the start. Lua 5.1 has no table.new,
 -- and a table filled from empty is resized log2(k) times, each resize counting and moving
--- every entry: with the per-batch tables below that was about 6% of a purchase's Redis time
--- (perf). A table built from k values is sized once (k is at most 4n + 1 <= 1025, within
+-- every entry, a cost the per-batch tables below would pay on every purchase. A table built
+-- from k values is sized once (k is at most 4n + 1 <= 1025, within
 -- #ARGV and unpack's limits). The slots hold ARGV's strings until written, so these tables are
 -- read up to their own counters, never with #.
 local function sized(k)
