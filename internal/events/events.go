@@ -24,8 +24,14 @@ const (
 	OrderExpired   = "order.expired"
 	RatingSet      = "rating.set"
 	// PaymentRefunded: a payment that succeeded for an order already expired or cancelled was
-	// refunded at the provider (the order keeps its state).
+	// refunded at the provider (the order keeps its state), or a paid order's payment was
+	// refunded in part (refunded_cents: the amount refunded so far).
 	PaymentRefunded = "payment.refunded"
+	// OrderRefunded: a paid order's payment was refunded in full, by an admin or at the
+	// provider; delta is the units put back on sale (0: they stay sold).
+	OrderRefunded = "order.refunded"
+	// PaymentDisputed: a paid order's charge was disputed (a chargeback).
+	PaymentDisputed = "payment.disputed"
 	// QueueJoined: a shopper joined an item's waiting room (again, after an unused pass ran out).
 	QueueJoined = "queue.joined"
 	// QueueAdmitted: a shopper at the head of an item's line was given a pass.
@@ -72,6 +78,10 @@ type Event struct {
 	// PaymentID is the provider's payment, carried by order.paid (when a provider took the
 	// payment) and payment.refunded.
 	PaymentID string `json:"payment_id,omitempty"`
+	// PaymentIntent is the provider's PaymentIntent of the payment, when known; RefundedCents
+	// what was refunded of it so far (order.refunded, payment.refunded).
+	PaymentIntent string `json:"payment_intent,omitempty"`
+	RefundedCents *int64 `json:"refunded_cents,omitempty"`
 	// ImageURL is the item's picture, carried by item.upserted ("" for none).
 	ImageURL string `json:"image_url,omitempty"`
 	// Outcomes are a sale.tally's counts by outcome (TallyOutcomes); only counts above zero.
@@ -146,6 +156,8 @@ func FromEntry(eventID string, values map[string]any) (Event, error) {
 		UserID:  f.str("user"),
 	}
 	e.PaymentID = f.str("payment")
+	e.PaymentIntent = f.str("payment_intent")
+	e.RefundedCents = f.opt("refunded_cents")
 	e.Quantity = f.opt("quantity")
 	e.PriceCents = f.opt("price_cents")
 	e.Stars = f.opt("stars")
@@ -339,12 +351,12 @@ func (e Event) Validate() error {
 		if e.Delta == nil || *e.Delta == 0 || !nonNeg(e.StockTotal) {
 			return bad("needs delta and stock_total")
 		}
-	case OrderReserved, OrderPaid, OrderCancelled, OrderExpired:
+	case OrderReserved, OrderPaid, OrderCancelled, OrderExpired, OrderRefunded:
 		item, ok := keyspace.ItemOfOrder(e.OrderID)
 		if !ok || item != e.ItemID || e.UserID == "" || e.Quantity == nil || *e.Quantity < 1 || !nonNeg(e.PriceCents) {
 			return bad("incomplete order")
 		}
-	case PaymentRefunded:
+	case PaymentRefunded, PaymentDisputed:
 		item, ok := keyspace.ItemOfOrder(e.OrderID)
 		if !ok || item != e.ItemID || e.UserID == "" || e.PaymentID == "" || e.Quantity == nil || *e.Quantity < 1 || !nonNeg(e.PriceCents) {
 			return bad("needs order_id, user_id, payment_id, quantity and price_cents")

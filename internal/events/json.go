@@ -39,6 +39,8 @@ func (e Event) AppendJSON(b []byte) ([]byte, error) {
 	b = appendOptTime(b, `,"ends_at":`, e.EndsAt)
 	b = appendOptTime(b, `,"expires_at":`, e.ExpiresAt)
 	b = appendOptString(b, `,"payment_id":`, e.PaymentID)
+	b = appendOptString(b, `,"payment_intent":`, e.PaymentIntent)
+	b = appendOptInt(b, `,"refunded_cents":`, e.RefundedCents)
 	b = appendOptString(b, `,"image_url":`, e.ImageURL)
 	if len(e.Outcomes) > 0 {
 		j, err := json.Marshal(e.Outcomes) // sorted keys, as json.Marshal(e) gives

@@ -111,6 +111,10 @@ func (k Item) UserOrders() string { return k.base + "uorders" }
 // at the provider and how far it got (open, paid, refunding, refunded; see lua/orders/pay.lua).
 func (k Item) Payments() string { return k.base + "payments" }
 
+// Refunds is the item's hash order id -> "idempotency key|restock" of an admin's refund of
+// the order (lua/refund_order.lua).
+func (k Item) Refunds() string { return k.base + "refunds" }
+
 // Expiry, Outbox, Changed and Clock are the item's shard's (see Shard).
 func (k Item) Expiry() string  { return k.Shard.Expiry() }
 func (k Item) Outbox() string  { return k.Shard.Outbox() }

@@ -19,6 +19,9 @@ const (
 	Paid      Status = "paid"
 	Cancelled Status = "cancelled"
 	Expired   Status = "expired"
+	// Refunded: a paid order whose payment was refunded in full (by an admin, or at the
+	// provider); its units stay sold unless the refund asked to restock.
+	Refunded Status = "refunded"
 )
 
 // Sentinel errors; the HTTP layer maps them to the contract's codes.

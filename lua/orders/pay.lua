@@ -28,6 +28,8 @@
 -- ARGV[4] payment id ('' for the shopper's own pay)   ARGV[5] the provider's event id ('' for none)
 -- ARGV[6] processing hold in ms: a payment recorded processing still pays its reservation
 --   until expires_ms + this (see expire.lua); '' or 0 for none
+-- ARGV[7] with a payment id: the amount paid, in cents ('' unchecked); an amount that is not the
+--   order's quantity × price_cents (or negative: another currency) never pays it: refund
 --
 -- Reply: {outcome, packed_order, paid_total}
 --   outcome: paid | not_found (no such order, another user's, or not this order's payment)
@@ -48,6 +50,13 @@ if ARGV[6] and ARGV[6] ~= '' then
 end
 if not hold or hold < 0 then
   return redis.error_reply('ERR pay: hold must be a number of ms >= 0')
+end
+local amount = nil
+if ARGV[7] and ARGV[7] ~= '' then
+  amount = tonumber(ARGV[7])
+  if not amount then
+    return redis.error_reply('ERR pay: amount must be a number of cents')
+  end
 end
 if not item_id or item_id == '' or not oid or (user == '' and pid == '')
     or string.sub(oid, 1, #item_id + 1) ~= item_id .. '.' or string.find(pid .. evt, '|', 1, true) then
@@ -79,7 +88,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return redis.error_reply('ERR pay: the item is being restored; try again')
 end
 local paid = tonumber(redis.call('HGET', KEYS[1], 'paid')) or 0
-if state == 'paid' or state == 'refunded' then
+if state == 'paid' or state == 'refunded' or state == 'disputed' then
   return {'duplicate', packed, paid}
 end
 if state == 'refunding' then
@@ -89,6 +98,11 @@ if pid ~= '' and state ~= 'open' and state ~= 'processing' and state ~= 'failed'
   return redis.error_reply('ERR pay: payment record of ' .. oid .. ' is malformed')
 end
 local refund = pid .. '|refunding|' .. evt .. '|' .. att
+if pid ~= '' and amount and amount ~= o.qty * tonumber(o.price) then
+  -- Not the order's price: it pays nothing, and the money goes back.
+  redis.call('HSET', KEYS[9], oid, refund)
+  return {'refund', packed, paid}
+end
 if o.status == 'expired' then
   if pid ~= '' then
     redis.call('HSET', KEYS[9], oid, refund)

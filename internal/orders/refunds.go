@@ -1,0 +1,110 @@
+package orders
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/flashsale/flashsale/internal/exactlyonce"
+	"github.com/flashsale/flashsale/internal/keyspace"
+)
+
+// refundOrderScript applies refunds and disputes of paid orders (lua/refund_order.lua).
+var refundOrderScript = exactlyonce.NewChange("refund_order", "orders/release.lua", "lib/changed.lua", "orders/refund_order.lua")
+
+// Refund outcomes of the refund script.
+const (
+	refundApplied   = "refunded"
+	refundRequested = "requested"
+	refundRecorded  = "recorded"
+	refundDuplicate = "duplicate"
+)
+
+// refundCall is one run of refund_order.lua.
+type refundCall struct {
+	mode, orderID, paymentID, paymentIntent, key string
+	cents                                        int64
+	restock                                      bool
+}
+
+func (s *Store) refundOrder(ctx context.Context, c refundCall) (Order, string, error) {
+	item, ok := keyspace.ItemOfOrder(c.orderID)
+	if !ok || (c.paymentID != "" && !validPaymentID(c.paymentID)) || (c.paymentIntent != "" && !validPaymentID(c.paymentIntent)) {
+		return Order{}, "", ErrNotFound
+	}
+	k := s.keys.Item(item)
+	restock := "0"
+	if c.restock {
+		restock = "1"
+	}
+	res, err := refundOrderScript.Run(ctx, s.rdb,
+		[]string{k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(), k.Changed(), k.Clock(), k.Payments(), k.Refunds()},
+		item, c.orderID, c.paymentID, c.mode, strconv.FormatInt(c.cents, 10), restock, c.key, c.paymentIntent).Slice()
+	if err != nil {
+		return Order{}, "", fmt.Errorf("orders: %s refund of %s: %w", c.mode, c.orderID, err)
+	}
+	if len(res) != 2 {
+		return Order{}, "", fmt.Errorf("orders: %s refund of %s: %w", c.mode, c.orderID, errReply)
+	}
+	outcome, _ := res[0].(string)
+	o, err := s.replyOrder(c.orderID, item, outcome, res[1])
+	if err != nil {
+		return Order{}, "", fmt.Errorf("orders: %s refund of %s: %w", c.mode, c.orderID, err)
+	}
+	if outcome == "invalid_state" {
+		return o, outcome, fmt.Errorf("orders: %s refund of %s (%s): %w", c.mode, c.orderID, o.Status, ErrInvalidState)
+	}
+	if outcome == refundApplied && c.restock && s.Hooks.StockReturned != nil {
+		s.stockReturned(item)
+	}
+	return o, outcome, nil
+}
+
+// RequestRefund records an admin's full refund of a paid order under the admin's
+// Idempotency-Key before the provider is asked, with whether its units go back on sale. It
+// returns the order and its payment (the session to refund); done reports that this key's
+// refund was made before (the order is refunded: answer it again). A request of another key
+// on a paid order keeps the first one's restock. Errors: ErrNotFound, ErrInvalidState (not
+// paid with a payment, or refunded under another key).
+func (s *Store) RequestRefund(ctx context.Context, orderID, key string, restock bool) (o Order, paymentID string, done bool, err error) {
+	o, outcome, err := s.refundOrder(ctx, refundCall{mode: "request", orderID: orderID, key: key, restock: restock})
+	if err != nil {
+		return o, "", false, err
+	}
+	pays, err := s.PaymentsOf(ctx, o.ItemID, []string{orderID})
+	if err != nil {
+		return o, "", false, err
+	}
+	return o, pays[orderID].ID, outcome == refundDuplicate, nil
+}
+
+// WithdrawRefund forgets the admin's refund request of key (the provider refused it), so a
+// refund made later at the provider does not take its restock.
+func (s *Store) WithdrawRefund(ctx context.Context, orderID, key string) error {
+	_, _, err := s.refundOrder(ctx, refundCall{mode: "withdraw", orderID: orderID, key: key})
+	return err
+}
+
+// RecordRefund applies a refund the provider made of the order's payment (paymentID, the
+// session; paymentIntent for the event): refundedCents in all so far, full when nothing is
+// left. A full refund makes a paid order refunded (order.refunded, restocked as an admin's
+// request asked), once; a partial one publishes payment.refunded with the amount. It reports
+// whether this call changed anything. A refund of a payment the shop refunded itself (its order
+// could not be paid) changes nothing. ErrNotFound: no such order or not its payment.
+func (s *Store) RecordRefund(ctx context.Context, orderID, paymentID, paymentIntent string, refundedCents int64, full bool) (Order, bool, error) {
+	mode := "partial"
+	if full {
+		mode = "full"
+	}
+	o, outcome, err := s.refundOrder(ctx, refundCall{mode: mode, orderID: orderID, paymentID: paymentID,
+		paymentIntent: paymentIntent, cents: refundedCents})
+	return o, outcome == refundApplied || outcome == refundRecorded, err
+}
+
+// RecordDispute marks a paid order's payment disputed (payment_status disputed,
+// payment.disputed), once. It reports whether this call recorded it.
+func (s *Store) RecordDispute(ctx context.Context, orderID, paymentID, paymentIntent string) (Order, bool, error) {
+	o, outcome, err := s.refundOrder(ctx, refundCall{mode: "dispute", orderID: orderID, paymentID: paymentID,
+		paymentIntent: paymentIntent})
+	return o, outcome == refundRecorded, err
+}
