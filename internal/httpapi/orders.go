@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/payment"
 )
 
@@ -130,4 +132,61 @@ func (s *Server) paymentWebhook(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"received": true})
+}
+
+var (
+	errRefundKey      = errInvalid("Idempotency-Key is required: a retried refund must not ask the provider twice")
+	errRefundNotPaid  = &apiError{http.StatusConflict, "invalid_state", "only a paid order with a payment can be refunded (or it was refunded under another Idempotency-Key)"}
+	errRefundNoneProv = &apiError{http.StatusConflict, "invalid_state", "this shop settles payment outside: there is no payment to refund"}
+)
+
+// refundOrder answers POST /api/admin/orders/:id/refund (optional body {"restock": bool}):
+// 200 {"order"} refunded in full through the provider, the same for the same Idempotency-Key
+// again; 400 without the key; 404 for an unknown order; 409 invalid_state unless paid with a
+// payment; 502 payment_refused when the provider refuses (a disputed charge); 503 while the
+// provider cannot be reached.
+func (s *Server) refundOrder(c *gin.Context) {
+	raw, err := readBody(c, maxBody)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	var body struct {
+		Restock bool `json:"restock"`
+	}
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if err := strictUnmarshal(raw, &body); err != nil {
+			fail(c, err)
+			return
+		}
+	}
+	key, err := idempotencyKey(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if key == "" {
+		fail(c, errRefundKey)
+		return
+	}
+	o, err := s.Payments.RefundOrder(c.Request.Context(), c.Param("id"), key, body.Restock)
+	if err != nil {
+		var refusal *payment.Refusal
+		switch {
+		case errors.As(err, &refusal):
+			slog.Warn("refund: the payment provider refused", "request_id", requestIDOf(c), "order", c.Param("id"), "err", err)
+			err = &apiError{http.StatusBadGateway, "payment_refused", "the payment provider refused this refund: " + refusal.Reason}
+		case errors.Is(err, payment.ErrUnavailable):
+			slog.Warn("refund: payment provider unavailable", "request_id", requestIDOf(c), "err", err)
+			err = &apiError{http.StatusServiceUnavailable, "unavailable",
+				"the payment provider cannot be reached; retry with the same Idempotency-Key"}
+		case errors.Is(err, orders.ErrInvalidState):
+			err = errRefundNotPaid
+		case errors.Is(err, payment.ErrNoProvider):
+			err = errRefundNoneProv
+		}
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"order": o})
 }

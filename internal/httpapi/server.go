@@ -170,6 +170,7 @@ func (s *Server) routes() {
 	admin.GET("/reconciliation/runs", s.reconciliationRuns)
 	admin.GET("/stats", s.adminStats)
 	admin.GET("/reports/sales", s.salesReport)
+	admin.POST("/orders/:id/refund", s.refundOrder)
 
 	if s.Web != nil {
 		s.webRoutes()

@@ -44,7 +44,7 @@ var (
 
 	PaymentWebhooks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashsale_payment_webhooks_total",
-		Help: "Payment provider webhook deliveries by result: applied (verified, applied or deliberately ignored), unknown (verified, about a payment this api has no record of), refused (no valid signature: 400) or retry (not applied yet: 503).",
+		Help: "Payment provider webhook deliveries by result: applied (verified, applied or deliberately ignored), unknown (verified, about a payment this api has no record of), refused (no valid signature: 400), retry (not applied yet: 503), or mismatch (besides applied: a succeeded payment whose amount or currency was not its order's, refunded).",
 	}, []string{"result"})
 
 	Purchases = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -44,6 +44,8 @@ const (
 	EventSucceeded            = "payment_intent.succeeded"
 	EventFailed               = "payment_intent.payment_failed"
 	EventProcessing           = "payment_intent.processing"
+	EventChargeRefunded       = "charge.refunded"
+	EventDisputeCreated       = "charge.dispute.created"
 )
 
 // Metadata keys flashsale puts on every session and its PaymentIntent.
@@ -117,8 +119,8 @@ type CheckoutRequest struct {
 	ExpiresAt                time.Time
 }
 
-// Event is one verified webhook event: its object is a Checkout Session (SessionID set) or a
-// PaymentIntent (SessionID "").
+// Event is one verified webhook event: its object is a Checkout Session (SessionID set), a
+// PaymentIntent, a charge or a dispute (SessionID "", PaymentIntent the payment's).
 type Event struct {
 	ID, Type      string
 	SessionID     string
@@ -129,6 +131,9 @@ type Event struct {
 	AmountCents           int64
 	Currency              string
 	Metadata              map[string]string
+	// RefundedCents and Refunded are a charge's amount_refunded and refunded (in full).
+	RefundedCents int64
+	Refunded      bool
 }
 
 // Provider is a payment provider speaking Stripe's API. Every change carries an

@@ -41,6 +41,9 @@ const (
 	WebhookUnknown = "unknown"
 	WebhookRefused = "refused"
 	WebhookRetry   = "retry"
+	// WebhookMismatch: a succeeded payment whose amount or currency is not its order's (refunded);
+	// told besides the delivery's own result.
+	WebhookMismatch = "mismatch"
 )
 
 // errUnknownWebhook: a verified event about a payment this api has no record of (answered
@@ -274,10 +277,14 @@ func (s *Service) HandleWebhook(ctx context.Context, raw []byte, header string) 
 	case err != nil:
 		result = WebhookRetry
 	}
+	s.observe(result)
+	return err
+}
+
+func (s *Service) observe(result string) {
 	if s != nil && s.Observe != nil {
 		s.Observe(result)
 	}
-	return err
 }
 
 func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) error {
@@ -305,6 +312,8 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 		status = PaymentProcessing
 	case EventSessionExpired:
 		status = PaymentCanceled
+	case EventChargeRefunded, EventDisputeCreated:
+		return s.chargeEvent(ctx, ev)
 	default:
 		return nil // not ours to act on
 	}
@@ -320,13 +329,29 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 		_, err := s.Orders.SetPaymentStatus(ctx, oid, sid, status)
 		return err
 	}
-	o, st, err := s.Orders.SettlePayment(ctx, sid, ev.ID)
+	if ev.PaymentIntent != "" {
+		// The PaymentIntent's charge events (refunds, disputes) find the order by it.
+		if err := s.Orders.IndexPayment(ctx, ev.PaymentIntent, oid); err != nil {
+			return err
+		}
+	}
+	amount := ev.AmountCents
+	if ev.Currency != s.Currency {
+		amount = -1 // another currency never pays an order
+	}
+	o, st, err := s.Orders.SettleAmount(ctx, sid, ev.ID, amount)
 	if errors.Is(err, orders.ErrUnknownPayment) {
 		webhookWarn.Warn("payment webhook: unknown payment, ignored", "event", ev.ID, "session", sid)
 		return errUnknownWebhook
 	}
 	if err != nil || st != orders.SettledRefund {
 		return err
+	}
+	if ev.AmountCents != o.Quantity*o.PriceCents || ev.Currency != s.Currency {
+		slog.Warn("payment webhook: a payment's amount or currency is not its order's; refunding it",
+			"event", ev.ID, "order", o.ID, "session", sid, "amount_cents", ev.AmountCents, "currency", ev.Currency,
+			"order_cents", o.Quantity*o.PriceCents, "order_currency", s.Currency)
+		s.observe(WebhookMismatch)
 	}
 	// The order was expired or cancelled before the payment succeeded: give the money back.
 	// A failure here leaves the payment marked refunding; the provider's next delivery of
@@ -466,4 +491,111 @@ func (s *Service) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// chargeEvent applies charge.refunded (a refund made at the provider: in full, the paid order
+// becomes refunded; in part, recorded) and charge.dispute.created (the payment is flagged
+// disputed) to the order the charge's PaymentIntent paid.
+func (s *Service) chargeEvent(ctx context.Context, ev Event) error {
+	oid, sid, err := s.findCharge(ctx, ev)
+	if errors.Is(err, orders.ErrUnknownPayment) {
+		webhookWarn.Warn("payment webhook: unknown payment, ignored", "event", ev.ID, "type", ev.Type, "payment_intent", ev.PaymentIntent)
+		return errUnknownWebhook
+	}
+	if err != nil {
+		return err
+	}
+	switch ev.Type {
+	case EventDisputeCreated:
+		_, recorded, err := s.Orders.RecordDispute(ctx, oid, sid, ev.PaymentIntent)
+		if recorded {
+			slog.Warn("payment: a paid order's charge is disputed", "order", oid, "session", sid, "payment_intent", ev.PaymentIntent)
+		}
+		return ignoreSettled(err)
+	default:
+		full := ev.Refunded || (ev.AmountCents > 0 && ev.RefundedCents >= ev.AmountCents)
+		_, _, err := s.Orders.RecordRefund(ctx, oid, sid, ev.PaymentIntent, ev.RefundedCents, full)
+		return ignoreSettled(err)
+	}
+}
+
+// ignoreSettled: a refund or dispute of an order that is not paid (its payment was the shop's
+// own refund of an order it could not pay, or the order is gone) changes nothing and is done.
+func ignoreSettled(err error) error {
+	if errors.Is(err, orders.ErrInvalidState) || errors.Is(err, orders.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// findCharge is the order and session of a charge's or dispute's PaymentIntent: by the index
+// its success wrote, else by its metadata's attempt (as a PaymentIntent event).
+func (s *Service) findCharge(ctx context.Context, ev Event) (string, string, error) {
+	if ev.PaymentIntent == "" {
+		return "", "", orders.ErrUnknownPayment
+	}
+	oid, err := s.Orders.OrderOfPayment(ctx, ev.PaymentIntent)
+	if errors.Is(err, orders.ErrUnknownPayment) && ev.Metadata[MetaAttempt] != "" {
+		return s.find(ctx, Event{PaymentIntent: ev.PaymentIntent, Metadata: ev.Metadata})
+	}
+	if err != nil {
+		return "", "", err
+	}
+	item, _ := keyspace.ItemOfOrder(oid)
+	recs, err := s.Orders.PaymentsOf(ctx, item, []string{oid})
+	if err != nil {
+		return "", "", err
+	}
+	if recs[oid].ID == "" {
+		return "", "", orders.ErrUnknownPayment
+	}
+	return oid, recs[oid].ID, nil
+}
+
+// RefundOrder refunds a paid order in full through the provider, as an admin asked under key
+// (the same key again answers the refunded order), putting its units back on sale when
+// restock. The provider's charge.refunded for the same refund, or a duplicate request, finds
+// the order refunded: it is refunded once. Errors: orders.ErrNotFound, orders.ErrInvalidState
+// (not paid with a payment, or refunded under another key), ErrNoProvider, a *Refusal (the
+// provider refused, e.g. a disputed charge), ErrUnavailable.
+func (s *Service) RefundOrder(ctx context.Context, orderID, key string, restock bool) (orders.Order, error) {
+	if !s.Enabled() {
+		return orders.Order{}, ErrNoProvider
+	}
+	o, sid, done, err := s.Orders.RequestRefund(ctx, orderID, key, restock)
+	if err != nil {
+		return o, err
+	}
+	if done {
+		o.PaymentID, o.PaymentStatus = sid, "refunded"
+		return o, nil
+	}
+	cs, err := s.Provider.GetCheckout(ctx, sid)
+	if err != nil {
+		return o, unavailable(err)
+	}
+	if cs.PaymentIntent == "" {
+		return o, fmt.Errorf("payment: refund %s: session %s has no payment: %w", orderID, sid, orders.ErrInvalidState)
+	}
+	if err := s.Provider.Refund(ctx, cs.PaymentIntent); err != nil {
+		var r *Refusal
+		if !errors.As(err, &r) || r.Code != "charge_already_refunded" {
+			if errors.As(err, &r) {
+				if werr := s.Orders.WithdrawRefund(ctx, orderID, key); werr != nil {
+					slog.Warn("payment: withdrawing a refused refund failed", "order", orderID, "err", werr)
+				}
+			}
+			return o, unavailable(err)
+		}
+		// Refunded at the provider already (its charge.refunded may not have come yet).
+	}
+	o, _, err = s.Orders.RecordRefund(ctx, orderID, sid, cs.PaymentIntent, o.Quantity*o.PriceCents, true)
+	if err != nil {
+		return o, err
+	}
+	if o.Status != orders.Refunded {
+		return o, fmt.Errorf("payment: refund %s left it %s: %w", orderID, o.Status, orders.ErrInvalidState)
+	}
+	o.PaymentID, o.PaymentStatus = sid, "refunded"
+	return o, nil
 }

@@ -54,7 +54,8 @@ func signedAt(header string) (time.Time, bool) {
 	return at, !at.IsZero()
 }
 
-// decodeEvent reads the event's id, type and object (a Checkout Session or a PaymentIntent)
+// decodeEvent reads the event's id, type and object (a Checkout Session, a PaymentIntent, a
+// charge or a dispute)
 // from a verified body. A body that is not such an event is ErrBadSignature's sibling:
 // nothing a provider signs, answered 400 too.
 func decodeEvent(raw []byte) (Event, error) {
@@ -72,6 +73,8 @@ func decodeEvent(raw []byte) (Event, error) {
 				AmountTotal   int64             `json:"amount_total"`
 				Currency      string            `json:"currency"`
 				Metadata      map[string]string `json:"metadata"`
+				AmountRefund  int64             `json:"amount_refunded"`
+				Refunded      bool              `json:"refunded"`
 			} `json:"object"`
 		} `json:"data"`
 	}
@@ -87,6 +90,9 @@ func decodeEvent(raw []byte) (Event, error) {
 		ev.PaymentIntent = expandableID(o.PaymentIntent)
 	case "payment_intent":
 		ev.PaymentIntent, ev.AmountCents = o.ID, o.Amount
+	case "charge", "dispute":
+		ev.PaymentIntent, ev.AmountCents = expandableID(o.PaymentIntent), o.Amount
+		ev.RefundedCents, ev.Refunded = o.AmountRefund, o.Refunded
 	}
 	return ev, nil
 }
