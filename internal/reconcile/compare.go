@@ -217,12 +217,10 @@ func (r *Reconciler) scanItem(ctx context.Context, item string) (*candidate, sca
 	now := time.Now()
 	err = r.pgEachOrder(ctx, item, func(id string, o pgOrder) {
 		st.rows++
-		switch o.Status {
-		case "reserved":
+		if o.Status == "reserved" {
 			pc.reserved += o.Qty
-		case "paid":
-			pc.paid += o.Qty
 		}
+		pc.paid += o.SoldUnits()
 		x, ok := ro[id]
 		if !ok && r.retired(o, now) {
 			st.pruned++ // its units still count in the sums above, as in Redis's

@@ -47,12 +47,10 @@ func (c *pgCounters) add(o *pgOrder, sign int64) {
 	if o == nil {
 		return
 	}
-	switch o.Status {
-	case "reserved":
+	if o.Status == "reserved" {
 		c.reserved += sign * o.Qty
-	case "paid":
-		c.paid += sign * o.Qty
 	}
+	c.paid += sign * o.SoldUnits()
 }
 
 // startRun records a run as running.

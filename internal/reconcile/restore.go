@@ -259,6 +259,11 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 			out.Paid += o.Qty
 			held[o.User] += o.Qty
 			paidBy[o.User] += o.Qty
+		case "refunded":
+			// Units a refund did not put back on sale stay sold and count against the buyer's
+			// allowance; a refunded buyer is no buyer.
+			out.Paid += o.SoldUnits()
+			held[o.User] += o.SoldUnits()
 		}
 	}
 	for user, u := range byUser {

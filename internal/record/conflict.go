@@ -114,7 +114,7 @@ func conflictsStored(fresh []parsed, stored map[string]storedOrder) ([]parsed, [
 
 func isOrderEvent(typ string) bool {
 	switch typ {
-	case events.OrderReserved, events.OrderPaid, events.OrderCancelled, events.OrderExpired:
+	case events.OrderReserved, events.OrderPaid, events.OrderCancelled, events.OrderExpired, events.OrderRefunded:
 		return true
 	}
 	return false

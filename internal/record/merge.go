@@ -206,14 +206,15 @@ func queueOrders(b *txBatch, s stmt, rows []*orderRow, merged map[string]bool) {
 		qtys, prices                = make([]int64, n), make([]int64, n)
 		created, updated            = make([]time.Time, n), make([]time.Time, n)
 		expires                     = make([]*time.Time, n)
+		restocked                   = make([]int64, n)
 	)
 	for i, r := range rows {
 		ids[i], items[i], users[i], statuses[i] = r.ID, r.ItemID, r.UserID, r.Status
 		qtys[i], prices[i], created[i], updated[i] = r.Quantity, r.PriceCents, r.CreatedAt, r.UpdatedAt
-		expires[i] = r.ExpiresAt
+		expires[i], restocked[i] = r.ExpiresAt, r.Restocked
 	}
 	if merged == nil {
-		b.exec(s, ids, items, users, qtys, prices, statuses, created, updated, expires)
+		b.exec(s, ids, items, users, qtys, prices, statuses, created, updated, expires, restocked)
 		return
 	}
 	for _, id := range ids {
@@ -224,7 +225,7 @@ func queueOrders(b *txBatch, s stmt, rows []*orderRow, merged map[string]bool) {
 			merged[string(rr.Values()[0])] = true
 		}
 		return nil
-	}, ids, items, users, qtys, prices, statuses, created, updated, expires)
+	}, ids, items, users, qtys, prices, statuses, created, updated, expires, restocked)
 }
 
 // queueMovements queues one statement (insertMovements or mergeMovements) for the movements.
@@ -319,12 +320,15 @@ func queueMerge(b *txBatch, rows batchRows, merged map[string]bool, provider str
 			providers             = make([]string, n)
 			amounts, refunded     = make([]int64, n), make([]int64, n)
 			created, updated      = make([]time.Time, n), make([]time.Time, n)
+			intents               = make([]string, n)
+			disputed              = make([]*time.Time, n)
 		)
 		for i, r := range rows.payments {
 			ids[i], orders[i], statuses[i], amounts[i], refunded[i] = r.ID, r.OrderID, r.Status, r.AmountCents, r.Refunded
 			created[i], updated[i], providers[i] = r.CreatedAt, r.UpdatedAt, provider
+			intents[i], disputed[i] = r.PaymentIntent, r.DisputedAt
 		}
-		b.exec(mergePayments, ids, orders, providers, amounts, statuses, refunded, created, updated)
+		b.exec(mergePayments, ids, orders, providers, amounts, statuses, refunded, created, updated, intents, disputed)
 	}
 }
 
@@ -366,9 +370,9 @@ var (
 	FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[]) AS x(event_id, type, kafka_partition, kafka_offset)`}
 
 	// insertOrders creates orders none of which exists (writeNew); same parameters as mergeOrders.
-	insertOrders = stmt{"record_insert_orders", `INSERT INTO orders (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at)
+	insertOrders = stmt{"record_insert_orders", `INSERT INTO orders (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at, restocked)
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
-		$7::timestamptz[], $8::timestamptz[], $9::timestamptz[])`}
+		$7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::bigint[])`}
 
 	// insertMovements records movements none of which exists (writeNew); same parameters as
 	// mergeMovements.
@@ -420,13 +424,14 @@ var (
 		$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
 	ON CONFLICT (event_id) DO NOTHING`}
 
-	mergeOrders = stmt{"record_merge_orders", `INSERT INTO orders AS o (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at)
-	SELECT id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at
+	mergeOrders = stmt{"record_merge_orders", `INSERT INTO orders AS o (id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at, restocked)
+	SELECT id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at, restocked
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
-		$7::timestamptz[], $8::timestamptz[], $9::timestamptz[])
-		AS x(id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at)
+		$7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::bigint[])
+		AS x(id, item_id, user_id, quantity, price_cents, status, created_at, updated_at, expires_at, restocked)
 	ON CONFLICT (id) DO UPDATE SET
 	expires_at = COALESCE(o.expires_at, excluded.expires_at),
+	restocked = GREATEST(o.restocked, excluded.restocked),
 	status = CASE WHEN order_status_rank(excluded.status) > order_status_rank(o.status) THEN excluded.status ELSE o.status END,
 	created_at = LEAST(o.created_at, excluded.created_at),
 	updated_at = GREATEST(o.updated_at, excluded.updated_at)
@@ -441,11 +446,14 @@ var (
 	` + newer("r", [2]string{"pos_ms", "pos_seq"}, "stars", "updated_at")}
 
 	// mergePayments: a refund wins over a success whatever the order the events came in.
-	mergePayments = stmt{"record_merge_payments", `INSERT INTO payments AS p (id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at)
-	SELECT id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[], $8::timestamptz[])
-		AS x(id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at)
+	mergePayments = stmt{"record_merge_payments", `INSERT INTO payments AS p (id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, payment_intent, disputed_at)
+	SELECT id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, NULLIF(payment_intent, ''), disputed_at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[], $8::timestamptz[],
+		$9::text[], $10::timestamptz[])
+		AS x(id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, payment_intent, disputed_at)
 	ON CONFLICT (id) DO UPDATE SET
+	payment_intent = COALESCE(p.payment_intent, excluded.payment_intent),
+	disputed_at = LEAST(p.disputed_at, excluded.disputed_at),
 	status = CASE WHEN excluded.status = 'refunded' THEN excluded.status ELSE p.status END,
 	refunded_cents = GREATEST(p.refunded_cents, excluded.refunded_cents),
 	created_at = LEAST(p.created_at, excluded.created_at),

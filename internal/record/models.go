@@ -40,6 +40,7 @@ type Order struct {
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	ExpiresAt  *time.Time // when the reservation lapses (from order.reserved)
+	Restocked  int64      // units a refund put back on sale (order.refunded's delta)
 }
 
 // QueueEntry is one shopper in one item's waiting room: the first join and first admission.

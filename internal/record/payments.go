@@ -7,8 +7,8 @@ import (
 )
 
 // PaymentIssue is a payment the record does not account for exactly once: a succeeded payment
-// whose order is not paid, a refunded one whose order is not expired or cancelled (or whose
-// refund is not the whole amount), or an order that two succeeded payments paid.
+// whose order is not paid, a refunded one whose order is not expired, cancelled or refunded (or
+// whose refund is not the whole amount), or an order that two succeeded payments paid.
 type PaymentIssue struct {
 	PaymentID   string // "" for an order paid twice (OrderID names it; Payments counts them)
 	OrderID     string
@@ -29,7 +29,7 @@ func (q *Queries) PaymentIssues(ctx context.Context) ([]PaymentIssue, int, error
 	SELECT p.id, p.order_id, p.status, COALESCE(o.status, ''), 1
 	FROM payments p LEFT JOIN orders o ON o.id = p.order_id
 	WHERE (p.status = 'succeeded' AND o.status IS DISTINCT FROM 'paid')
-	   OR (p.status = 'refunded' AND (o.status IS NULL OR o.status NOT IN ('expired', 'cancelled') OR p.refunded_cents <> p.amount_cents))
+	   OR (p.status = 'refunded' AND (o.status IS NULL OR o.status NOT IN ('expired', 'cancelled', 'refunded') OR p.refunded_cents <> p.amount_cents))
 	UNION ALL
 	SELECT '', order_id, 'succeeded', '', count(*)::int FROM payments WHERE status = 'succeeded'
 	GROUP BY order_id HAVING count(*) > 1

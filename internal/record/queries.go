@@ -50,13 +50,28 @@ type OrderState struct {
 	// FromReservation says Created is the order's own creation, written by its order.reserved
 	// (expires_at is set by it alone), not the time of a later event recorded first.
 	FromReservation bool
+	// Restocked is the units a refund put back on sale; a refunded order's other units stay
+	// sold (SoldUnits).
+	Restocked int64
+}
+
+// SoldUnits is how many of the order's units are out of stock for good: a paid order's, and a
+// refunded one's that the refund did not put back on sale.
+func (o OrderState) SoldUnits() int64 {
+	switch o.Status {
+	case "paid":
+		return o.Qty
+	case "refunded":
+		return max(o.Qty-o.Restocked, 0)
+	}
+	return 0
 }
 
 // orderStateCols selects an order's id and OrderState in scanOrderState's order.
-const orderStateCols = `id, user_id, quantity, price_cents, status, created_at, updated_at, pruned_at IS NOT NULL, expires_at IS NOT NULL`
+const orderStateCols = `id, user_id, quantity, price_cents, status, created_at, updated_at, pruned_at IS NOT NULL, expires_at IS NOT NULL, restocked`
 
 func scanOrderState(row pgx.Row, id *string, o *OrderState) error {
-	return row.Scan(id, &o.User, &o.Qty, &o.Price, &o.Status, &o.Created, &o.Updated, &o.Pruned, &o.FromReservation)
+	return row.Scan(id, &o.User, &o.Qty, &o.Price, &o.Status, &o.Created, &o.Updated, &o.Pruned, &o.FromReservation, &o.Restocked)
 }
 
 // ItemCounters are an item's stock figures derived from the record, with its attributes.
@@ -215,6 +230,7 @@ func (q *Queries) ItemState(ctx context.Context, item string, ids []string) (Ite
 	err := pgx.BeginTxFunc(ctx, q.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(quantity) FILTER (WHERE status = 'reserved'), 0),
 			coalesce(sum(quantity) FILTER (WHERE status = 'paid'), 0)
+				+ coalesce(sum(GREATEST(quantity - restocked, 0)) FILTER (WHERE status = 'refunded'), 0)
 			FROM orders WHERE item_id = $1`, item).Scan(&c.Reserved, &c.Paid); err != nil {
 			return err
 		}
@@ -266,6 +282,12 @@ type OrderRecord struct {
 	Created, Updated time.Time
 	Expires          *time.Time // null for orders recorded before the column
 	Pruned           bool       // the pruning pass removed it from Redis: restore leaves it out
+	Restocked        int64      // units a refund put back on sale
+}
+
+// SoldUnits is as OrderState's.
+func (o OrderRecord) SoldUnits() int64 {
+	return OrderState{Status: o.Status, Qty: o.Qty, Restocked: o.Restocked}.SoldUnits()
 }
 
 // Item reads one item and its orders; ok is false when the record has no such item.
@@ -282,10 +304,10 @@ func (q *Queries) Item(ctx context.Context, id string) (it ItemRecord, ok bool, 
 		return it, false, fmt.Errorf("record: item %s: %w", id, err)
 	}
 	rows, _ := q.db.Query(ctx, `SELECT id, user_id, status, quantity, price_cents, created_at, updated_at, expires_at,
-		pruned_at IS NOT NULL FROM orders WHERE item_id = $1`, id)
+		pruned_at IS NOT NULL, restocked FROM orders WHERE item_id = $1`, id)
 	it.Orders, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (OrderRecord, error) {
 		var o OrderRecord
-		err := row.Scan(&o.ID, &o.User, &o.Status, &o.Qty, &o.Price, &o.Created, &o.Updated, &o.Expires, &o.Pruned)
+		err := row.Scan(&o.ID, &o.User, &o.Status, &o.Qty, &o.Price, &o.Created, &o.Updated, &o.Expires, &o.Pruned, &o.Restocked)
 		return o, err
 	})
 	if err != nil {

@@ -247,8 +247,10 @@ type (
 	// events describe it: status only moves forward, succeeded -> refunded.
 	paymentRow struct {
 		ID, OrderID, Status   string
+		PaymentIntent         string
 		AmountCents, Refunded int64
 		CreatedAt, UpdatedAt  time.Time
+		DisputedAt            *time.Time
 	}
 	// queueRow is a shopper's first join and first admission as the batch saw them.
 	queueRow = QueueEntry
@@ -271,8 +273,11 @@ type (
 
 // statusRank mirrors the SQL function order_status_rank.
 func statusRank(s string) int {
-	if s == "reserved" {
+	switch s {
+	case "reserved":
 		return 0
+	case "refunded":
+		return 2
 	}
 	return 1
 }
@@ -299,7 +304,9 @@ func fold(fresh []parsed) batchRows {
 	var moves []movementRow
 	pays := map[string]*paymentRow{}
 	var payOrder []string
-	payment := func(e events.Event, status string) {
+	// payment folds one payment event: status succeeded (order.paid, and the partial refunds
+	// and disputes of a paid order) or refunded (in full).
+	payment := func(e events.Event, status string) *paymentRow {
 		r := pays[e.PaymentID]
 		if r == nil {
 			r = &paymentRow{ID: e.PaymentID, OrderID: e.OrderID, Status: status,
@@ -307,8 +314,14 @@ func fold(fresh []parsed) batchRows {
 			pays[e.PaymentID] = r
 			payOrder = append(payOrder, e.PaymentID)
 		}
+		if r.PaymentIntent == "" {
+			r.PaymentIntent = e.PaymentIntent
+		}
 		if status == "refunded" {
 			r.Status, r.Refunded = status, r.AmountCents
+		}
+		if e.RefundedCents != nil && *e.RefundedCents > r.Refunded {
+			r.Refunded = *e.RefundedCents
 		}
 		if e.At.Before(r.CreatedAt) {
 			r.CreatedAt = e.At
@@ -316,6 +329,7 @@ func fold(fresh []parsed) batchRows {
 		if e.At.After(r.UpdatedAt) {
 			r.UpdatedAt = e.At
 		}
+		return r
 	}
 
 	queue := map[[2]string]*queueRow{}
@@ -369,7 +383,7 @@ func fold(fresh []parsed) batchRows {
 			setStock(item(e.ItemID, e.At), p)
 			moves = append(moves, movementRow{EventID: e.EventID, ItemID: e.ItemID, Kind: "adjusted",
 				Delta: *e.Delta, StockTotal: e.StockTotal, At: e.At})
-		case events.OrderReserved, events.OrderPaid, events.OrderCancelled, events.OrderExpired:
+		case events.OrderReserved, events.OrderPaid, events.OrderCancelled, events.OrderExpired, events.OrderRefunded:
 			status := strings.TrimPrefix(e.Type, "order.")
 			o := orders[e.OrderID]
 			if o == nil {
@@ -394,6 +408,14 @@ func fold(fresh []parsed) batchRows {
 			if e.Type == events.OrderPaid && e.PaymentID != "" {
 				payment(e, "succeeded")
 			}
+			if e.Type == events.OrderRefunded {
+				if e.Delta != nil && *e.Delta > o.Restocked {
+					o.Restocked = *e.Delta
+				}
+				if e.PaymentID != "" {
+					payment(e, "refunded")
+				}
+			}
 			oid := e.OrderID
 			switch e.Type {
 			case events.OrderReserved:
@@ -402,9 +424,24 @@ func fold(fresh []parsed) batchRows {
 			case events.OrderCancelled, events.OrderExpired:
 				moves = append(moves, movementRow{EventID: e.EventID, ItemID: e.ItemID, Kind: "returned",
 					Delta: *e.Quantity, OrderID: &oid, At: e.At})
+			case events.OrderRefunded:
+				if e.Delta != nil && *e.Delta > 0 {
+					moves = append(moves, movementRow{EventID: e.EventID, ItemID: e.ItemID, Kind: "returned",
+						Delta: *e.Delta, OrderID: &oid, At: e.At})
+				}
 			}
 		case events.PaymentRefunded:
-			payment(e, "refunded")
+			if e.RefundedCents != nil {
+				payment(e, "succeeded") // a paid order's payment refunded in part
+			} else {
+				payment(e, "refunded")
+			}
+		case events.PaymentDisputed:
+			r := payment(e, "succeeded")
+			if r.DisputedAt == nil || e.At.Before(*r.DisputedAt) {
+				at := e.At
+				r.DisputedAt = &at
+			}
 		case events.ItemArchived:
 			earliest(&item(e.ItemID, e.At).ArchivedAt, e.At)
 		case events.QueueJoined:

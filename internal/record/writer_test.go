@@ -391,3 +391,70 @@ func TestPaymentIssues(t *testing.T) {
 		t.Fatalf("issues %s", got)
 	}
 }
+
+// TestApplyRefundsAndDisputes: order.refunded makes a paid order refunded (whatever the order
+// the events come in: refunded only follows paid), with its restocked units and its payment
+// refunded in full; a partial payment.refunded and payment.disputed leave the order paid and
+// record the amount and the dispute.
+func TestApplyRefundsAndDisputes(t *testing.T) {
+	reserved := ev(events.OrderReserved, 1, nil)
+	paid := ev(events.OrderPaid, 2, func(e *events.Event) { e.PaymentID = "cs_1" })
+	refunded := ev(events.OrderRefunded, 3, func(e *events.Event) {
+		e.PaymentID, e.PaymentIntent, e.RefundedCents, e.Delta = "cs_1", "pi_1", i64(1000), i64(2)
+	})
+	reserved2 := ev(events.OrderReserved, 4, func(e *events.Event) { e.OrderID = "a.2" })
+	paid2 := ev(events.OrderPaid, 5, func(e *events.Event) { e.OrderID = "a.2"; e.PaymentID = "cs_2" })
+	partial := ev(events.PaymentRefunded, 6, func(e *events.Event) {
+		e.OrderID, e.PaymentID, e.PaymentIntent, e.RefundedCents = "a.2", "cs_2", "pi_2", i64(300)
+	})
+	disputed := ev(events.PaymentDisputed, 7, func(e *events.Event) {
+		e.OrderID, e.PaymentID, e.PaymentIntent = "a.2", "cs_2", "pi_2"
+	})
+	for _, order := range [][]events.Event{
+		{reserved, paid, refunded, reserved2, paid2, partial, disputed},
+		{refunded, disputed, partial, paid, reserved, paid2, reserved2, refunded, paid},
+	} {
+		dsn := testenv.Postgres(t)
+		db, err := record.Open(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { s, _ := db.DB(); s.Close() }()
+		w := record.NewWriter(db)
+		for _, e := range order {
+			if _, err := w.Apply(context.Background(), msgs(t, e)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var orders []struct {
+			ID, Status string
+			Restocked  int64
+		}
+		if err := db.Raw(`SELECT id, status, restocked FROM orders ORDER BY id`).Scan(&orders).Error; err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fmt.Sprint(orders), `[{a.1 refunded 2} {a.2 paid 0}]`; got != want {
+			t.Fatalf("orders %s, want %s", got, want)
+		}
+		var pays []struct {
+			ID, Status, PaymentIntent string
+			RefundedCents             int64
+			Disputed                  bool
+		}
+		if err := db.Raw(`SELECT id, status, payment_intent, refunded_cents, disputed_at IS NOT NULL AS disputed FROM payments ORDER BY id`).Scan(&pays).Error; err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fmt.Sprint(pays), `[{cs_1 refunded pi_1 1000 false} {cs_2 succeeded pi_2 300 true}]`; got != want {
+			t.Fatalf("payments %s, want %s", got, want)
+		}
+		q, err := record.OpenQueries(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		issues, _, err := q.PaymentIssues(context.Background())
+		if err != nil || len(issues) != 0 {
+			t.Fatalf("payment issues %v, %v", issues, err)
+		}
+	}
+}
