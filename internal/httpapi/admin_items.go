@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,11 +36,17 @@ type itemBody struct {
 	// Queue is the waiting room (null or absent: none; an import row without it keeps the
 	// item's current one).
 	Queue *inventory.QueueSettings `json:"queue"`
+	// ImageURL is the item's picture (null or absent: none; an import row without it keeps
+	// the item's current one).
+	ImageURL *string `json:"image_url"`
 }
 
 // input turns the body into an inventory.Input; the error names the bad field.
 func (b itemBody) input(id string) (inventory.Input, error) {
 	in := inventory.Input{ID: id, Stock: b.Stock, Queue: b.Queue}
+	if b.ImageURL != nil {
+		in.ImageURL = strings.TrimSpace(*b.ImageURL)
+	}
 	if b.Name == nil {
 		return in, fmt.Errorf("name is required")
 	}
@@ -350,14 +357,19 @@ func csvRows(b []byte) (func(yield func(importRow) bool), error) {
 	if len(header) > 0 {
 		header[0] = strings.TrimPrefix(header[0], "\ufeff")
 	}
-	if len(header) != len(csvHeader) {
-		return nil, fmt.Errorf("CSV header must be %s", strings.Join(csvHeader, ","))
+	want := csvHeader
+	if len(header) == len(csvHeader)+1 {
+		want = append(slices.Clip(csvHeader), "image_url")
+	}
+	if len(header) != len(want) {
+		return nil, fmt.Errorf("CSV header must be %s (then image_url, optional)", strings.Join(csvHeader, ","))
 	}
 	for i, h := range header {
-		if strings.TrimSpace(h) != csvHeader[i] {
-			return nil, fmt.Errorf("CSV header must be %s", strings.Join(csvHeader, ","))
+		if strings.TrimSpace(h) != want[i] {
+			return nil, fmt.Errorf("CSV header must be %s (then image_url, optional)", strings.Join(csvHeader, ","))
 		}
 	}
+	columns := len(want)
 	return func(yield func(importRow) bool) {
 		for {
 			rec, err := r.Read()
@@ -386,7 +398,7 @@ func csvRows(b []byte) (func(yield func(importRow) bool), error) {
 			}
 			line, _ := r.FieldPos(0)
 			row := importRow{line: line}
-			row.in, row.err = csvInput(rec)
+			row.in, row.err = csvInput(rec, columns)
 			if !yield(row) {
 				return
 			}
@@ -394,9 +406,10 @@ func csvRows(b []byte) (func(yield func(importRow) bool), error) {
 	}, nil
 }
 
-func csvInput(rec []string) (inventory.Input, error) {
-	if len(rec) != len(csvHeader) {
-		return inventory.Input{}, fmt.Errorf("want %d fields, got %d", len(csvHeader), len(rec))
+// csvInput reads one CSV row of the header's columns (csvHeader, then image_url or not).
+func csvInput(rec []string, columns int) (inventory.Input, error) {
+	if len(rec) != columns {
+		return inventory.Input{}, fmt.Errorf("want %d fields, got %d", columns, len(rec))
 	}
 	num := func(name, v string, required bool) (*int64, error) {
 		v = strings.TrimSpace(v)
@@ -413,6 +426,9 @@ func csvInput(rec []string) (inventory.Input, error) {
 		return &n, nil
 	}
 	b := itemBody{Name: &rec[1], Category: &rec[2], StartsAt: &rec[6], EndsAt: &rec[7]}
+	if columns > len(csvHeader) {
+		b.ImageURL = &rec[len(csvHeader)]
+	}
 	var err error
 	if b.PriceCents, err = num("price_cents", rec[3], true); err != nil {
 		return inventory.Input{}, err
@@ -425,6 +441,7 @@ func csvInput(rec []string) (inventory.Input, error) {
 	}
 	in, err := b.input(strings.TrimSpace(rec[0]))
 	in.KeepQueue = true // the CSV has no queue column: an import leaves waiting rooms alone
+	in.KeepImage = b.ImageURL == nil
 	return in, err
 }
 
@@ -483,6 +500,7 @@ func jsonInput(raw json.RawMessage) (inventory.Input, error) {
 	}
 	in, err := body.input(*body.ID)
 	in.KeepQueue = body.Queue == nil
+	in.KeepImage = body.ImageURL == nil
 	return in, err
 }
 

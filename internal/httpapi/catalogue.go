@@ -295,9 +295,11 @@ func sameEncoding(a, b inventory.Item) bool {
 		return x == y || (x != nil && y != nil && x.Equal(*y) && x.Location() == y.Location())
 	}
 	sameQueue := func(x, y *inventory.QueueSettings) bool { return x == y || (x != nil && y != nil && *x == *y) }
+	sameString := func(x, y *string) bool { return x == y || (x != nil && y != nil && *x == *y) }
 	return a.ID == b.ID && a.Name == b.Name && a.Category == b.Category && a.PriceCents == b.PriceCents &&
 		a.StockTotal == b.StockTotal && a.StockLeft == b.StockLeft && a.PerUserLimit == b.PerUserLimit &&
-		a.Status == b.Status && sameTime(a.StartsAt, b.StartsAt) && sameTime(a.EndsAt, b.EndsAt) && sameQueue(a.Queue, b.Queue)
+		a.Status == b.Status && sameTime(a.StartsAt, b.StartsAt) && sameTime(a.EndsAt, b.EndsAt) && sameQueue(a.Queue, b.Queue) &&
+		sameString(a.ImageURL, b.ImageURL)
 }
 
 var (

@@ -125,7 +125,7 @@ func TestSameEncodingCoversEveryField(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	base := inventory.Item{ID: "a", Name: "n", Category: "c", PriceCents: 1, StockTotal: 2, StockLeft: 1, PerUserLimit: 1,
 		StartsAt: &t0, EndsAt: &t0, Status: "live", Queue: &inventory.QueueSettings{AdmitPerSecond: 1, MaxActive: 1, PassTTLSeconds: 1},
-		Reserved: 1, Paid: 1, Version: 1}
+		ImageURL: new("https://img.example/a.png"), Reserved: 1, Paid: 1, Version: 1}
 	if !sameEncoding(base, base) {
 		t.Fatal("an item differs from itself")
 	}
@@ -142,6 +142,8 @@ func TestSameEncodingCoversEveryField(t *testing.T) {
 		case reflect.TypeOf(&t0):
 			later := t0.Add(time.Second)
 			v.Set(reflect.ValueOf(&later))
+		case reflect.TypeOf(base.ImageURL):
+			v.Set(reflect.ValueOf(new(*base.ImageURL + "x")))
 		case reflect.TypeOf(base.Queue):
 			q := *base.Queue
 			q.MaxActive++

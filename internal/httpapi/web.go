@@ -9,8 +9,9 @@ import (
 )
 
 // pagePolicy is the pages' Content-Security-Policy: their scripts, styles and fetches come
-// from this origin only (no inline code anywhere), and no other site may frame them.
-const pagePolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+// from this origin only (no inline code anywhere), images also from https: (items' pictures,
+// image_url), and no other site may frame them.
+const pagePolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: https:; " +
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // webRoutes serves the embedded pages: / (shopper), /admin, and the files under /assets/

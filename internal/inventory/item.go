@@ -5,7 +5,9 @@ package inventory
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -85,6 +87,8 @@ type Item struct {
 	Status       string     `json:"status"`
 	// Queue is the item's waiting room (null: none).
 	Queue *QueueSettings `json:"queue"`
+	// ImageURL is the item's picture (null: none).
+	ImageURL *string `json:"image_url"`
 
 	// ArchivedAt is when the item was taken off sale for good (nil: it was not).
 	ArchivedAt *time.Time `json:"-"`
@@ -132,7 +136,14 @@ type Input struct {
 	// queue column); otherwise nil removes it.
 	Queue     *QueueSettings
 	KeepQueue bool
+	// ImageURL is the item's picture ("" for none); KeepImage leaves the current one as it is
+	// (an import row without the column).
+	ImageURL  string
+	KeepImage bool
 }
+
+// MaxImageURL is the longest image_url accepted, in bytes.
+const MaxImageURL = 2048
 
 // Validate checks an Input against the contract; the error message is for the client.
 func (in Input) Validate() error {
@@ -159,10 +170,34 @@ func (in Input) Validate() error {
 		return fmt.Errorf("%w: ends_at must be after starts_at", ErrInvalid)
 	case in.EndsAt != nil && in.EndsAt.UnixMilli() <= 0:
 		return fmt.Errorf("%w: ends_at before 1970", ErrInvalid)
+	case len(in.ImageURL) > MaxImageURL:
+		return fmt.Errorf("%w: image_url is at most %d characters", ErrInvalid, MaxImageURL)
+	case in.ImageURL != "" && !validImageURL(in.ImageURL):
+		return fmt.Errorf("%w: image_url must be an https:// URL or a path on this host starting with /", ErrInvalid)
 	case in.Queue != nil:
 		return in.Queue.Validate()
 	}
 	return nil
+}
+
+// validImageURL reports whether u is an https:// URL with a host (no user or password) or a
+// path on this host ("/img/x.png", not "//elsewhere"), written without spaces, quotes, angle
+// brackets, backslashes or control characters: the pages put it in an img element's src, and
+// the pages' Content-Security-Policy allows images from this host and https: only.
+func validImageURL(u string) bool {
+	if !utf8.ValidString(u) {
+		return false
+	}
+	for _, r := range u {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune("\"'<>\\`", r) {
+			return false
+		}
+	}
+	if strings.HasPrefix(u, "/") {
+		return !strings.HasPrefix(u, "//")
+	}
+	p, err := url.Parse(u)
+	return err == nil && p.Scheme == "https" && p.Host != "" && p.User == nil && p.Hostname() != ""
 }
 
 // plainText reports whether s is valid UTF-8 without control characters (C0, DEL, C1): a NUL
@@ -217,6 +252,9 @@ func itemFromHash(id string, h map[string]string) (Item, error) {
 	if ms := num("ends_at"); ms > 0 {
 		t := time.UnixMilli(ms).UTC()
 		it.EndsAt = &t
+	}
+	if u := h["image_url"]; u != "" {
+		it.ImageURL = &u
 	}
 	if ms := num("archived_at"); ms > 0 {
 		t := time.UnixMilli(ms).UTC()

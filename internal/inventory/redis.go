@@ -248,10 +248,14 @@ func (s *Store) upsertCall(in Input) exactlyonce.Call {
 	} else if q := in.Queue; q != nil {
 		qRate, qMax, qTTL = q.AdmitPerSecond, q.MaxActive, q.PassTTLSeconds
 	}
+	keepImage := "0"
+	if in.KeepImage {
+		keepImage = "1"
+	}
 	return exactlyonce.Call{
 		Keys: []string{k.Hash(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()},
 		Args: []any{in.ID, in.Name, in.Category, in.PriceCents, stock, in.PerUserLimit,
-			msOrZero(in.StartsAt), msOrZero(in.EndsAt), qRate, qMax, qTTL},
+			msOrZero(in.StartsAt), msOrZero(in.EndsAt), qRate, qMax, qTTL, in.ImageURL, keepImage},
 	}
 }
 

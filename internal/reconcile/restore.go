@@ -345,7 +345,7 @@ func (r *Reconciler) restoreWrite(ctx context.Context, id string, n int64, it re
 		"name", it.Name, "category", it.Category, "price_cents", it.Price,
 		"stock_total", it.Total, "stock_left", out.StockLeft, "reserved", out.Reserved, "paid", out.Paid,
 		"per_user_limit", it.PerUser, "starts_at", ms(it.StartsAt), "ends_at", ms(it.EndsAt),
-		"archived_at", ms(it.ArchivedAt), "seq", out.Seq, "version", version + 1}
+		"archived_at", ms(it.ArchivedAt), "image_url", it.ImageURL, "seq", out.Seq, "version", version + 1}
 	reply, err = restoreFinish.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}, args...).Slice()
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@
 -- nothing and answers the item as it is. Orders, reservations and the record stay; the
 -- item's fields stay too, so reports and boards still name it. (changed.lua is prepended.)
 --
+-- Go caller: inventory.Store.Archive (internal/inventory/redis.go).
 -- KEYS[1] item hash   KEYS[2] shard outbox stream   KEYS[3] shard change log   KEYS[4] shard clock
 -- ARGV[1] item id
 -- Reply: {'archived', HGETALL of the item} (archived now or before) | {'not_found', {}}

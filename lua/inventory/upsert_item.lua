@@ -12,6 +12,9 @@
 -- ARGV[9] queue admit_per_second  ARGV[10] queue max_active  ARGV[11] queue pass_ttl_seconds:
 --   all 0 = no waiting room, all '' = keep the current one, else each >= 1 (item fields
 --   q_rate q_max q_ttl, read by the queue scripts and purchase.lua)
+-- ARGV[12] image_url ('' = none; at most 2048 bytes, checked by the caller)
+-- ARGV[13] '1' = keep the current image_url (ARGV[12] ignored), '0' = set ARGV[12]; both absent:
+--   keep
 -- An ends_at in the past (by Redis's clock) is refused on create and when it changes; an
 -- unchanged past ends_at is accepted (an ended sale's name can still be corrected).
 -- An archived item (archive.lua) is never changed again: {'invalid_state', HGETALL}.
@@ -36,6 +39,10 @@ local q_rate, q_max, q_ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARG
 if not keep_queue and not ((q_rate == 0 and q_max == 0 and q_ttl == 0)
     or (whole(q_rate, 1) and whole(q_max, 1) and whole(q_ttl, 1))) then
   return redis.error_reply('ERR upsert_item: invalid queue settings')
+end
+local image, keep_image = ARGV[12] or '', ARGV[13] ~= '0'
+if #image > 2048 or (ARGV[13] ~= nil and ARGV[13] ~= '0' and ARGV[13] ~= '1') then
+  return redis.error_reply('ERR upsert_item: invalid image_url')
 end
 
 local t = redis.call('TIME')
@@ -65,9 +72,14 @@ redis.call('HSET', KEYS[1], 'name', ARGV[2], 'category', ARGV[3], 'price_cents',
 if not keep_queue then
   redis.call('HSET', KEYS[1], 'q_rate', q_rate, 'q_max', q_max, 'q_ttl', q_ttl)
 end
+if keep_image then
+  image = redis.call('HGET', KEYS[1], 'image_url') or ''
+else
+  redis.call('HSET', KEYS[1], 'image_url', image)
+end
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 mark_changed(KEYS[3], KEYS[4], ARGV[1])
 redis.call('XADD', KEYS[2], '*', 'type', 'item.upserted', 'at', now, 'item', ARGV[1],
   'name', ARGV[2], 'category', ARGV[3], 'price_cents', price, 'stock_total', total,
-  'per_user_limit', per_user, 'starts_at', starts, 'ends_at', ends)
+  'per_user_limit', per_user, 'starts_at', starts, 'ends_at', ends, 'image_url', image)
 return {outcome, redis.call('HGETALL', KEYS[1])}

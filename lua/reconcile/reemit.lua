@@ -50,13 +50,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 if mode == 'item' then
   local f = redis.call('HMGET', KEYS[1], 'name', 'category', 'price_cents', 'stock_total',
-    'per_user_limit', 'starts_at', 'ends_at')
+    'per_user_limit', 'starts_at', 'ends_at', 'image_url')
   if not f[1] or not f[4] then
     return {'not_found', 0}
   end
   redis.call('XADD', KEYS[3], '*', 'type', 'item.upserted', 'at', now, 'item', item,
     'name', f[1], 'category', f[2] or '', 'price_cents', f[3] or '0', 'stock_total', f[4],
-    'per_user_limit', f[5] or '1', 'starts_at', f[6] or '0', 'ends_at', f[7] or '0')
+    'per_user_limit', f[5] or '1', 'starts_at', f[6] or '0', 'ends_at', f[7] or '0', 'image_url', f[8] or '')
   return {'reemitted', 1}
 end
 

@@ -4,7 +4,7 @@
 'use strict';
 
 (() => {
-  const { api, describe, money, el, say } = window.flashsale;
+  const { api, describe, money, el, say, picture } = window.flashsale;
   const $ = (id) => document.getElementById(id);
   const TOKEN_KEY = 'flashsale.admin-token';
   const STATUS_TEXT = { upcoming: 'Upcoming', live: 'Live', sold_out: 'Sold out', ended: 'Ended', archived: 'Archived' };
@@ -72,7 +72,7 @@
 
   // ---- item form ---------------------------------------------------------------------------
 
-  const fields = ['id', 'name', 'category', 'price', 'stock', 'limit', 'qrate', 'qmax', 'qttl', 'starts', 'ends'];
+  const fields = ['id', 'name', 'category', 'price', 'stock', 'limit', 'qrate', 'qmax', 'qttl', 'starts', 'ends', 'image'];
 
   function fieldError(name, text) {
     const input = $('f-' + name);
@@ -138,6 +138,9 @@
     if (ends === undefined) errs.ends = 'Not a valid date and time.';
     else if (ends && starts && Date.parse(ends) <= Date.parse(starts)) errs.ends = 'The end must be after the start.';
     else if (ends && Date.parse(ends) <= Date.now() && !unchangedEnd(ends)) errs.ends = 'The end is in the past: choose a time from now on.';
+    const image = $('f-image').value.trim();
+    if (image.length > 2048) errs.image = 'At most 2,048 characters.';
+    else if (image && !/^(https:\/\/[^\s/]+|\/(?!\/))\S*$/.test(image)) errs.image = 'Use an https:// address or a path on this site starting with /.';
     const bad = Object.keys(errs);
     if (bad.length) {
       bad.forEach((f) => fieldError(f, errs[f]));
@@ -149,6 +152,7 @@
     body.queue = qset === 3 ? { admit_per_second: qv.qrate, max_active: qv.qmax, pass_ttl_seconds: qv.qttl } : null;
     if (starts) body.starts_at = starts;
     if (ends) body.ends_at = ends;
+    body.image_url = image || null;
     return { id, body };
   }
 
@@ -178,6 +182,7 @@
       $('f-qttl').value = item.queue ? String(item.queue.pass_ttl_seconds) : '';
       $('f-starts').value = toLocalInput(item.starts_at);
       $('f-ends').value = toLocalInput(item.ends_at);
+      $('f-image').value = item.image_url || '';
     } else {
       $('item-form').reset();
     }
@@ -246,7 +251,9 @@
 
   function updateRow(row, item) {
     row.cells.id.textContent = item.id;
-    row.cells.name.textContent = item.name;
+    if (!row.thumb) row.thumb = el('span', { class: 'pic thumb', 'aria-hidden': 'true' });
+    row.cells.name.replaceChildren(row.thumb, item.name);
+    picture(row.thumb, item.image_url);
     row.cells.category.textContent = item.category || '—';
     row.cells.price.textContent = money(item.price_cents);
     row.cells.stock.textContent = `${item.stock_left} / ${item.stock_total}`;

@@ -158,6 +158,27 @@ window.flashsale = (() => {
     return n;
   }
 
+  // picture shows an item's image_url in node (an element of class "pic"), loaded lazily at a
+  // fixed size so the layout never jumps; without a URL, or when the image fails to load, the
+  // node keeps its neutral placeholder (class "placeholder").
+  function picture(node, url) {
+    let img = node.querySelector('img');
+    if (!url) {
+      if (img) img.remove();
+      node.classList.add('placeholder');
+      return;
+    }
+    if (img && img.getAttribute('src') === url) return;
+    node.classList.add('placeholder');
+    if (!img) {
+      img = el('img', { alt: '', loading: 'lazy', decoding: 'async', width: '320', height: '200' });
+      img.addEventListener('load', () => node.classList.remove('placeholder'));
+      img.addEventListener('error', () => { img.removeAttribute('src'); node.classList.add('placeholder'); });
+      node.append(img);
+    }
+    img.src = url;
+  }
+
   // say writes a message into a status element; kind is ok, warn or bad.
   function say(node, text, kind = 'ok') {
     node.textContent = text || '';
@@ -176,5 +197,5 @@ window.flashsale = (() => {
       + '`reconciler restore --all` has run (runbook: "Redis lost its data"). ' + message : '';
   }
 
-  return { api, describe, codes, money, countdown, now, newKey, el, say, showDataLost };
+  return { api, describe, codes, money, countdown, now, newKey, el, say, picture, showDataLost };
 })();

@@ -12,7 +12,7 @@
 'use strict';
 
 (() => {
-  const { api, describe, money, countdown, now, newKey, el, say } = window.flashsale;
+  const { api, describe, money, countdown, now, newKey, el, say, picture } = window.flashsale;
   const $ = (id) => document.getElementById(id);
 
   const ITEMS_EVERY = 1000;
@@ -217,6 +217,7 @@
     const id = item.id;
     const c = { id, inFlight: false, pendingKey: null, pendingQty: 0 };
     c.name = el('h3', { id: 'item-' + id + '-name' });
+    c.pic = el('div', { class: 'pic placeholder', 'aria-hidden': 'true' });
     c.badge = el('span', { class: 'badge' });
     c.category = el('span', { class: 'category' });
     c.price = el('span', { class: 'price' });
@@ -246,7 +247,7 @@
       else buy(c);
     });
     c.root = el('article', { class: 'card', 'data-item': id, 'aria-labelledby': 'item-' + id + '-name' },
-      el('header', {}, c.name, c.badge),
+      c.pic, el('header', {}, c.name, c.badge),
       el('p', { class: 'meta' }, c.price, ' ', c.category),
       c.bar, c.stock, c.clock, c.line, c.form, c.msg);
     return c;
@@ -254,6 +255,7 @@
 
   function updateCard(c, item) {
     c.name.textContent = item.name;
+    picture(c.pic, item.image_url);
     c.badge.textContent = STATUS_TEXT[item.status] || item.status;
     c.badge.className = 'badge ' + item.status;
     c.category.textContent = item.category ? '· ' + item.category : '';

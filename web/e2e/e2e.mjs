@@ -796,8 +796,8 @@ async function main() {
         }
         return [...rows.values()];
       });
-      // Eight fields and the waiting room: rows of four, the waiting room a row of its own.
-      assert(tops.length <= 4 && tops.every((n) => n >= 1), `field rows by top: ${JSON.stringify(tops)}`);
+      // Nine fields and the waiting room: rows of four, the waiting room a row of its own.
+      assert(tops.length <= 5 && tops.every((n) => n >= 1), `field rows by top: ${JSON.stringify(tops)}`);
       const firstRow = await admin.evaluate(() => [...document.querySelectorAll('#item-form .fields > .field')].slice(0, 4)
         .map((f) => Math.round(f.querySelector('input').getBoundingClientRect().top)));
       assert(new Set(firstRow).size === 1, `the first row's inputs are not aligned: ${firstRow}`);
@@ -1173,6 +1173,30 @@ async function main() {
       await card(alice, A.id).waitFor({ state: 'detached', timeout: 20_000 });
       const buy = await apiJSON('POST', `/api/items/${A.id}/purchase`, shopperToken('dave'), { quantity: 1 });
       assert(buy.status === 409 && buy.data.error.code === 'sale_ended', `purchase after the archive: ${buy.status}`);
+    });
+
+    await step('item pictures: the admin sets image_url; cards show it sized and lazy, else a neutral placeholder (desktop and phone)', async () => {
+      const P = { id: `e2e-camera-${run}`, name: `Camera ${run}` };
+      const put = await apiJSON('PUT', `/api/admin/items/${P.id}`, ADMIN,
+        { name: P.name, category: 'cameras', price_cents: 4500, stock: 3, per_user_limit: 1 });
+      assert(put.status === 201, `create: ${put.status}`);
+      await card(alice, P.id).waitFor({ timeout: TIMEOUT });
+      assert(await card(alice, P.id).locator('.pic.placeholder').count() === 1, 'no placeholder without a picture');
+      const row = admin.locator(`#catalogue tr[data-item="${P.id}"]`);
+      await row.locator('button:has-text("Edit")').click();
+      await admin.fill('#f-image', 'http://insecure.example/x.png');
+      await admin.click('#item-save');
+      await expectText(admin.locator('#f-image-err'), /https:\/\//, 'an http:// picture is refused by the form');
+      await admin.fill('#f-image', '/assets/favicon.svg');
+      await admin.click('#item-save');
+      await expectText(admin.locator('#item-msg'), /Saved/, 'save message');
+      for (const p of [alice, bob]) {
+        const img = card(p, P.id).locator('.pic img');
+        await eventually(async () => assert((await img.getAttribute('src')) === '/assets/favicon.svg', 'no picture yet'), 'the card shows the picture');
+        assert(await img.getAttribute('loading') === 'lazy' && await img.getAttribute('width') === '320', 'the picture is not lazy and sized');
+        await eventually(async () => assert(await card(p, P.id).locator('.pic').evaluate((n) => !n.classList.contains('placeholder')), 'still the placeholder'), 'the picture loaded');
+      }
+      await saveShot(card(alice, P.id), 'shop-card-picture.png');
     });
 
     await step('a keyboard shopper keeps the focus on the card after pressing Buy', async () => {
