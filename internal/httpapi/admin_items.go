@@ -350,6 +350,9 @@ func csvRows(b []byte) (func(yield func(importRow) bool), error) {
 	r := csv.NewReader(bytes.NewReader(b))
 	r.FieldsPerRecord = -1
 	r.ReuseRecord = true // csvInput copies what it keeps
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, fmt.Errorf("empty body: CSV must start with the header row %s", strings.Join(csvHeader, ","))
+	}
 	header, err := r.Read()
 	if err != nil {
 		return nil, fmt.Errorf("CSV must start with the header row %s", strings.Join(csvHeader, ","))
@@ -450,6 +453,9 @@ func csvInput(rec []string, columns int) (inventory.Input, error) {
 // checked first, whole, so a broken file is refused before any row loads.
 func jsonRows(b []byte) (func(yield func(importRow) bool), error) {
 	const want = "body must be a JSON array of items"
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, errors.New("empty body: " + want)
+	}
 	if !json.Valid(b) {
 		return nil, fmt.Errorf("%s: %s", want, jsonSyntaxMessage(b))
 	}
@@ -489,7 +495,7 @@ func jsonSyntaxMessage(b []byte) string {
 // jsonInput reads one element of a JSON import.
 func jsonInput(raw json.RawMessage) (inventory.Input, error) {
 	if len(raw) == 0 || raw[0] != '{' {
-		return inventory.Input{}, errors.New("an item must be a JSON object")
+		return inventory.Input{}, errors.New("expected an object: an item must be a JSON object")
 	}
 	var body itemBody
 	if err := strictUnmarshal(raw, &body); err != nil {

@@ -51,9 +51,9 @@ func strictUnmarshal(b []byte, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
-			return errInvalid("request body must be a JSON object")
+			return errInvalid("empty body: send a JSON object")
 		}
-		return errInvalid(jsonMessage(err, "the body must be a JSON object"))
+		return errInvalid(jsonMessage(err, "expected an object: the body must be a JSON object"))
 	}
 	// Only JSON whitespace may follow the value. (Decoder.More is no test for that: it reports
 	// false before a stray '}' or ']', so `{"quantity":2}}` would pass as valid.)
@@ -85,6 +85,10 @@ func jsonMessage(err error, whole string) string {
 		return fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "malformed JSON: it ends too soon"
+	}
+	// DisallowUnknownFields' error has no type of its own: `json: unknown field "colour"`.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return "unknown field " + clip(name, 70)
 	}
 	return "malformed JSON"
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -50,7 +51,7 @@ var (
 )
 
 // sentinels is the one table from domain errors to the contract's status and code; the
-// message is the error's own. sold_out comes first: it is the answer a sale gives most.
+// message is the error's own from the sentinel's words on (clientMessage). sold_out comes first: it is the answer a sale gives most.
 var sentinels = []struct {
 	err    error
 	status int
@@ -96,7 +97,7 @@ func fail(c *gin.Context, err error) {
 	}
 	for _, s := range sentinels {
 		if errors.Is(err, s.err) {
-			abort(c, s.status, s.code, err.Error())
+			abort(c, s.status, s.code, clientMessage(err, s.err))
 			return
 		}
 	}
@@ -124,6 +125,18 @@ func fail(c *gin.Context, err error) {
 		return
 	}
 	fail(c, errUnavailable)
+}
+
+// clientMessage is err's message from sentinel's own words on: a domain package wraps its
+// sentinels with the operation ("orders: cancel a.7: order is not reserved (it is paid)"),
+// which names our code, not the client's request; what follows the sentinel (a field, a
+// range, a state) stays.
+func clientMessage(err, sentinel error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, sentinel.Error()); i > 0 {
+		return msg[i:]
+	}
+	return msg
 }
 
 func abort(c *gin.Context, status int, code, msg string) {

@@ -24,8 +24,16 @@ func TestBadRequestMessagesInContractWords(t *testing.T) {
 		{"quantity a string", "POST", "/api/items/phone/purchase", tok, `{"quantity":"two"}`, "", `quantity must be an integer`},
 		{"quantity a fraction", "POST", "/api/items/phone/purchase", tok, `{"quantity":1.5}`, "", `quantity must be an integer`},
 		{"quantity out of range", "POST", "/api/items/phone/purchase", tok, `{"quantity":99999999999999999999}`, "", `quantity must be an integer`},
-		{"body an array", "POST", "/api/items/phone/purchase", tok, `[1]`, "", `JSON object`},
-		{"body a string", "POST", "/api/items/phone/purchase", tok, `"x"`, "", `JSON object`},
+		{"body an array", "POST", "/api/items/phone/purchase", tok, `[1]`, "", `^expected an object`},
+		{"body a string", "POST", "/api/items/phone/purchase", tok, `"x"`, "", `^expected an object`},
+		{"body a number", "PUT", "/api/admin/items/x0", testAdminToken, `5`, "", `^expected an object`},
+		{"empty body", "PUT", "/api/admin/items/x6", testAdminToken, ``, "", `^empty body`},
+		{"blank body", "POST", "/api/admin/items/phone/stock", testAdminToken, " \n", "", `^empty body`},
+		{"unknown field", "POST", "/api/items/phone/purchase", tok, `{"quantity":1,"colour":"red"}`, "", `^unknown field "colour"$`},
+		{"unknown item field", "PUT", "/api/admin/items/x4", testAdminToken, `{` + item + `,"picture":"x"}`, "", `^unknown field "picture"$`},
+		{"unknown queue field", "PUT", "/api/admin/items/x5", testAdminToken, `{` + item + `,"queue":{"admit_per_second":1,"max_active":1,"pass_ttl_seconds":1,"burst":2}}`, "", `^unknown field "burst"$`},
+		{"empty import", "POST", "/api/admin/items/import", testAdminToken, ``, "", `^empty body`},
+		{"empty CSV import", "POST", "/api/admin/items/import", testAdminToken, ``, "text/csv", `^empty body`},
 		{"truncated", "POST", "/api/items/phone/purchase", tok, `{"quantity":`, "", `malformed JSON`},
 		{"stars a bool", "POST", "/api/items/phone/rating", tok, `{"stars":true}`, "", `stars must be an integer`},
 		{"name a number", "PUT", "/api/admin/items/x1", testAdminToken, `{"name":5,"category":"c","price_cents":1,"stock":1,"per_user_limit":1}`, "", `name must be a string`},
@@ -60,5 +68,40 @@ func TestBadRequestMessagesInContractWords(t *testing.T) {
 	}
 	if msg := errs[0].(map[string]any)["message"].(string); goWords.MatchString(msg) || !regexp.MustCompile(`name must be a string`).MatchString(msg) {
 		t.Errorf("import row message %q, want the contract's words", msg)
+	}
+	r = a.do("POST", "/api/admin/items/import", testAdminToken, `[{"id":"r3",`+item+`,"colour":"red"},5]`)
+	errs, _ = r.Body["errors"].([]any)
+	if len(errs) != 2 || errs[0].(map[string]any)["message"] != `unknown field "colour"` ||
+		!regexp.MustCompile(`^expected an object`).MatchString(errs[1].(map[string]any)["message"].(string)) {
+		t.Errorf("import rows with an unknown field and a non-object: %s", r.Raw)
+	}
+}
+
+// pkgPrefix is a Go package's name at the head of a message ("orders: cancel a.1: ...").
+var pkgPrefix = regexp.MustCompile(`^(orders|inventory|queue|ranking|payment|limits|record|httpapi|exactlyonce):`)
+
+// TestConflictMessagesHaveNoPackagePrefix: a 409 wrapped by a domain package reads from the
+// sentinel's own words on, keeping what follows (the order's state), never "orders: cancel".
+func TestConflictMessagesHaveNoPackagePrefix(t *testing.T) {
+	a := newTestAPI(t, nil)
+	a.item("phone", 5, 2)
+	tok := a.token("alice")
+	r := a.do("POST", "/api/items/phone/purchase", tok, map[string]any{"quantity": 1})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("purchase: %d %s", r.Status, r.Raw)
+	}
+	id := r.Body["order"].(map[string]any)["id"].(string)
+	if r := a.do("POST", "/api/orders/"+id+"/cancel", tok, nil); r.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	for _, path := range []string{"/api/orders/" + id + "/cancel", "/api/orders/" + id + "/pay", "/api/orders/nope.1/cancel"} {
+		r := a.do("POST", path, tok, nil)
+		msg, _ := r.Body["error"].(map[string]any)["message"].(string)
+		if r.Status < 400 || pkgPrefix.MatchString(msg) || goWords.MatchString(msg) {
+			t.Errorf("POST %s: %d message %q, want no package prefix", path, r.Status, msg)
+		}
+		if r.Status == http.StatusConflict && msg != "order is not reserved (it is cancelled)" {
+			t.Errorf("POST %s: message %q, want the state named", path, msg)
+		}
 	}
 }

@@ -50,7 +50,7 @@ func (s *Store) Pay(ctx context.Context, user, id string) (Order, error) {
 		s.stockReturned(item)
 		return o, fmt.Errorf("orders: pay %s: %w", id, ErrExpired)
 	case "invalid_state":
-		return o, fmt.Errorf("orders: pay %s (%s): %w", id, o.Status, ErrInvalidState)
+		return o, fmt.Errorf("orders: pay %s: %w (it is %s)", id, ErrInvalidState, o.Status)
 	}
 	return Order{}, fmt.Errorf("orders: pay %s: unknown outcome %q: %w", id, outcome, errReply)
 }
@@ -92,7 +92,7 @@ func (s *Store) Cancel(ctx context.Context, user, id string) (Order, error) {
 			s.stockReturned(item)
 			s.released(item, id)
 		}
-		return o, fmt.Errorf("orders: cancel %s (%s): %w", id, o.Status, ErrInvalidState)
+		return o, fmt.Errorf("orders: cancel %s: %w (it is %s)", id, ErrInvalidState, o.Status)
 	}
 	return Order{}, fmt.Errorf("orders: cancel %s: unknown outcome %q: %w", id, outcome, errReply)
 }
