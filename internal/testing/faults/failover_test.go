@@ -26,6 +26,7 @@ const patience = 45 * time.Second
 // replica once it answers again, and the old primary comes back from its AOF and is made its
 // replica, dropping what only it had. 2,000 shoppers with Idempotency-Keys.
 func TestSentinelLaggingReplicaPromoted(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting on failover timers (partitionRow)
 	s := newSale(t, saleOptions{topology: sentinel, extraEnv: []string{ackEnv}})
 	s.startAPI()
 	s.startReconciler()
@@ -76,6 +77,7 @@ func TestSentinelLaggingReplicaPromoted(t *testing.T) {
 // A planned failover (SENTINEL FAILOVER) mid-sale: the replica is promoted while the primary
 // still takes writes, and the old primary is made its replica.
 func TestSentinelPlannedFailover(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting on failover timers (partitionRow)
 	s := newSale(t, saleOptions{topology: sentinel, extraEnv: []string{ackEnv}})
 	s.startAPI()
 	s.startReconciler()
@@ -104,6 +106,7 @@ func TestSentinelPlannedFailover(t *testing.T) {
 // (kill -9) mid-sale, its replica takes its slots (cluster-node-timeout 1 s), the killed node
 // comes back from its AOF as the new master's replica, and the sale goes on.
 func TestClusterMasterKilled(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting on failover timers (partitionRow)
 	s := newSale(t, saleOptions{topology: cluster, extraEnv: []string{ackEnv}})
 	s.startAPI()
 	s.startReconciler()

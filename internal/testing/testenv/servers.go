@@ -30,14 +30,18 @@ func freePort(t testing.TB) int {
 // Linux), chosen at random and once per process: a port the kernel hands out for :0 may be
 // taken, between the check and the server's bind, as the local port of any outgoing
 // connection (a busy test makes thousands), and then a server started on it fails to bind.
+// The port 10000 above is free too, and never handed out: a cluster node's bus port unless
+// it is given.
 const (
-	portLow, portHigh = 20000, 32000
+	portLow, portHigh = 10000, 20000
+	busOffset         = 10000
 )
 
 var givenPorts sync.Map // int -> struct{}
 
 // FreePort returns a TCP port on 127.0.0.1 that is free now, never handed out before in this
-// process, and outside the ephemeral range, for a server a test starts.
+// process, and outside the ephemeral range (as is the port 10000 above it, a cluster node's
+// default bus port), for a server a test starts.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	for range 1000 {
@@ -45,15 +49,21 @@ func FreePort(t testing.TB) int {
 		if _, taken := givenPorts.LoadOrStore(p, struct{}{}); taken {
 			continue
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
+		if free(p) && free(p+busOffset) {
+			return p
 		}
-		l.Close()
-		return p
 	}
 	t.Fatalf("testenv: no free port in %d-%d", portLow, portHigh)
 	return 0
+}
+
+func free(port int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 func redisServerBinary(t testing.TB) string {
