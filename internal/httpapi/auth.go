@@ -25,7 +25,7 @@ type Auth struct {
 	ttl        time.Duration
 	policy     TokenPolicy
 	parser     *jwt.Parser
-	verified   tokenCache // tokens already verified (tokencache.go)
+	verified   tokenCache // tokens already verified (auth_tokens.go)
 }
 
 // TokenPolicy is what shopper tokens must satisfy beyond a good signature and an `exp`.

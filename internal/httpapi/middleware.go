@@ -1,9 +1,15 @@
 package httpapi
 
 import (
+	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -50,10 +56,9 @@ const (
 
 // observe records every request by route pattern (never the raw path, so label values stay
 // bounded), status and latency, and purchase outcomes by the contract's words, and writes the
-// access log (accesslog.go). It is the one timing middleware (it was two, each reading the
-// clock): it runs on every request, so it looks metric children up in lock-free caches
-// (metricChildren) instead of hashing label values under the vectors' locks three times per
-// request.
+// access log (accessLog). It is the one timing middleware, so the clock is read once per
+// request; it runs on every request, so it looks metric children up in lock-free caches
+// (metricChildren) instead of hashing label values under the vectors' locks.
 func (s *Server) observe(c *gin.Context) {
 	start := time.Now()
 	c.Next()
@@ -168,4 +173,121 @@ func (s *Server) metrics(c *gin.Context) {
 func (s *Server) openapi(c *gin.Context) {
 	c.Header("Cache-Control", "no-cache")
 	c.Data(http.StatusOK, "application/json", openapiDoc)
+}
+
+// Request ids: the client's own X-Request-Id when it is 1-64 printable ASCII, else a process
+// prefix and a counter (unique across instances and restarts, one atomic add to mint).
+var (
+	requestIDPrefix = func() string {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(fmt.Sprintf("httpapi: no randomness for request ids: %v", err))
+		}
+		return hex.EncodeToString(b[:]) + "-"
+	}()
+	requestSeq atomic.Uint64
+)
+
+// requestID gives every request an id, answers it in X-Request-Id and keeps it for the error
+// body and every log line about the request. Its deferred recover turns a panic (a bug) into
+// the contract's error body with the id, logged with the stack, instead of an empty 500.
+func (s *Server) requestID(c *gin.Context) {
+	id := headerValue(c.Request, "X-Request-Id")
+	if !validRequestID(id) {
+		var b [32]byte
+		id = string(strconv.AppendUint(append(b[:0], requestIDPrefix...), requestSeq.Add(1), 36))
+	}
+	// The answer's header is where handlers and logs read the id back (requestIDOf).
+	h := c.Writer.Header()
+	h["X-Request-Id"] = []string{id}
+	h["X-Content-Type-Options"] = nosniff
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p) // net/http's way to abort a response: not a bug
+			}
+			slog.Error("panic", "request_id", id, "method", c.Request.Method, "route", c.FullPath(),
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if !c.Writer.Written() {
+				fail(c, errInternal)
+			}
+		}
+	}()
+	c.Next()
+}
+
+var nosniff = []string{"nosniff"}
+
+// headerValue is r.Header.Get(key) for a key already in canonical form, as net/http stores
+// received headers: a map lookup without canonicalising the key again (Header.Get checks and
+// copies every byte of it), on the paths every request takes.
+func headerValue(r *http.Request, key string) string {
+	if v := r.Header[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func validRequestID(id string) bool {
+	if len(id) < 1 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// requestIDOf is the request's id ("" outside a request that went through requestID), read
+// from the answer's X-Request-Id header that requestID set.
+func requestIDOf(c *gin.Context) string {
+	if v := c.Writer.Header()["X-Request-Id"]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// AccessLog says which requests get a log line ("access": request id, method, route, status,
+// ms). A sale is many thousands of requests a second, so the line is leveled: 5xx answers and
+// slow requests at warn, one in Sample at info, every other at debug. At the usual info level
+// a request whose line is off costs one Enabled check: no attributes are built.
+type AccessLog struct {
+	Slow   time.Duration // requests at least this long log at warn; 0: none by duration
+	Sample int           // every Sample-th other request logs at info; 0: none
+	Logger *slog.Logger  // nil: slog.Default()
+}
+
+// accessLog is AccessLog with its sampling counter.
+type accessLog struct {
+	AccessLog
+	seen atomic.Uint64
+}
+
+// level is the level of a request's line. A catalogue stream is never slow: it lasts as long
+// as its shopper watches, and its end (the client went) is normal.
+func (l *accessLog) level(route string, status int, took time.Duration) slog.Level {
+	switch {
+	case status >= 500 || (l.Slow > 0 && took >= l.Slow && route != streamRoute):
+		return slog.LevelWarn
+	case l.Sample > 0 && l.seen.Add(1)%uint64(l.Sample) == 0:
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
+}
+
+// record logs one request, if its level is on.
+func (l *accessLog) record(ctx context.Context, id, method, route string, status int, took time.Duration) {
+	lg := l.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	level := l.level(route, status, took)
+	if !lg.Enabled(ctx, level) {
+		return
+	}
+	lg.LogAttrs(ctx, level, "access", slog.String("request_id", id), slog.String("method", method),
+		slog.String("route", route), slog.Int("status", status),
+		slog.Float64("ms", float64(took.Microseconds())/1000))
 }
