@@ -14,11 +14,16 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
+# flashsale_build_info's version and commit: the context has no .git, so pass them, e.g.
+# --build-arg VERSION=$(git describe --tags --always --dirty) --build-arg COMMIT=$(git rev-parse HEAD)
+ARG VERSION=
+ARG COMMIT=
 # Static binaries (no cgo: pgx, go-redis and kafka-go are pure Go), as `make build` names them;
 # the development tools of cmd/ (bench, testsummary) stay out of the image.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/bin/ ./cmd/api ./cmd/reconciler
+    go build -trimpath -ldflags="-s -w -X github.com/flashsale/flashsale/internal/metrics.Version=${VERSION} -X github.com/flashsale/flashsale/internal/metrics.Commit=${COMMIT}" \
+      -o /out/bin/ ./cmd/api ./cmd/reconciler
 
 # Alpine rather than distroless/static: busybox wget lets compose health-check /readyz.
 FROM alpine:3.20.3

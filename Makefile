@@ -7,8 +7,14 @@ export K6_NO_USAGE_REPORT = true
 run: services build
 	./scripts/run.sh
 
+# flashsale_build_info's version and commit (internal/metrics), from git when there is one.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/flashsale/flashsale/internal/metrics.Version=$(VERSION) \
+	-X github.com/flashsale/flashsale/internal/metrics.Commit=$(COMMIT)
+
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 services:
 	./scripts/services.sh

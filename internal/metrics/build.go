@@ -6,23 +6,38 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Version and Commit are what `git describe --tags --always --dirty` and `git rev-parse HEAD`
+// said when the binary was built, set with -ldflags -X by `make build` (and so `make run`)
+// and the Dockerfile, whose build context has no .git for go build to stamp from.
+var Version, Commit string
+
 // BuildInfo is 1, labelled with what this binary was built from, so a dashboard can say
-// which version runs where (and a mixed fleet during a deploy shows): the module version,
-// the Go version, and the VCS commit stamped by `go build` (with "-dirty" when the work tree
-// had changes; "unknown" when the build had no VCS information).
+// which version runs where (and a mixed fleet during a deploy shows): Version (else the
+// module version, "(devel)" for a plain go build), the Go version, and Commit (else the VCS
+// commit stamped by `go build`, with "-dirty" when the work tree had changes; "unknown" when
+// the build had no VCS information).
 var BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "flashsale_build_info",
 	Help: "Always 1; the labels say what this binary was built from: version, goversion and commit.",
 }, []string{"version", "goversion", "commit"})
 
 func init() {
-	version, goVersion, commit := buildLabels()
+	version, goVersion, commit := buildLabels(Version, Commit)
 	BuildInfo.WithLabelValues(version, goVersion, commit).Set(1)
 	Registry.MustRegister(BuildInfo)
 }
 
-func buildLabels() (version, goVersion, commit string) {
-	version, goVersion, commit = "unknown", "unknown", "unknown"
+// buildLabels are BuildInfo's labels, the linker's values (stamped) first.
+func buildLabels(stampedVersion, stampedCommit string) (version, goVersion, commit string) {
+	version, goVersion, commit = "(devel)", "unknown", "unknown"
+	defer func() {
+		if stampedVersion != "" {
+			version = stampedVersion
+		}
+		if stampedCommit != "" {
+			commit = stampedCommit
+		}
+	}()
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return
