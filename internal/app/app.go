@@ -206,6 +206,7 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 		Reconciliation: a.record.LatestReport,
 		ReconcileRuns:  a.record.RecentRunsReport,
 		SalesReport:    a.record.SalesReport,
+		Disputes:       a.record.Disputes,
 		Queue:          a.Queue,
 		Stats:          a.stats,
 		Redis:          a.rdb,

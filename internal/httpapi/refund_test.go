@@ -271,3 +271,17 @@ func TestPaymentAmountMismatchRefunded(t *testing.T) {
 		t.Fatalf("mismatch counted %v times", got)
 	}
 }
+
+// TestDisputesRoute: GET /api/admin/payments/disputes is an admin's and takes no parameters.
+func TestDisputesRoute(t *testing.T) {
+	a := newTestAPI(t, nil)
+	if r := a.do("GET", "/api/admin/payments/disputes", a.token("alice"), nil); r.Status != http.StatusForbidden {
+		t.Fatalf("shopper: %d %s", r.Status, r.Raw)
+	}
+	if r := a.do("GET", "/api/admin/payments/disputes?limit=5", testAdminToken, nil); r.Status != http.StatusBadRequest || r.code() != "invalid_request" {
+		t.Fatalf("a parameter: %d %s", r.Status, r.Raw)
+	}
+	if r := a.do("GET", "/api/admin/payments/disputes", testAdminToken, nil); r.Status != http.StatusOK && r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("admin: %d %s", r.Status, r.Raw)
+	}
+}

@@ -94,3 +94,26 @@ func wantsCSV(accept string) bool {
 	}
 	return false
 }
+
+// disputes answers GET /api/admin/payments/disputes: {"disputes": [...]}, the newest 100
+// disputed payments (newest first) as the record holds them. No parameters; Postgres
+// unreachable: 503.
+func (s *Server) disputes(c *gin.Context) {
+	if len(c.Request.URL.Query()) > 0 {
+		fail(c, errInvalid("this route takes no parameters"))
+		return
+	}
+	if s.Disputes == nil {
+		fail(c, errNoRecord)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 3*time.Second)
+	defer cancel()
+	list, err := s.Disputes(ctx, 100)
+	if err != nil {
+		slog.Warn("disputes unavailable", "request_id", requestIDOf(c), "err", err)
+		fail(c, errNoRecord)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"disputes": list})
+}

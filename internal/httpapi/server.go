@@ -69,6 +69,8 @@ type Deps struct {
 	ReconcileRuns func(ctx context.Context, n int) (any, error)
 	// SalesReport computes the post-sale report (reads Postgres).
 	SalesReport func(ctx context.Context, f record.SalesFilter) (record.SalesReport, error)
+	// Disputes returns the newest n disputed payments (reads Postgres).
+	Disputes func(ctx context.Context, n int) ([]record.Dispute, error)
 	// Metrics serves /metrics (Prometheus text format).
 	Metrics http.Handler
 	// Queue keeps the items' waiting rooms (nil: the queue routes answer no_queue).
@@ -171,6 +173,7 @@ func (s *Server) routes() {
 	admin.GET("/stats", s.adminStats)
 	admin.GET("/reports/sales", s.salesReport)
 	admin.POST("/orders/:id/refund", s.refundOrder)
+	admin.GET("/payments/disputes", s.disputes)
 
 	if s.Web != nil {
 		s.webRoutes()

@@ -132,3 +132,39 @@ func (q *Queries) SucceededPayments(ctx context.Context, from, to time.Time) ([]
 	}
 	return out, nil
 }
+
+// Dispute is a paid order's payment whose charge was disputed, for the admin page.
+type Dispute struct {
+	OrderID       string    `json:"order_id"`
+	PaymentID     string    `json:"payment_id"`
+	PaymentIntent *string   `json:"payment_intent"`
+	OrderStatus   *string   `json:"order_status"` // null when the record has no such order
+	AmountCents   int64     `json:"amount_cents"`
+	RefundedCents int64     `json:"refunded_cents"`
+	DisputedAt    time.Time `json:"disputed_at"`
+}
+
+// Disputes returns the newest n disputed payments, newest first.
+func (q *Queries) Disputes(ctx context.Context, n int) ([]Dispute, error) {
+	rows, err := q.db.Query(ctx, `
+	SELECT p.order_id, p.id, p.payment_intent, o.status, p.amount_cents, p.refunded_cents, p.disputed_at
+	FROM payments p LEFT JOIN orders o ON o.id = p.order_id
+	WHERE p.disputed_at IS NOT NULL ORDER BY p.disputed_at DESC, p.id LIMIT $1`, n)
+	if err != nil {
+		return nil, fmt.Errorf("record: disputes: %w", err)
+	}
+	defer rows.Close()
+	out := []Dispute{}
+	for rows.Next() {
+		var d Dispute
+		if err := rows.Scan(&d.OrderID, &d.PaymentID, &d.PaymentIntent, &d.OrderStatus, &d.AmountCents, &d.RefundedCents, &d.DisputedAt); err != nil {
+			return nil, fmt.Errorf("record: disputes: %w", err)
+		}
+		d.DisputedAt = d.DisputedAt.UTC()
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("record: disputes: %w", err)
+	}
+	return out, nil
+}

@@ -456,5 +456,9 @@ func TestApplyRefundsAndDisputes(t *testing.T) {
 		if err != nil || len(issues) != 0 {
 			t.Fatalf("payment issues %v, %v", issues, err)
 		}
+		ds, err := q.Disputes(context.Background(), 10)
+		if err != nil || len(ds) != 1 || ds[0].OrderID != "a.2" || *ds[0].PaymentIntent != "pi_2" || *ds[0].OrderStatus != "paid" {
+			t.Fatalf("disputes %+v, %v", ds, err)
+		}
 	}
 }

@@ -24,7 +24,7 @@
     ? ORDERS_BUSY : ORDERS_IDLE);
   const BOARDS_EVERY = 5000;
   const STATUS_TEXT = { upcoming: 'Upcoming', live: 'Live', sold_out: 'Sold out', ended: 'Ended' };
-  const ORDER_TEXT = { reserved: 'Reserved', paid: 'Paid', cancelled: 'Cancelled', expired: 'Expired' };
+  const ORDER_TEXT = { reserved: 'Reserved', paid: 'Paid', cancelled: 'Cancelled', expired: 'Expired', refunded: 'Refunded' };
 
   const state = {
     // The shopper's sign-in is kept in local storage, shared by this origin's tabs: the

@@ -201,6 +201,31 @@ async function paymentSteps(browser, desktop, pageErrors) {
     assert(!/checkout=/.test(ivy.url()), `the return query is cleaned up: ${ivy.url()}`);
   });
 
+  await step('payments: the admin page refunds a paid order with its button; the shop page says Refunded', async () => {
+    const id = await buy();
+    await pay(id);
+    await payWith('pm_card_visa');
+    await expectText(row(id).locator('.badge'), /^Paid$/, 'paid before the refund', 15_000);
+    const adm = await (await browser.newContext(desktop)).newPage();
+    adm.setDefaultTimeout(TIMEOUT);
+    adm.on('pageerror', (e) => pageErrors.push(`admin (payments): ${e.message}`));
+    await adm.goto(PAY_BASE + '/admin');
+    await adm.fill('#token', ADMIN);
+    await adm.press('#token', 'Enter');
+    await adm.locator('#token-set').waitFor({ state: 'visible' });
+    await adm.fill('#refund-order', id);
+    await adm.check('#refund-restock');
+    await adm.click('#refund-go');
+    await expectText(adm.locator('#refund-msg'), /refunded/, 'the admin page says the order was refunded');
+    const o = await orderJSON(id);
+    assert(o.status === 'refunded' && o.payment_status === 'refunded', `after the refund: ${JSON.stringify(o)}`);
+    await adm.click('#refund-go'); // again: refused, it is no longer paid
+    await expectText(adm.locator('#refund-msg'), /refused/, 'a second refund is refused');
+    await adm.context().close();
+    await ivy.reload();
+    await expectText(row(id).locator('.badge'), /^Refunded$/, 'the shop page shows the order refunded', 15_000);
+  });
+
   await step('payments: a declined card says so on the checkout page; another card then pays', async () => {
     const id = await buy();
     await pay(id);
