@@ -82,6 +82,9 @@ type Event struct {
 	// what was refunded of it so far (order.refunded, payment.refunded).
 	PaymentIntent string `json:"payment_intent,omitempty"`
 	RefundedCents *int64 `json:"refunded_cents,omitempty"`
+	// Attempt is the checkout attempt (metadata flashsale_attempt) a provider's payment was
+	// made under, carried by order.paid.
+	Attempt string `json:"attempt,omitempty"`
 	// ImageURL is the item's picture, carried by item.upserted ("" for none).
 	ImageURL string `json:"image_url,omitempty"`
 	// Outcomes are a sale.tally's counts by outcome (TallyOutcomes); only counts above zero.
@@ -158,6 +161,7 @@ func FromEntry(eventID string, values map[string]any) (Event, error) {
 	e.PaymentID = f.str("payment")
 	e.PaymentIntent = f.str("payment_intent")
 	e.RefundedCents = f.opt("refunded_cents")
+	e.Attempt = f.str("attempt")
 	e.Quantity = f.opt("quantity")
 	e.PriceCents = f.opt("price_cents")
 	e.Stars = f.opt("stars")

@@ -41,6 +41,7 @@ func (e Event) AppendJSON(b []byte) ([]byte, error) {
 	b = appendOptString(b, `,"payment_id":`, e.PaymentID)
 	b = appendOptString(b, `,"payment_intent":`, e.PaymentIntent)
 	b = appendOptInt(b, `,"refunded_cents":`, e.RefundedCents)
+	b = appendOptString(b, `,"attempt":`, e.Attempt)
 	b = appendOptString(b, `,"image_url":`, e.ImageURL)
 	if len(e.Outcomes) > 0 {
 		j, err := json.Marshal(e.Outcomes) // sorted keys, as json.Marshal(e) gives

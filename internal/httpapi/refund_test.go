@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +83,18 @@ func TestRefundMadeAtProvider(t *testing.T) {
 	part, partPI := a.paid("rf", "bob", paysim.CardVisa)
 	left := a.stockLeft("rf")
 
+	// order.paid carries the PaymentIntent and the attempt, for the record's payments row.
+	entries, err := a.rdb.XRange(context.Background(), a.keys.Item("rf").Outbox(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Values["type"] == "order.paid" && e.Values["order"] == full {
+			if att, _ := e.Values["attempt"].(string); e.Values["payment_intent"] != fullPI || !strings.HasPrefix(att, "fsa_") {
+				t.Fatalf("order.paid %v: want payment_intent %s and the attempt", e.Values, fullPI)
+			}
+		}
+	}
 	a.refundAtProvider(fullPI, 0)
 	a.refundAtProvider(partPI, 500)
 	waitFor(t, "the order to be refunded", 30*time.Second, func() bool { return a.status("alice", full) == "refunded" })

@@ -221,29 +221,30 @@ func (s *Store) SetPaymentStatus(ctx context.Context, orderID, sessionID, status
 // settled before changes nothing (SettledBefore). A payment no checkout attached is
 // ErrUnknownPayment. The returned order is the order after the call.
 func (s *Store) SettlePayment(ctx context.Context, paymentID, eventID string) (Order, Settlement, error) {
-	return s.settle(ctx, paymentID, eventID, "")
+	return s.settle(ctx, paymentID, eventID, "", "")
 }
 
 // SettleAmount is SettlePayment for a payment of amountCents in the shop's currency: an amount
 // that is not the order's (quantity × price_cents), or a negative one (another currency), does
-// not pay the order; the payment is marked for refund (SettledRefund).
-func (s *Store) SettleAmount(ctx context.Context, paymentID, eventID string, amountCents int64) (Order, Settlement, error) {
-	return s.settle(ctx, paymentID, eventID, strconv.FormatInt(amountCents, 10))
+// not pay the order; the payment is marked for refund (SettledRefund). paymentIntent ("" when
+// unknown) goes into order.paid with the attempt.
+func (s *Store) SettleAmount(ctx context.Context, paymentID, paymentIntent, eventID string, amountCents int64) (Order, Settlement, error) {
+	return s.settle(ctx, paymentID, eventID, strconv.FormatInt(amountCents, 10), paymentIntent)
 }
 
-func (s *Store) settle(ctx context.Context, paymentID, eventID, amount string) (Order, Settlement, error) {
+func (s *Store) settle(ctx context.Context, paymentID, eventID, amount, paymentIntent string) (Order, Settlement, error) {
 	oid, err := s.OrderOfPayment(ctx, paymentID)
 	if err != nil {
 		return Order{}, "", err
 	}
 	item, ok := keyspace.ItemOfOrder(oid)
-	if !ok || strings.Contains(eventID, "|") {
+	if !ok || strings.Contains(eventID, "|") || strings.Contains(paymentIntent, "|") {
 		return Order{}, "", ErrUnknownPayment
 	}
 	k := s.keys.Item(item)
 	res, err := payScript.Run(ctx, s.rdb,
 		[]string{k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.Payments()},
-		item, oid, "", paymentID, eventID, s.PaymentHold.Milliseconds(), amount).Slice()
+		item, oid, "", paymentID, eventID, s.PaymentHold.Milliseconds(), amount, paymentIntent).Slice()
 	if err != nil {
 		return Order{}, "", fmt.Errorf("orders: settle payment %s of %s: %w", paymentID, oid, err)
 	}

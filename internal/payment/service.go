@@ -339,7 +339,7 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 	if ev.Currency != s.Currency {
 		amount = -1 // another currency never pays an order
 	}
-	o, st, err := s.Orders.SettleAmount(ctx, sid, ev.ID, amount)
+	o, st, err := s.Orders.SettleAmount(ctx, sid, ev.PaymentIntent, ev.ID, amount)
 	if errors.Is(err, orders.ErrUnknownPayment) {
 		webhookWarn.Warn("payment webhook: unknown payment, ignored", "event", ev.ID, "session", sid)
 		return errUnknownWebhook

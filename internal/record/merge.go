@@ -320,15 +320,15 @@ func queueMerge(b *txBatch, rows batchRows, merged map[string]bool, provider str
 			providers             = make([]string, n)
 			amounts, refunded     = make([]int64, n), make([]int64, n)
 			created, updated      = make([]time.Time, n), make([]time.Time, n)
-			intents               = make([]string, n)
+			intents, attempts     = make([]string, n), make([]string, n)
 			disputed              = make([]*time.Time, n)
 		)
 		for i, r := range rows.payments {
 			ids[i], orders[i], statuses[i], amounts[i], refunded[i] = r.ID, r.OrderID, r.Status, r.AmountCents, r.Refunded
 			created[i], updated[i], providers[i] = r.CreatedAt, r.UpdatedAt, provider
-			intents[i], disputed[i] = r.PaymentIntent, r.DisputedAt
+			intents[i], disputed[i], attempts[i] = r.PaymentIntent, r.DisputedAt, r.Attempt
 		}
-		b.exec(mergePayments, ids, orders, providers, amounts, statuses, refunded, created, updated, intents, disputed)
+		b.exec(mergePayments, ids, orders, providers, amounts, statuses, refunded, created, updated, intents, disputed, attempts)
 	}
 }
 
@@ -446,13 +446,15 @@ var (
 	` + newer("r", [2]string{"pos_ms", "pos_seq"}, "stars", "updated_at")}
 
 	// mergePayments: a refund wins over a success whatever the order the events came in.
-	mergePayments = stmt{"record_merge_payments", `INSERT INTO payments AS p (id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, payment_intent, disputed_at)
-	SELECT id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, NULLIF(payment_intent, ''), disputed_at
+	mergePayments = stmt{"record_merge_payments", `INSERT INTO payments AS p (id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, payment_intent, disputed_at, attempt)
+	SELECT id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, NULLIF(payment_intent, ''), disputed_at,
+		NULLIF(attempt, '')
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[], $8::timestamptz[],
-		$9::text[], $10::timestamptz[])
-		AS x(id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, payment_intent, disputed_at)
+		$9::text[], $10::timestamptz[], $11::text[])
+		AS x(id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, payment_intent, disputed_at, attempt)
 	ON CONFLICT (id) DO UPDATE SET
 	payment_intent = COALESCE(p.payment_intent, excluded.payment_intent),
+	attempt = COALESCE(p.attempt, excluded.attempt),
 	disputed_at = LEAST(p.disputed_at, excluded.disputed_at),
 	status = CASE WHEN excluded.status = 'refunded' THEN excluded.status ELSE p.status END,
 	refunded_cents = GREATEST(p.refunded_cents, excluded.refunded_cents),

@@ -248,6 +248,7 @@ type (
 	paymentRow struct {
 		ID, OrderID, Status   string
 		PaymentIntent         string
+		Attempt               string
 		AmountCents, Refunded int64
 		CreatedAt, UpdatedAt  time.Time
 		DisputedAt            *time.Time
@@ -316,6 +317,9 @@ func fold(fresh []parsed) batchRows {
 		}
 		if r.PaymentIntent == "" {
 			r.PaymentIntent = e.PaymentIntent
+		}
+		if r.Attempt == "" {
+			r.Attempt = e.Attempt
 		}
 		if status == "refunded" {
 			r.Status, r.Refunded = status, r.AmountCents

@@ -398,7 +398,7 @@ func TestPaymentIssues(t *testing.T) {
 // record the amount and the dispute.
 func TestApplyRefundsAndDisputes(t *testing.T) {
 	reserved := ev(events.OrderReserved, 1, nil)
-	paid := ev(events.OrderPaid, 2, func(e *events.Event) { e.PaymentID = "cs_1" })
+	paid := ev(events.OrderPaid, 2, func(e *events.Event) { e.PaymentID, e.PaymentIntent, e.Attempt = "cs_1", "pi_1", "fsa_1" })
 	refunded := ev(events.OrderRefunded, 3, func(e *events.Event) {
 		e.PaymentID, e.PaymentIntent, e.RefundedCents, e.Delta = "cs_1", "pi_1", i64(1000), i64(2)
 	})
@@ -437,14 +437,14 @@ func TestApplyRefundsAndDisputes(t *testing.T) {
 			t.Fatalf("orders %s, want %s", got, want)
 		}
 		var pays []struct {
-			ID, Status, PaymentIntent string
-			RefundedCents             int64
-			Disputed                  bool
+			ID, Status, PaymentIntent, Attempt string
+			RefundedCents                      int64
+			Disputed                           bool
 		}
-		if err := db.Raw(`SELECT id, status, payment_intent, refunded_cents, disputed_at IS NOT NULL AS disputed FROM payments ORDER BY id`).Scan(&pays).Error; err != nil {
+		if err := db.Raw(`SELECT id, status, payment_intent, COALESCE(attempt, '') AS attempt, refunded_cents, disputed_at IS NOT NULL AS disputed FROM payments ORDER BY id`).Scan(&pays).Error; err != nil {
 			t.Fatal(err)
 		}
-		if got, want := fmt.Sprint(pays), `[{cs_1 refunded pi_1 1000 false} {cs_2 succeeded pi_2 300 true}]`; got != want {
+		if got, want := fmt.Sprint(pays), `[{cs_1 refunded pi_1 fsa_1 1000 false} {cs_2 succeeded pi_2  300 true}]`; got != want {
 			t.Fatalf("payments %s, want %s", got, want)
 		}
 		q, err := record.OpenQueries(dsn)

@@ -30,6 +30,8 @@
 --   until expires_ms + this (see expire.lua); '' or 0 for none
 -- ARGV[7] with a payment id: the amount paid, in cents ('' unchecked); an amount that is not the
 --   order's quantity × price_cents (or negative: another currency) never pays it: refund
+-- ARGV[8] with a payment id: the provider's PaymentIntent ('' unknown), carried by order.paid
+--   with the attempt, so the record keeps both beside the session
 --
 -- Reply: {outcome, packed_order, paid_total}
 --   outcome: paid | not_found (no such order, another user's, or not this order's payment)
@@ -50,6 +52,10 @@ if ARGV[6] and ARGV[6] ~= '' then
 end
 if not hold or hold < 0 then
   return redis.error_reply('ERR pay: hold must be a number of ms >= 0')
+end
+local pi = ARGV[8] or ''
+if string.find(pi, '|', 1, true) then
+  return redis.error_reply('ERR pay: bad payment intent')
 end
 local amount = nil
 if ARGV[7] and ARGV[7] ~= '' then
@@ -147,8 +153,15 @@ redis.call('HINCRBY', KEYS[1], 'version', 1)
 mark_changed(KEYS[7], KEYS[8], item_id)
 if pid ~= '' then
   redis.call('HSET', KEYS[9], oid, pid .. '|paid|' .. evt .. '|' .. att)
-  redis.call('XADD', KEYS[6], '*', 'type', 'order.paid', 'at', now, 'item', item_id,
-    'order', oid, 'user', user, 'quantity', o.qty, 'price_cents', o.price, 'payment', pid)
+  local ev = {'type', 'order.paid', 'at', now, 'item', item_id, 'order', oid, 'user', user,
+    'quantity', o.qty, 'price_cents', o.price, 'payment', pid}
+  if pi ~= '' then
+    ev[#ev + 1], ev[#ev + 2] = 'payment_intent', pi
+  end
+  if att ~= '' then
+    ev[#ev + 1], ev[#ev + 2] = 'attempt', att
+  end
+  redis.call('XADD', KEYS[6], '*', unpack(ev))
 else
   redis.call('XADD', KEYS[6], '*', 'type', 'order.paid', 'at', now, 'item', item_id,
     'order', oid, 'user', user, 'quantity', o.qty, 'price_cents', o.price)
