@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/paysim"
 )
 
@@ -44,6 +45,7 @@ func (a *API) startSimulator(ctx context.Context, cfg config.Config) (string, er
 		return "", fmt.Errorf("payment simulator: FLASHSALE_PAYMENT_SIM_ADDR %s: %w", p.SimAddr, err)
 	}
 	a.closers = append(a.closers, func() { sim.Close() })
+	metrics.PaymentSimEvicted.From(func() int64 { return sim.Stats().Evicted })
 	slog.Info("payment simulator started", "url", sim.URL(), "webhooks_to", cfg.WebhookURL())
 	return sim.URL(), nil
 }

@@ -237,6 +237,12 @@ var (
 		"Item ids answered unknown from the api's short negative cache (no Redis call).")
 )
 
+// PaymentSimEvicted counts what the embedded payment simulator evicted to stay within
+// FLASHSALE_PAYMENT_SIM_MAX_OBJECTS (finished payments with their charges and refunds, ended
+// sessions, stored idempotent replies); zero in a process that runs none.
+var PaymentSimEvicted = newFuncCounter("flashsale_payment_sim_evicted_total",
+	"Objects the payment simulator this api started evicted to stay within FLASHSALE_PAYMENT_SIM_MAX_OBJECTS (finished payments with their charges and refunds, ended sessions, stored idempotent replies); 0 when it uses another's or none.")
+
 // FuncCounter is a counter read at scrape time from counts that components keep themselves;
 // several sources (e.g. expirers) add up.
 type FuncCounter struct {
@@ -278,7 +284,7 @@ func init() {
 		ScriptCalls, ScriptResends, ScriptDuration, RedisFailovers, RedisRefusals,
 		OutboxBacklog, RelayPublished, RelayErrors,
 		ExpirerDrained, QueuePollsMemory, QueuePollsRedis, HTTPConns, RedisDataLost,
-		RefusalsFromMemory, UnknownFromMemory,
+		RefusalsFromMemory, UnknownFromMemory, PaymentSimEvicted,
 	)
 }
 
