@@ -35,14 +35,14 @@ func TestRefusalsAndReplaysCostNoRedis(t *testing.T) {
 	oid, _ := order["id"].(string)
 
 	// Replays of the settled key: 200 with the order, no RateLimit headers, one command each.
-	before := commands(t, priv)
+	before := testenv.Commands(t, priv)
 	for i := range 50 {
 		r := a.do("POST", "/api/items/phone/purchase", tok, nil, "Idempotency-Key", "k1")
 		if o, _ := r.Body["order"].(map[string]any); r.Status != http.StatusOK || o["id"] != oid || r.Header.Get("RateLimit-Limit") != "" {
 			t.Fatalf("replay %d: %d %v %s", i, r.Status, r.Header, r.Raw)
 		}
 	}
-	if used := commands(t, priv) - before - 1; used > 50 {
+	if used := testenv.Commands(t, priv) - before - 1; used > 50 {
 		t.Fatalf("50 replays of a settled key cost %d commands, want at most 50", used)
 	}
 
@@ -51,20 +51,20 @@ func TestRefusalsAndReplaysCostNoRedis(t *testing.T) {
 	if first.Status != http.StatusTooManyRequests || first.Header.Get("Retry-After") == "" {
 		t.Fatalf("over the purchase limit: %d %v", first.Status, first.Header)
 	}
-	before = commands(t, priv)
+	before = testenv.Commands(t, priv)
 	for i := range 100 {
 		r := a.do("POST", "/api/items/phone/purchase", tok, nil)
 		sameRefusal(t, "purchase "+strconv.Itoa(i), first, r)
 	}
-	if used := commands(t, priv) - before - 1; used != 0 {
+	if used := testenv.Commands(t, priv) - before - 1; used != 0 {
 		t.Fatalf("100 refused purchases cost %d commands, want 0", used)
 	}
-	before = commands(t, priv)
+	before = testenv.Commands(t, priv)
 	for i := range 50 {
 		r := a.do("POST", "/api/items/phone/purchase", tok, nil, "Idempotency-Key", "new-"+strconv.Itoa(i))
 		sameRefusal(t, "keyed purchase "+strconv.Itoa(i), first, r)
 	}
-	if used := commands(t, priv) - before - 1; used > 50 {
+	if used := testenv.Commands(t, priv) - before - 1; used > 50 {
 		t.Fatalf("50 refused purchases with new keys cost %d commands, want at most 50", used)
 	}
 
@@ -76,12 +76,12 @@ func TestRefusalsAndReplaysCostNoRedis(t *testing.T) {
 	if first.Status != http.StatusTooManyRequests {
 		t.Fatalf("cancel over its limit: %d %s", first.Status, first.Raw)
 	}
-	before = commands(t, priv)
+	before = testenv.Commands(t, priv)
 	for i := range 100 {
 		r := a.do("POST", "/api/orders/"+oid+"/cancel", tok, nil)
 		sameRefusal(t, "cancel "+strconv.Itoa(i), first, r)
 	}
-	if used := commands(t, priv) - before - 1; used != 0 {
+	if used := testenv.Commands(t, priv) - before - 1; used != 0 {
 		t.Fatalf("100 refused cancels cost %d commands, want 0", used)
 	}
 }

@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -190,8 +191,25 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		}
 		return
 	}
+	replies := make([]purchaseReply, len(calls))
+	var made []orders.Order
 	for i, c := range calls {
-		c.done <- s.purchaseReply(item, c.req, res[replyWidth*i:replyWidth*(i+1)], b, sent)
+		replies[i] = s.purchaseReply(item, c.req, res[replyWidth*i:replyWidth*(i+1)], b, sent)
+		if replies[i].err == nil {
+			made = append(made, replies[i].res.Order)
+		}
+	}
+	// Indexed before anyone hears of the order, so the shopper's next "my orders" lists it. A
+	// failure leaves the entry to the outbox relay (orders.Index) and the order stands.
+	if len(made) > 0 {
+		ictx, cancel := context.WithTimeout(context.Background(), exactlyonce.CallDeadline)
+		if err := s.index.Add(ictx, made); err != nil {
+			slog.Warn("purchase: orders not indexed yet; the outbox relay indexes them", "item", item, "orders", len(made), "err", err)
+		}
+		cancel()
+	}
+	for i, c := range calls {
+		c.done <- replies[i]
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/orders"
 )
 
 // The defaults of Options, stated once: config's FLASHSALE_* defaults are these.
@@ -75,6 +76,8 @@ type Store struct {
 
 	unknown unknownIDs // ids Redis lacked a moment ago (Known)
 
+	index *orders.Index // the users' order indexes, written after each batch (runBatch)
+
 	refusals *limits.Refusals // shoppers over the purchase limit, per item (settled.go)
 	settled  settledKeys      // replays answered from one read (settled.go)
 }
@@ -99,7 +102,7 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Stor
 	if opt.PurchaseLinger == 0 {
 		opt.PurchaseLinger = DefaultPurchaseLinger
 	}
-	s := &Store{rdb: rdb, keys: keys, opt: opt, refusals: limits.NewRefusals(refusalsKept)}
+	s := &Store{rdb: rdb, keys: keys, opt: opt, index: orders.NewIndex(rdb, keys), refusals: limits.NewRefusals(refusalsKept)}
 	s.batcher = batch.New(opt.PurchaseBatch, opt.PurchaseInFlight, opt.PurchaseLinger, s.runBatch)
 	return s
 }

@@ -85,6 +85,13 @@ func (s Shard) Marker() string { return s.base + "marker" }
 // (never by the event's metadata). It has its own hash tag: the payment id alone names it.
 func (s Space) PaymentOrder(paymentID string) string { return s.Prefix + "{pay:" + paymentID + "}" }
 
+// UserOrderIndex is the user's order index: order id -> created ms, every order of the user
+// in any item, under the user's own hash tag so "my orders" reads one key. The purchase
+// scripts cannot write it (another slot): the purchase path adds each order right after the
+// script made it, and the outbox relay adds it again from the order's event, so an order is
+// indexed even when its api died in between (internal/orders, index.go).
+func (s Space) UserOrderIndex(user string) string { return s.Prefix + "{u:" + user + "}:orders" }
+
 // Catalog is the set of all item ids.
 func (s Space) Catalog() string { return s.Prefix + "catalog" }
 

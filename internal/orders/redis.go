@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 type Store struct {
 	rdb   redis.UniversalClient
 	keys  keyspace.Space
+	index *Index
 	Hooks Hooks
 	// PaymentHold is how long a reservation whose payment is processing stays reserved past
 	// its expires_at (FLASHSALE_PAYMENT_PROCESSING_HOLD; 0 with no provider).
@@ -28,7 +28,7 @@ type Store struct {
 
 // NewStore returns a Store over rdb with the given key space.
 func NewStore(rdb redis.UniversalClient, keys keyspace.Space) *Store {
-	return &Store{rdb: rdb, keys: keys, clock: redisClock{host: time.Now}}
+	return &Store{rdb: rdb, keys: keys, index: NewIndex(rdb, keys), clock: redisClock{host: time.Now}}
 }
 
 // redisClock reads Redis's clock from this host's without a round trip: the offset between
@@ -93,57 +93,21 @@ func (s *Store) Get(ctx context.Context, user, id string) (Order, error) {
 	return o, nil
 }
 
-// List returns the user's orders, newest first: one pipelined ZRANGE of the user's item index
-// in every shard, then one pipelined HGET of the user's order list per item it names, then one
-// pipelined HMGET of the records (and payments) per item. Its Redis work grows with the shards
-// and the caller's orders and items, never with the catalogue. On a cluster each pipeline is
-// split by node, and every key of one command shares a slot.
+// List returns the user's orders, newest first: one ZRANGE of the user's order index, then
+// one pipelined HMGET of the records and one of the payments per item it names. Two round
+// trips and at most 1 + 2 x orders commands, whatever the shard count and the catalogue; on a
+// cluster the second pipeline is split by node. An index entry whose record is gone (pruned
+// or lost with Redis) is skipped.
 func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
-	pipe := s.rdb.Pipeline()
-	idx := make([]*redis.StringSliceCmd, keyspace.Shards)
-	for n := range keyspace.Shards {
-		idx[n] = pipe.ZRange(ctx, s.keys.Shard(n).UserItems(user), 0, -1)
+	items, byItem, err := s.index.ids(ctx, user)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("orders: list index: %w", err)
-	}
-	var items []string
-	for _, cmd := range idx {
-		for _, item := range cmd.Val() {
-			if keyspace.ValidID(item) {
-				items = append(items, item)
-			}
-		}
-	}
-	if len(items) == 0 {
-		return []Order{}, nil
-	}
-	pipe = s.rdb.Pipeline()
-	lists := make([]*redis.StringCmd, len(items))
-	for i, item := range items {
-		lists[i] = pipe.HGet(ctx, s.keys.Item(item).UserOrders(), user)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("orders: list order lists: %w", err)
-	}
-	byItem := map[string][]string{}
-	kept := items[:0]
-	for i, item := range items {
-		for seq := range strings.SplitSeq(lists[i].Val(), ",") {
-			if _, err := strconv.ParseUint(seq, 10, 64); err == nil {
-				byItem[item] = append(byItem[item], keyspace.OrderID(item, seq))
-			}
-		}
-		if byItem[item] != nil {
-			kept = append(kept, item)
-		}
-	}
-	items = kept
 	out := []Order{}
 	if len(items) == 0 {
 		return out, nil
 	}
-	pipe = s.rdb.Pipeline()
+	pipe := s.rdb.Pipeline()
 	recs := make([]*redis.SliceCmd, len(items))
 	pays := make([]*redis.SliceCmd, len(items))
 	for i, item := range items {
@@ -158,7 +122,7 @@ func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
 		for j, v := range recs[i].Val() {
 			packed, ok := v.(string)
 			if !ok {
-				continue // an index entry a restore left behind: its order is gone
+				continue // pruned, or lost with Redis: the record is gone
 			}
 			o, err := Unpack(ids[j], item, packed)
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/record"
 )
 
@@ -233,6 +234,17 @@ func (r *Reconciler) pruneChunk(ctx context.Context, n int64, item string, chunk
 		return nil, fmt.Errorf("reconcile: prune orders of %s: %w: a newer restore wrote the item", item, ErrFenced)
 	case len(reply) != 1+len(chunk) || reply[0] != "ok":
 		return nil, fmt.Errorf("reconcile: prune orders of %s: unexpected reply %q", item, reply)
+	}
+	// The orders gone from Redis leave their users' order indexes too (another slot, so not
+	// in the script). Not fatal: a reader skips an entry whose order is gone.
+	byUser := map[string][]string{}
+	for i, out := range reply[1:] {
+		if kind, _, _ := strings.Cut(out, "|"); kind == "pruned" || kind == "gone" {
+			byUser[chunk[i].User] = append(byUser[chunk[i].User], chunk[i].ID)
+		}
+	}
+	if err := orders.NewIndex(r.rdb, r.keys).Remove(ctx, byUser); err != nil {
+		slog.Warn("order pruning: order index entries not removed", "item", item, "err", err)
 	}
 	return reply[1:], nil
 }

@@ -48,7 +48,13 @@ func (e *env) inRedis(o orders.Order) (record, index bool) {
 		e.t.Fatalf("user %s: order list %q of %s, item index entry %v", o.UserID, list, o.ItemID, err == nil)
 	}
 	_, seq, _ := strings.Cut(o.ID, ".")
-	return rec, slices.Contains(strings.Split(list, ","), seq)
+	inList := slices.Contains(strings.Split(list, ","), seq)
+	// The user's order index (GET /api/orders reads it) names the order exactly as long.
+	_, err = e.rdb.ZScore(e.ctx, e.keys.UserOrderIndex(o.UserID), o.ID).Result()
+	if inList != (err == nil) {
+		e.t.Fatalf("order %s: in %s's order list of the item %v, in the user's order index %v", o.ID, o.UserID, inList, err == nil)
+	}
+	return rec, inList
 }
 
 func (e *env) prunedAt(id string) bool {

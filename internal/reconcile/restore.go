@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/record"
 )
 
@@ -294,6 +295,19 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 	return itemState{puts: puts, maxSeq: maxSeq, maxMs: maxMs}, nil
 }
 
+// indexRestored puts the orders a restore wrote back (all but the pruned) into their users'
+// order indexes, which live in other slots (orders.Index), before the item sells again.
+// Entries of orders the record lacks stay; readers skip them.
+func (r *Reconciler) indexRestored(ctx context.Context, it record.ItemRecord) error {
+	var back []orders.Order
+	for _, o := range it.Orders {
+		if !o.Pruned {
+			back = append(back, orders.Order{ID: o.ID, UserID: o.User, CreatedAt: o.Created})
+		}
+	}
+	return orders.NewIndex(r.rdb, r.keys).Add(ctx, back)
+}
+
 // restoreWrite writes st behind the fence: begin (fence, re-check idle, clear; the item hash
 // goes), the entries in chunks, finish (the item hash last).
 func (r *Reconciler) restoreWrite(ctx context.Context, id string, n int64, it record.ItemRecord, expected, pos string, st itemState, out *RestoredItem) error {
@@ -331,6 +345,9 @@ func (r *Reconciler) restoreWrite(ctx context.Context, id string, n int64, it re
 		}
 	}
 
+	if err := r.indexRestored(ctx, it); err != nil {
+		return err
+	}
 	if err := r.rdb.SAdd(ctx, r.keys.Catalog(), id).Err(); err != nil {
 		return err
 	}

@@ -8,7 +8,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,4 +123,43 @@ func StreamEvents(t testing.TB, rdb redis.UniversalClient, stream string) []even
 		out = append(out, evs...)
 	}
 	return out
+}
+
+var callsRe = regexp.MustCompile(`calls=(\d+)`)
+
+// Commands is how many commands the servers behind rdb have executed in all (INFO
+// commandstats, summed over a cluster's masters; commands a script ran count too). Only a
+// private server (PrivateRedis, Cluster) counts one test's commands alone; the INFO that
+// measures counts one per server.
+func Commands(t testing.TB, rdb redis.UniversalClient) int {
+	t.Helper()
+	ctx := context.Background()
+	count := func(info string) int {
+		n := 0
+		for _, m := range callsRe.FindAllStringSubmatch(info, -1) {
+			v, _ := strconv.Atoi(m[1])
+			n += v
+		}
+		return n
+	}
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		total := 0
+		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			info, err := m.Info(ctx, "commandstats").Result()
+			mu.Lock()
+			total += count(info)
+			mu.Unlock()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return total
+	}
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return count(info)
 }
