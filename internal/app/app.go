@@ -166,8 +166,9 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 	}
 	relayOpt := outbox.Options{Max: int64(cfg.OutboxMax)}
 	// Every order enters its user's order index from its event too, before the event leaves
-	// Redis: an api that died between the purchase and its own index write loses no order.
-	relayOpt.Reserved = orders.NewIndex(a.rdb, keys).AddReserved
+	// Redis (an api that died between the purchase and its own index write loses no order),
+	// and every order event grows its user's orders version (the ETag of "my orders").
+	relayOpt.Events = orders.NewIndex(a.rdb, keys).Changed
 	if crashpoint.Enabled("relay-after-publish") { // fault tests only
 		relayOpt.AfterPublish = func(n int) error { crashpoint.Reached("relay-after-publish", n); return nil }
 	}

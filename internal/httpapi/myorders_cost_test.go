@@ -1,12 +1,14 @@
 package httpapi_test
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -53,5 +55,61 @@ func TestMyOrdersCost(t *testing.T) {
 		if used > 2+2*n {
 			t.Errorf("GET /api/orders for %d orders cost %d Redis commands, want at most %d", n, used, 2+2*n)
 		}
+	}
+}
+
+// TestMyOrdersETag: GET /api/orders carries the version of the caller's orders as its ETag;
+// If-None-Match with it answers 304 with no body for at most two Redis commands, until an
+// order of the caller is made (the purchase path's index write) or changes (its event, as the
+// outbox relay applies it).
+func TestMyOrdersETag(t *testing.T) {
+	priv, keys, addr := testenv.PrivateRedis(t)
+	a := newTestAPI(t, func(c *config.Config) {
+		c.RedisAddrs = []string{addr}
+		c.RedisPrefix = keys.Prefix
+		c.SnapshotInterval = time.Hour
+	})
+	a.item("tag", 10, 10)
+	tok := a.token("tina")
+	get := func(etag string, want int) reply {
+		t.Helper()
+		before := testenv.Commands(t, priv)
+		r := a.do("GET", "/api/orders", tok, nil, "If-None-Match", etag)
+		used := testenv.Commands(t, priv) - before - 1
+		if r.Status != want || r.Header.Get("ETag") == "" {
+			t.Fatalf("GET /api/orders with If-None-Match %s: %d (ETag %q) %s, want %d", etag, r.Status, r.Header.Get("ETag"), r.Raw, want)
+		}
+		if want == http.StatusNotModified && (r.Raw != "" || used > 2) {
+			t.Fatalf("304: body %q for %d Redis commands, want none for at most 2", r.Raw, used)
+		}
+		return r
+	}
+	first := get("", http.StatusOK).Header.Get("ETag")
+	get(first, http.StatusNotModified)
+	get(`W/`+first, http.StatusNotModified)
+	get(`"nope"`, http.StatusOK)
+
+	buy := a.do("POST", "/api/items/tag/purchase", tok, nil)
+	if buy.Status != http.StatusCreated {
+		t.Fatalf("purchase: %d %s", buy.Status, buy.Raw)
+	}
+	r := get(first, http.StatusOK)
+	bought := r.Header.Get("ETag")
+	if listed, _ := r.Body["orders"].([]any); bought == first || len(listed) != 1 {
+		t.Fatalf("after a purchase: ETag %s (was %s), %s", bought, first, r.Raw)
+	}
+	get(bought, http.StatusNotModified)
+
+	id, _ := buy.Body["order"].(map[string]any)["id"].(string)
+	if c := a.do("POST", "/api/orders/"+id+"/cancel", tok, nil); c.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", c.Status, c.Raw)
+	}
+	// The relay never runs here: apply the item's events as it does.
+	if err := orders.NewIndex(priv, keys).Changed(context.Background(), testenv.StreamEvents(t, priv, keys.Item("tag").Outbox())); err != nil {
+		t.Fatal(err)
+	}
+	r = get(bought, http.StatusOK)
+	if o, _ := r.Body["orders"].([]any); len(o) != 1 || o[0].(map[string]any)["status"] != "cancelled" {
+		t.Fatalf("after the cancel's event: %s", r.Raw)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -12,16 +13,40 @@ import (
 	"github.com/flashsale/flashsale/internal/payment"
 )
 
+// listOrders answers GET /api/orders: 200 with the caller's orders and their ETag (the
+// version of the caller's orders), or 304 with no body when If-None-Match names that ETag, read
+// from the version alone.
 func (s *Server) listOrders(c *gin.Context) {
 	if !s.allowRead(c, userOf(c)) {
 		return
 	}
-	list, err := s.Orders.List(c.Request.Context(), userOf(c))
+	l, err := s.Orders.ListSince(c.Request.Context(), userOf(c), knownVersion(c.GetHeader("If-None-Match")))
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"orders": list})
+	c.Header("ETag", `"`+l.Version+`"`)
+	if l.Unchanged {
+		c.Status(http.StatusNotModified)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"orders": l.Orders})
+}
+
+// knownVersion reads the orders version an If-None-Match names: one ETag as listOrders wrote
+// it ("12"; a weak W/"12" too); "" for none, a list or "*", which are answered in full.
+func knownVersion(h string) string {
+	h = strings.TrimPrefix(strings.TrimSpace(h), "W/")
+	if len(h) < 3 || h[0] != '"' || h[len(h)-1] != '"' {
+		return ""
+	}
+	v := h[1 : len(h)-1]
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return ""
+		}
+	}
+	return v
 }
 
 func (s *Server) getOrder(c *gin.Context) {

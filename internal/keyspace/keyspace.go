@@ -92,6 +92,11 @@ func (s Space) PaymentOrder(paymentID string) string { return s.Prefix + "{pay:"
 // indexed even when its api died in between (internal/orders, index.go).
 func (s Space) UserOrderIndex(user string) string { return s.Prefix + "{u:" + user + "}:orders" }
 
+// UserOrdersVersion is the version of the user's orders, in the index's slot: it grows with
+// every write of the index and every event of one of the user's orders, so "my orders" can
+// answer "unchanged" (an ETag) from it alone (internal/orders, index.go).
+func (s Space) UserOrdersVersion(user string) string { return s.Prefix + "{u:" + user + "}:v" }
+
 // Catalog is the set of all item ids.
 func (s Space) Catalog() string { return s.Prefix + "catalog" }
 

@@ -135,7 +135,7 @@ func churn(t *testing.T, e *env, workers, ops int) {
 	}
 	ix := orders.NewIndex(e.rdb, e.keys)
 	for n := range keyspace.Shards {
-		if err := ix.AddReserved(ctx, testenv.StreamEvents(t, e.rdb, e.keys.Shard(n).Outbox())); err != nil {
+		if err := ix.Changed(ctx, testenv.StreamEvents(t, e.rdb, e.keys.Shard(n).Outbox())); err != nil {
 			t.Fatal(err)
 		}
 	}

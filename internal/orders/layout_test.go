@@ -50,7 +50,7 @@ func (e *env) buyBatch(item string, ttl time.Duration, users ...string) []string
 	}
 	// The purchase path indexes its orders after the script; here the relay's way does it,
 	// from the batch's events.
-	if err := orders.NewIndex(e.rdb, e.keys).AddReserved(context.Background(), testenv.StreamEvents(e.t, e.rdb, k.Outbox())); err != nil {
+	if err := orders.NewIndex(e.rdb, e.keys).Changed(context.Background(), testenv.StreamEvents(e.t, e.rdb, k.Outbox())); err != nil {
 		e.t.Fatal(err)
 	}
 	return ids

@@ -93,19 +93,39 @@ func (s *Store) Get(ctx context.Context, user, id string) (Order, error) {
 	return o, nil
 }
 
-// List returns the user's orders, newest first: one ZRANGE of the user's order index, then
-// one pipelined HMGET of the records and one of the payments per item it names. Two round
-// trips and at most 1 + 2 x orders commands, whatever the shard count and the catalogue; on a
-// cluster the second pipeline is split by node. An index entry whose record is gone (pruned
-// or lost with Redis) is skipped.
+// List returns the user's orders, newest first (ListSince without a known version).
 func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
-	items, byItem, err := s.index.ids(ctx, user)
+	l, err := s.ListSince(ctx, user, "")
+	return l.Orders, err
+}
+
+// Listing is the user's orders and the version they were read at.
+type Listing struct {
+	Orders []Order
+	// Version grows with every change of the user's orders ("0" before any): read before
+	// the records, so a listing may show changes newer than its version, never older.
+	Version string
+	// Unchanged: Version is the known one; Orders was not read.
+	Unchanged bool
+}
+
+// ListSince returns the user's orders, newest first, unless their version is known (then
+// Unchanged, after the first round trip): one pipelined GET of the version and ZRANGE of the
+// user's order index, then one pipelined HMGET of the records and one of the payments per
+// item it names. Two round trips and at most 2 + 2 x orders commands, whatever the shard count
+// and the catalogue; on a cluster the second pipeline is split by node. An index entry whose
+// record is gone (pruned or lost with Redis) is skipped.
+func (s *Store) ListSince(ctx context.Context, user, known string) (Listing, error) {
+	version, items, byItem, err := s.index.read(ctx, user)
 	if err != nil {
-		return nil, err
+		return Listing{}, err
+	}
+	if known != "" && known == version {
+		return Listing{Version: version, Unchanged: true}, nil
 	}
 	out := []Order{}
 	if len(items) == 0 {
-		return out, nil
+		return Listing{Orders: out, Version: version}, nil
 	}
 	pipe := s.rdb.Pipeline()
 	recs := make([]*redis.SliceCmd, len(items))
@@ -115,7 +135,7 @@ func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
 		pays[i] = pipe.HMGet(ctx, s.keys.Item(item).Payments(), byItem[item]...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("orders: list records: %w", err)
+		return Listing{}, fmt.Errorf("orders: list records: %w", err)
 	}
 	for i, item := range items {
 		ids := byItem[item]
@@ -126,7 +146,7 @@ func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
 			}
 			o, err := Unpack(ids[j], item, packed)
 			if err != nil {
-				return nil, err
+				return Listing{}, err
 			}
 			if o.UserID == user {
 				if p, ok := pays[i].Val()[j].(string); ok {
@@ -137,7 +157,7 @@ func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
 		}
 	}
 	sort.SliceStable(out, func(a, b int) bool { return newerFirst(out[a], out[b]) })
-	return out, nil
+	return Listing{Orders: out, Version: version}, nil
 }
 
 // newerFirst orders by creation time, newest first; within one millisecond, an item's later

@@ -40,7 +40,7 @@ func TestRelayIndexesOrders(t *testing.T) {
 	}
 
 	down := errors.New("the users' slots are unreachable")
-	failing, _ := e.relay(outbox.Options{Consumer: "failing", Reserved: func(context.Context, []events.Event) error { return down }})
+	failing, _ := e.relay(outbox.Options{Consumer: "failing", Events: func(context.Context, []events.Event) error { return down }})
 	stop, _ := start(t, failing)
 	deadline := time.Now().Add(30 * time.Second)
 	for failing.Stats().Failures < 2 {
@@ -55,7 +55,7 @@ func TestRelayIndexesOrders(t *testing.T) {
 	}
 
 	index := orders.NewIndex(e.rdb, e.keys)
-	heir, _ := e.relay(outbox.Options{Consumer: "heir", Reserved: index.AddReserved,
+	heir, _ := e.relay(outbox.Options{Consumer: "heir", Events: index.Changed,
 		ClaimIdle: 200 * time.Millisecond, ClaimInterval: 50 * time.Millisecond})
 	start(t, heir)
 	e.waitDrained()

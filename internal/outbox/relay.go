@@ -90,11 +90,11 @@ type Options struct {
 	// as a crashed process would (tests use it to prove nothing is lost). It may be called
 	// from several goroutines at once (one per stream).
 	AfterPublish func(published int) error
-	// Reserved, when set, is given the order.reserved events of each batch before it is
-	// published (the users' order indexes are written from them); an error keeps the batch's
-	// entries for the retry, as a failed publish does. It may be called from several
-	// goroutines at once (one per stream).
-	Reserved func(ctx context.Context, evs []events.Event) error
+	// Events, when set, is given the events of each batch of an item stream before it is
+	// published (the users' order indexes and versions are written from them); an error keeps
+	// the batch's entries for the retry, as a failed publish does. It may be called from
+	// several goroutines at once (one per stream).
+	Events func(ctx context.Context, evs []events.Event) error
 }
 
 // Stats are the relay's counters since it started.
@@ -330,8 +330,8 @@ func sleep(ctx context.Context, d time.Duration) {
 type entry struct {
 	id   string
 	msgs []kafka.Message
-	// reserved are the entry's order.reserved events, for Options.Reserved.
-	reserved []events.Event
+	// evs are the entry's events (an item stream's), for Options.Events.
+	evs []events.Event
 }
 
 // pollStream does one round on one stream: make sure the group exists, take the entries of a
@@ -420,14 +420,14 @@ func (r *Relay) publish(st *stream, batch []entry, confirmed bool) error {
 			return fmt.Errorf("%w: %d events: the Redis replicas do not hold them yet: %w", errUnpublished, len(batch), err)
 		}
 	}
-	if r.opt.Reserved != nil {
+	if r.opt.Events != nil {
 		var evs []events.Event
 		for _, e := range batch {
-			evs = append(evs, e.reserved...)
+			evs = append(evs, e.evs...)
 		}
 		if len(evs) > 0 {
 			cctx, cancel := context.WithTimeout(r.hard, exactlyonce.CallDeadline)
-			err := r.opt.Reserved(cctx, evs)
+			err := r.opt.Events(cctx, evs)
 			cancel()
 			if err != nil {
 				r.failures.Add(1)
@@ -670,7 +670,7 @@ func (r *Relay) entry(st *stream, m redis.XMessage) entry {
 				msgs[i] = kafka.Message{Key: key, Value: buf[start:len(buf):len(buf)]}
 			}
 			if err == nil {
-				return entry{id: m.ID, msgs: msgs, reserved: evs}
+				return entry{id: m.ID, msgs: msgs, evs: evs}
 			}
 		}
 	} else {
@@ -681,8 +681,8 @@ func (r *Relay) entry(st *stream, m redis.XMessage) entry {
 		}
 		if err == nil {
 			e := entry{id: m.ID, msgs: []kafka.Message{{Key: key, Value: value}}}
-			if ev.Type == events.OrderReserved {
-				e.reserved = []events.Event{ev}
+			if !st.rank {
+				e.evs = []events.Event{ev}
 			}
 			return e
 		}

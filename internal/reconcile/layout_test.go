@@ -37,7 +37,7 @@ func TestRestoreReplacesBatchEntries(t *testing.T) {
 		}
 	}
 	// The purchase path indexes its orders after the script; here the relay's way does it.
-	if err := orders.NewIndex(e.rdb, e.keys).AddReserved(e.ctx, testenv.StreamEvents(t, e.rdb, k.Outbox())); err != nil {
+	if err := orders.NewIndex(e.rdb, e.keys).Changed(e.ctx, testenv.StreamEvents(t, e.rdb, k.Outbox())); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.ord.Pay(e.ctx, "bob", "A.2"); err != nil {

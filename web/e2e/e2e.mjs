@@ -1377,6 +1377,64 @@ async function main() {
       await expectText(hana.locator('#who-name'), new RegExp(hanaUser), 'hana signed in');
     });
 
+    await step('an idle page asks for its orders once a minute with their ETag: 304 while nothing changed', async () => {
+      // The page's clock is Playwright's: a minute passes when the step says so.
+      const idle = await (await browser.newContext(desktop)).newPage();
+      pages.idle = idle;
+      idle.setDefaultTimeout(TIMEOUT);
+      idle.on('pageerror', (e) => pageErrors.push(`idle: ${e.message}`));
+      await idle.clock.install();
+      const asks = []; // every GET /api/orders: the ETag it sent and the status it got
+      idle.on('response', (r) => {
+        if (r.request().method() === 'GET' && new URL(r.url()).pathname === '/api/orders') {
+          asks.push({ sent: r.request().headers()['if-none-match'] || '', status: r.status() });
+        }
+      });
+      const user = `e2e-idle-${run}`;
+      const item = `e2e-idle-${run}`;
+      const put = await apiJSON('PUT', `/api/admin/items/${item}`, ADMIN,
+        { name: `Idle ${run}`, category: 'idle', price_cents: 900, stock: 10, per_user_limit: 5 });
+      assert(put.status === 201, `create: ${put.status}`);
+      await idle.goto(BASE + '/');
+      await idle.fill('#user', user);
+      await idle.press('#user', 'Enter');
+      await expectText(idle.locator('#who-name'), new RegExp(user), 'signed in');
+      await eventually(() => assert(asks.length >= 1 && asks[asks.length - 1].status === 200, 'no first ask'), 'the first ask');
+      const tok = await tokenOf(idle);
+      // An order bought and paid elsewhere (another device): its version is 3 once the relay
+      // applied its two events (the purchase's own index write counts one).
+      const elsewhere = async (version) => {
+        const b = await apiJSON('POST', `/api/items/${item}/purchase`, tok, { quantity: 1 });
+        assert(b.status === 201, `purchase: ${b.status}`);
+        assert((await apiJSON('POST', `/api/orders/${b.data.order.id}/pay`, tok)).status === 200, 'pay');
+        await eventually(async () => {
+          const r = await fetch(BASE + '/api/orders', { headers: { Authorization: 'Bearer ' + tok } });
+          assert(r.headers.get('ETag') === `"${version}"`, `ETag ${r.headers.get('ETag')}, want "${version}"`);
+        }, 'the order events applied');
+        return b.data.order.id;
+      };
+      const minute = async () => {
+        const n = asks.length;
+        await idle.clock.fastForward(60_000);
+        await eventually(() => assert(asks.length > n, `${asks.length} asks`), 'the idle ask');
+        return asks[asks.length - 1];
+      };
+      const first = await elsewhere(3);
+      let a = await minute();
+      assert(a.sent === '"0"' && a.status === 200, `the ask after an order elsewhere: ${JSON.stringify(a)}`);
+      await expectText(idle.locator(`#orders li.order[data-order="${first}"]`).locator('.badge'), /^Paid$/, 'the order made elsewhere');
+      a = await minute();
+      assert(a.sent === '"3"' && a.status === 304, `the ask with nothing changed: ${JSON.stringify(a)}`);
+      await expectText(idle.locator(`#orders li.order[data-order="${first}"]`).locator('.badge'), /^Paid$/, 'the list after a 304');
+      const second = await elsewhere(6);
+      a = await minute();
+      assert(a.sent === '"3"' && a.status === 200, `the ask after another order: ${JSON.stringify(a)}`);
+      await expectText(idle.locator(`#orders li.order[data-order="${second}"]`).locator('.badge'), /^Paid$/, 'the second order');
+      assert(asks.length === 4, `${asks.length} asks in three idle minutes: ${JSON.stringify(asks)}`);
+      await idle.close();
+      delete pages.idle;
+    });
+
     if (PAY_BASE) await paymentSteps(browser, desktop, pageErrors);
 
     await step('no script errors on any page', async () => {
