@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/datamark"
 	"github.com/flashsale/flashsale/internal/exactlyonce"
@@ -112,7 +113,7 @@ func batchCommand(ctx context.Context, cfg config.Config, args []string, stdout 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: batch: unexpected arguments %q", errReportUsage, fs.Args())
 	}
-	if err := awaitPostgres(ctx, cfg); err != nil {
+	if err := app.AwaitPostgres(ctx, cfg); err != nil {
 		return err
 	}
 	r, closeAll, err := openReconciler(ctx, cfg)
@@ -157,7 +158,7 @@ func restoreCommand(ctx context.Context, cfg config.Config, args []string, stdou
 	if *items != "" {
 		opt.Items = strings.Split(*items, ",")
 	}
-	if err := awaitPostgres(ctx, cfg); err != nil {
+	if err := app.AwaitPostgres(ctx, cfg); err != nil {
 		return err
 	}
 	r, closeAll, err := openReconciler(ctx, cfg)

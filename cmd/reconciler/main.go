@@ -20,6 +20,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/crashpoint"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
@@ -44,13 +45,6 @@ const usage = `usage: reconciler [command]
 
 Settings are environment variables (FLASHSALE_*, KAFKA_*; README.md "Configuration").
 Exit codes: 0 done, 1 failed, 2 a usage mistake or an invalid setting, 3 drift found.`
-
-// badSetting is an invalid setting found only when used (a Postgres refusing the login or
-// missing the database): exit 2 at once, since waiting cannot fix it.
-type badSetting struct{ err error }
-
-func (e *badSetting) Error() string { return e.err.Error() }
-func (e *badSetting) Unwrap() error { return e.err }
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
@@ -97,7 +91,7 @@ func cli(ctx context.Context, argv []string, getenv func(string) string) int {
 		fmt.Fprintf(os.Stderr, "reconciler: unknown command %q (see reconciler --help)\n", cmd)
 		return 2
 	}
-	var bad *badSetting
+	var bad *app.BadSetting
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0 // the command printed its usage
@@ -127,7 +121,7 @@ func wantsHelp(args []string) bool {
 }
 
 func migrate(ctx context.Context, cfg config.Config) error {
-	if err := awaitPostgres(ctx, cfg); err != nil {
+	if err := app.AwaitPostgres(ctx, cfg); err != nil {
 		return err
 	}
 	db, err := record.Open(cfg.PostgresDSN)
@@ -146,8 +140,8 @@ func migrate(ctx context.Context, cfg config.Config) error {
 // run consumes until SIGINT/SIGTERM, then drains the batch in hand and commits it. With
 // cfg.ReconcileInterval set it also runs scheduled batch reconciliation until then.
 func run(ctx context.Context, cfg config.Config) error {
-	slog.Info("starting reconciler", "config", cfg) // Config.LogValue: structured, secrets masked
-	if err := awaitPostgres(ctx, cfg); err != nil { // it may still be starting
+	slog.Info("starting reconciler", "config", cfg)     // Config.LogValue: structured, secrets masked
+	if err := app.AwaitPostgres(ctx, cfg); err != nil { // it may still be starting
 		return err
 	}
 	db, err := record.Open(cfg.PostgresDSN)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
@@ -105,7 +106,7 @@ func TestGivesUpOnPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = awaitPostgres(context.Background(), cfg)
+	err = app.AwaitPostgres(context.Background(), cfg)
 	if err == nil || !strings.HasPrefix(err.Error(), "postgres not reachable after 1s and ") ||
 		strings.Contains(err.Error(), " and 1 attempts") || !strings.Contains(err.Error(), "FLASHSALE_POSTGRES_START_TIMEOUT") ||
 		!strings.Contains(err.Error(), addr) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/record"
@@ -54,7 +55,7 @@ func reportCommand(ctx context.Context, cfg config.Config, args []string, stdout
 		return usageError(fmt.Errorf("report: --item must be an item id (1-64 of A-Z a-z 0-9 _ -)"))
 	}
 	f.Item = *item
-	if err := awaitPostgres(ctx, cfg); err != nil {
+	if err := app.AwaitPostgres(ctx, cfg); err != nil {
 		return err
 	}
 	q, err := record.OpenQueries(cfg.PostgresDSN)

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -15,11 +15,11 @@ import (
 	"github.com/flashsale/flashsale/internal/record"
 )
 
-// awaitPostgres returns once Postgres takes a connection. Compose and `make run` start
-// everything at once, and a managed database may be failing over, so every command waits for
-// it rather than exiting at once: retries with exponential backoff and jitter (cenkalti/backoff),
+// AwaitPostgres returns once Postgres takes a connection. Compose and `make run` start
+// everything at once, and a managed database may be failing over, so every reconciler command
+// waits for it rather than exiting at once: retries with exponential backoff and jitter (cenkalti/backoff),
 // for at most cfg.PostgresStartWait, then an error naming the wait and the last cause.
-func awaitPostgres(ctx context.Context, cfg config.Config) error {
+func AwaitPostgres(ctx context.Context, cfg config.Config) error {
 	wctx, cancel := context.WithTimeout(ctx, cfg.PostgresStartWait)
 	defer cancel()
 	var last error
@@ -56,15 +56,22 @@ func awaitPostgres(ctx context.Context, cfg config.Config) error {
 	case ctx.Err() != nil:
 		return ctx.Err() // stopped (SIGTERM) while waiting
 	case refusedLogin(err):
-		return &badSetting{fmt.Errorf("postgres refused the login (check the role and password of FLASHSALE_POSTGRES_DSN): %w", err)}
+		return &BadSetting{fmt.Errorf("postgres refused the login (check the role and password of FLASHSALE_POSTGRES_DSN): %w", err)}
 	case missingDatabase(err):
-		return &badSetting{fmt.Errorf("postgres has no such database (check the database name of FLASHSALE_POSTGRES_DSN, or create it): %w", err)}
+		return &BadSetting{fmt.Errorf("postgres has no such database (check the database name of FLASHSALE_POSTGRES_DSN, or create it): %w", err)}
 	case last == nil:
 		last = err
 	}
 	return fmt.Errorf("postgres not reachable after %s and %d attempts (FLASHSALE_POSTGRES_START_TIMEOUT): %w",
 		cfg.PostgresStartWait, attempts, last)
 }
+
+// BadSetting is an invalid setting found only when used (a Postgres refusing the login or
+// missing the database): the command exits 2 at once, since waiting cannot fix it.
+type BadSetting struct{ err error }
+
+func (e *BadSetting) Error() string { return e.err.Error() }
+func (e *BadSetting) Unwrap() error { return e.err }
 
 // missingDatabase reports Postgres answering that the DSN's database does not exist
 // (SQLSTATE 3D000): a configuration error.
