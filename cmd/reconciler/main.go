@@ -18,8 +18,6 @@ import (
 	"os"
 	"sync"
 
-	"gorm.io/gorm"
-
 	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/crashpoint"
@@ -121,39 +119,23 @@ func wantsHelp(args []string) bool {
 }
 
 func migrate(ctx context.Context, cfg config.Config) error {
-	if err := app.AwaitPostgres(ctx, cfg); err != nil {
-		return err
-	}
-	db, err := record.Open(cfg.PostgresDSN)
+	_, closeDB, err := app.OpenRecord(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer closeDB(db)
-	v, err := record.Migrate(ctx, db)
-	if err != nil {
-		return err
-	}
-	slog.Info("migrations applied", "version", v)
+	closeDB()
 	return nil
 }
 
 // run consumes until SIGINT/SIGTERM, then drains the batch in hand and commits it. With
 // cfg.ReconcileInterval set it also runs scheduled batch reconciliation until then.
 func run(ctx context.Context, cfg config.Config) error {
-	slog.Info("starting reconciler", "config", cfg)     // Config.LogValue: structured, secrets masked
-	if err := app.AwaitPostgres(ctx, cfg); err != nil { // it may still be starting
-		return err
-	}
-	db, err := record.Open(cfg.PostgresDSN)
+	slog.Info("starting reconciler", "config", cfg) // Config.LogValue: structured, secrets masked
+	db, closeDB, err := app.OpenRecord(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer closeDB(db)
-	v, err := record.Migrate(ctx, db)
-	if err != nil {
-		return err
-	}
-	slog.Info("migrations applied", "version", v)
+	defer closeDB()
 
 	metrics.RegisterReconciler()
 	metrics.OrdersPruned.From(reconcile.PrunedTotal)
@@ -207,7 +189,7 @@ func run(ctx context.Context, cfg config.Config) error {
 // beside the consumer; stop ends them and waits for them. Every instance may run them: the
 // shared lock lets one job run at a time.
 func startSchedule(ctx context.Context, cfg config.Config) (stop func(), err error) {
-	r, closeAll, err := openReconciler(ctx, cfg)
+	r, closeAll, err := app.NewReconciler(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("scheduled jobs: %w", err)
 	}
@@ -226,10 +208,4 @@ func startSchedule(ctx context.Context, cfg config.Config) (stop func(), err err
 		wg.Wait()
 		closeAll()
 	}, nil
-}
-
-func closeDB(db *gorm.DB) {
-	if s, err := db.DB(); err == nil {
-		s.Close()
-	}
 }

@@ -1,0 +1,112 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"github.com/flashsale/flashsale/internal/config"
+	"github.com/flashsale/flashsale/internal/datamark"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
+	"github.com/flashsale/flashsale/internal/kafkaconn"
+	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/payment"
+	"github.com/flashsale/flashsale/internal/ranking"
+	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/redisconn"
+)
+
+// NewReconciler builds the reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
+// pipeline (embedded broker address when KAFKA_BROKERS is unset), the ranking store.
+func NewReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconciler, func(), error) {
+	rdb, err := redisconn.OpenWaiting(ctx, cfg.RedisStartWait, func(ctx context.Context) (redis.UniversalClient, error) {
+		return redisconn.OpenWith(ctx, cfg.RedisOptions())
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := exactlyonce.Load(ctx, rdb); err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	login, err := cfg.KafkaSecurity()
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	transport, err := login.Transport()
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	db, err := record.OpenQueries(cfg.PostgresDSN)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	keys := keyspace.Space{Prefix: cfg.RedisPrefix}
+	markers := datamark.NewKeeper(rdb, keys, db)
+	metrics.RedisDataLost.From(func() bool { return markers.Lost() != nil })
+	var payments reconcile.PaymentProvider
+	var money reconcile.MoneyProvider
+	switch p := cfg.Payment; {
+	case p.Provider == "sim" && p.SimKeyGenerated:
+		// The simulator shows a key's payments to that key only: without the api's, there is
+		// nothing to compare with.
+		slog.Warn("FLASHSALE_PAYMENT_SIM_API_KEY is not set: payments are not reconciled against the simulator")
+	case p.Provider != "none":
+		st := payment.ProviderFor(p.Provider, p.SimAddr, p.SimAPIKey, p.StripeAPIBase, p.StripeSecretKey, p.WebhookSecrets)
+		payments, money = st, moneyProvider{st}
+	}
+	r := reconcile.New(rdb, keys, db, reconcile.Options{
+		Payments:       payments,
+		Money:          money,
+		ReservationTTL: cfg.ReservationTTL,
+		Retention:      cfg.OrderRetention,
+		IdempotencyTTL: cfg.IdempotencyTTL,
+		Markers:        markers,
+		Pipeline:       reconcile.NewKafkaPipeline(cfg.Brokers(), cfg.KafkaTopic, kafkaconn.ConsumerGroup, transport),
+		Ranking: ranking.NewStore(rdb, keys, ranking.Options{
+			Size: cfg.LeaderboardSize, PriorMean: cfg.RatingPriorMean, PriorWeight: cfg.RatingPriorWeight,
+		}),
+	})
+	return r, func() { db.Close(); rdb.Close() }, nil
+}
+
+// moneyProvider adapts the payment provider to what the money check asks of it.
+type moneyProvider struct{ *payment.Stripe }
+
+func (m moneyProvider) ListPayments(ctx context.Context, since time.Time, fn func(reconcile.ProviderPayment) error) error {
+	return m.Stripe.ListPayments(ctx, since, func(p payment.ProviderPayment) error {
+		return fn(reconcile.ProviderPayment{ID: p.ID, Status: p.Status, AmountCents: p.AmountCents, Currency: p.Currency,
+			RefundedCents: p.RefundedCents, OrderID: p.OrderID, Created: p.Created})
+	})
+}
+
+// OpenRecord waits for Postgres, opens it and applies the migrations: all of `reconciler
+// migrate` and the first step of `reconciler run`. closeDB releases the pool.
+func OpenRecord(ctx context.Context, cfg config.Config) (db *gorm.DB, closeDB func(), err error) {
+	if err := AwaitPostgres(ctx, cfg); err != nil { // it may still be starting
+		return nil, nil, err
+	}
+	if db, err = record.Open(cfg.PostgresDSN); err != nil {
+		return nil, nil, err
+	}
+	closeDB = func() {
+		if s, err := db.DB(); err == nil {
+			s.Close()
+		}
+	}
+	v, err := record.Migrate(ctx, db)
+	if err != nil {
+		closeDB()
+		return nil, nil, err
+	}
+	slog.Info("migrations applied", "version", v)
+	return db, closeDB, nil
+}
