@@ -82,9 +82,7 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 			a.Close()
 		}
 	}()
-	a.rdb, err = redisconn.OpenWaiting(ctx, cfg.RedisStartWait, func(ctx context.Context) (redis.UniversalClient, error) {
-		return redisconn.OpenWith(ctx, cfg.RedisOptions())
-	})
+	a.rdb, err = awaitRedis(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
 	"github.com/flashsale/flashsale/internal/config"
@@ -18,15 +17,12 @@ import (
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
-	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
 // NewReconciler builds the reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
 // pipeline (embedded broker address when KAFKA_BROKERS is unset), the ranking store.
 func NewReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconciler, func(), error) {
-	rdb, err := redisconn.OpenWaiting(ctx, cfg.RedisStartWait, func(ctx context.Context) (redis.UniversalClient, error) {
-		return redisconn.OpenWith(ctx, cfg.RedisOptions())
-	})
+	rdb, err := awaitRedis(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,9 +10,11 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
 // AwaitPostgres returns once Postgres takes a connection. Compose and `make run` start
@@ -64,6 +66,14 @@ func AwaitPostgres(ctx context.Context, cfg config.Config) error {
 	}
 	return fmt.Errorf("postgres not reachable after %s and %d attempts (FLASHSALE_POSTGRES_START_TIMEOUT): %w",
 		cfg.PostgresStartWait, attempts, last)
+}
+
+// awaitRedis connects to Redis as cfg says, retrying for at most cfg.RedisStartWait: both
+// binaries may start before it does.
+func awaitRedis(ctx context.Context, cfg config.Config) (redis.UniversalClient, error) {
+	return redisconn.OpenWaiting(ctx, cfg.RedisStartWait, func(ctx context.Context) (redis.UniversalClient, error) {
+		return redisconn.OpenWith(ctx, cfg.RedisOptions())
+	})
 }
 
 // BadSetting is an invalid setting found only when used (a Postgres refusing the login or
