@@ -16,15 +16,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 
 	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/crashpoint"
-	"github.com/flashsale/flashsale/internal/kafkaconn"
-	"github.com/flashsale/flashsale/internal/metrics"
-	"github.com/flashsale/flashsale/internal/reconcile"
-	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
 	"github.com/flashsale/flashsale/internal/shutdown"
 )
@@ -131,81 +125,5 @@ func migrate(ctx context.Context, cfg config.Config) error {
 // cfg.ReconcileInterval set it also runs scheduled batch reconciliation until then.
 func run(ctx context.Context, cfg config.Config) error {
 	slog.Info("starting reconciler", "config", cfg) // Config.LogValue: structured, secrets masked
-	db, closeDB, err := app.OpenRecord(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer closeDB()
-
-	metrics.RegisterReconciler()
-	metrics.OrdersPruned.From(reconcile.PrunedTotal)
-	stopAdmin, err := metrics.StartAdmin(cfg.AdminAddr) // /metrics and pprof; off when empty
-	if err != nil {
-		return err
-	}
-	defer stopAdmin()
-
-	stopSchedule, err := startSchedule(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	// Deferred after the consumer's Run: a batch run in progress is cancelled (and recorded
-	// as failed) while the consumer drains its last batch.
-	defer stopSchedule()
-
-	// The embedded broker's login is the deployment's (the api's), read from beside its log.
-	login, err := cfg.KafkaSecurity()
-	if err != nil {
-		return err
-	}
-	dialer, err := login.Dialer()
-	if err != nil {
-		return err
-	}
-	transport, err := login.Transport()
-	if err != nil {
-		return err
-	}
-	opt := record.ConsumerOptions{
-		Dialer:          dialer,
-		Transport:       transport,
-		Brokers:         cfg.Brokers(),
-		Topic:           cfg.KafkaTopic,
-		GroupID:         kafkaconn.ConsumerGroup,
-		DrainTimeout:    cfg.ShutdownTimeout,
-		PaymentProvider: cfg.Payment.Provider,
-	}
-	if crashpoint.Enabled("consumer-after-commit") { // fault tests only
-		opt.AfterCommit = func(r record.Result) error {
-			crashpoint.Reached("consumer-after-commit", r.Applied+r.Duplicates+r.Invalid)
-			return nil
-		}
-	}
-	return record.NewConsumer(db, opt).Run(ctx)
-}
-
-// startSchedule starts the pruning passes (every reconcile.PruneInterval of
-// cfg.OrderRetention) and batch reconciliation every cfg.ReconcileInterval (none when 0)
-// beside the consumer; stop ends them and waits for them. Every instance may run them: the
-// shared lock lets one job run at a time.
-func startSchedule(ctx context.Context, cfg config.Config) (stop func(), err error) {
-	r, closeAll, err := app.NewReconciler(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("scheduled jobs: %w", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { r.PruneEvery(ctx, reconcile.PruneInterval(cfg.OrderRetention)) })
-	wg.Go(func() { r.Markers().Run(ctx) }) // notices a Redis that lost its data
-	slog.Info("order pruning on", "retention", cfg.OrderRetention.String(),
-		"every", reconcile.PruneInterval(cfg.OrderRetention).String())
-	if cfg.ReconcileInterval > 0 {
-		wg.Go(func() { r.RunEvery(ctx, cfg.ReconcileInterval) })
-		slog.Info("scheduled reconciliation on", "every", cfg.ReconcileInterval)
-	}
-	return func() {
-		cancel()
-		wg.Wait()
-		closeAll()
-	}, nil
+	return app.RunReconciler(ctx, cfg)
 }

@@ -1,7 +1,9 @@
-// Package app wires the whole api: Redis, the stores, the HTTP server, the expirer, the
-// catalogue snapshot, the outbox relay and (when KAFKA_BROKERS is unset) the embedded Kafka
-// broker. cmd/api is a few lines around it, and the tests (HTTP harness, fault matrix) build
-// the api with the same constructor, so they run production's wiring.
+// Package app wires both binaries. The api: Redis, the stores, the HTTP server, the expirer,
+// the catalogue snapshot, the outbox relay and (when KAFKA_BROKERS is unset) the embedded
+// Kafka broker; the tests (HTTP harness, fault matrix) build it with the same constructor, so
+// they run production's wiring. The reconciler: the migrated record, the consumer, the
+// scheduled jobs and the Reconciler its commands use. cmd/api and cmd/reconciler parse
+// commands and settings around it; the start-up waits for Redis and Postgres are shared.
 package app
 
 import (
