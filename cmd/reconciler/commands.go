@@ -33,10 +33,7 @@ func batchCommand(ctx context.Context, cfg config.Config, args []string, stdout 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: batch: unexpected arguments %q", errReportUsage, fs.Args())
 	}
-	if err := app.AwaitPostgres(ctx, cfg); err != nil {
-		return err
-	}
-	r, closeAll, err := app.NewReconciler(ctx, cfg)
+	r, closeAll, err := app.OpenReconciler(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -78,10 +75,7 @@ func restoreCommand(ctx context.Context, cfg config.Config, args []string, stdou
 	if *items != "" {
 		opt.Items = strings.Split(*items, ",")
 	}
-	if err := app.AwaitPostgres(ctx, cfg); err != nil {
-		return err
-	}
-	r, closeAll, err := app.NewReconciler(ctx, cfg)
+	r, closeAll, err := app.OpenReconciler(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -22,9 +22,18 @@ import (
 	"github.com/flashsale/flashsale/internal/record"
 )
 
-// NewReconciler builds the reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
+// OpenReconciler waits for Postgres and builds the Reconciler the batch and restore commands
+// run; the func it returns releases their connections.
+func OpenReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconciler, func(), error) {
+	if err := AwaitPostgres(ctx, cfg); err != nil {
+		return nil, nil, err
+	}
+	return newReconciler(ctx, cfg)
+}
+
+// newReconciler builds the reconciler from the configuration: Redis, a lazy Postgres pool, the Kafka
 // pipeline (embedded broker address when KAFKA_BROKERS is unset), the ranking store.
-func NewReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconciler, func(), error) {
+func newReconciler(ctx context.Context, cfg config.Config) (*reconcile.Reconciler, func(), error) {
 	rdb, err := awaitRedis(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -172,7 +181,7 @@ func RunReconciler(ctx context.Context, cfg config.Config) error {
 // beside the consumer; stop ends them and waits for them. Every instance may run them: the
 // shared lock lets one job run at a time.
 func startSchedule(ctx context.Context, cfg config.Config) (stop func(), err error) {
-	r, closeAll, err := NewReconciler(ctx, cfg)
+	r, closeAll, err := newReconciler(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("scheduled jobs: %w", err)
 	}
