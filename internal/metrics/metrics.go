@@ -44,7 +44,7 @@ var (
 
 	PaymentWebhooks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashsale_payment_webhooks_total",
-		Help: "Payment provider webhook deliveries by result: applied (verified, applied or deliberately ignored), unknown (verified, about a payment this api has no record of), refused (no valid signature: 400), retry (not applied yet: 503), or mismatch (besides applied: a succeeded payment whose amount or currency was not its order's, refunded).",
+		Help: "Payment provider webhook deliveries by result: applied (verified, applied or deliberately ignored), unknown (verified, about a payment this api has no record of), refused (no valid signature: 400), retry (not applied yet: 503), mismatch (besides applied: a succeeded payment whose amount or currency was not its order's, refunded), or orphan_refunded (besides applied: a succeeded payment the api had no link to and whose metadata names no order it can pay, refunded).",
 	}, []string{"result"})
 
 	Purchases = prometheus.NewCounterVec(prometheus.CounterOpts{

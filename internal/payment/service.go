@@ -44,11 +44,17 @@ const (
 	// WebhookMismatch: a succeeded payment whose amount or currency is not its order's (refunded);
 	// told besides the delivery's own result.
 	WebhookMismatch = "mismatch"
+	// WebhookOrphanRefunded: a succeeded payment the api had no link to and whose metadata
+	// names no order it can pay (refunded); told besides the delivery's own result.
+	WebhookOrphanRefunded = "orphan_refunded"
 )
 
 // errUnknownWebhook: a verified event about a payment this api has no record of (answered
 // 200, warned about and counted).
 var errUnknownWebhook = errors.New("payment webhook: unknown payment")
+
+// errSettledElsewhere: a PaymentIntent's success whose payment its session's event settled.
+var errSettledElsewhere = errors.New("payment webhook: settled by the session's event")
 
 // webhookWarn rate-limits the warnings of refused and unknown deliveries: a flood of forged
 // requests must not flood the log.
@@ -318,6 +324,15 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 		return nil // not ours to act on
 	}
 	oid, sid, err := s.find(ctx, ev)
+	if errors.Is(err, orders.ErrUnknownPayment) && succeeded {
+		var adopted bool
+		if oid, sid, adopted, err = s.adopt(ctx, ev); err == nil && !adopted {
+			return s.refundOrphan(ctx, ev)
+		}
+		if errors.Is(err, errSettledElsewhere) {
+			return nil
+		}
+	}
 	if errors.Is(err, orders.ErrUnknownPayment) {
 		webhookWarn.Warn("payment webhook: unknown payment, ignored", "event", ev.ID, "type", ev.Type, "session", ev.SessionID, "payment_intent", ev.PaymentIntent)
 		return errUnknownWebhook
@@ -340,6 +355,20 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 		amount = -1 // another currency never pays an order
 	}
 	o, st, err := s.Orders.SettleAmount(ctx, sid, ev.PaymentIntent, ev.ID, amount)
+	if errors.Is(err, orders.ErrUnknownPayment) {
+		// Not the session in force of the order it was indexed to (another attempt replaced
+		// it, or the link was lost): its metadata decides.
+		var adopted bool
+		if _, _, adopted, err = s.adopt(ctx, ev); err == nil && !adopted {
+			return s.refundOrphan(ctx, ev)
+		}
+		if err == nil {
+			o, st, err = s.Orders.SettleAmount(ctx, sid, ev.PaymentIntent, ev.ID, amount)
+		}
+		if errors.Is(err, errSettledElsewhere) {
+			return nil
+		}
+	}
 	if errors.Is(err, orders.ErrUnknownPayment) {
 		webhookWarn.Warn("payment webhook: unknown payment, ignored", "event", ev.ID, "session", sid)
 		return errUnknownWebhook
@@ -369,6 +398,108 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 	}
 	_, err = s.Orders.FinishRefund(ctx, o.ID, sid)
 	return err
+}
+
+// adopt attaches a succeeded payment this api has no link to (the link was lost, e.g. Redis
+// lost its data and a restore ran while the shopper's checkout page was open, or its session
+// is not the order's in force) to the order its metadata names, when that order is still a
+// reservation inside its time, of the payment's amount and currency, with no other attempt in
+// force. adopted false (and no error): the payment can pay no order and is to be refunded.
+// ErrUnknownPayment: a payment without the shop's metadata. errSettledElsewhere: the event
+// is left to another (see below).
+//
+// A Checkout payment's success comes as its session's event and its PaymentIntent's. The
+// session's event decides; the PaymentIntent's refunds only what no session event can pay:
+// an order gone, ended or of another amount, which stays so (an order never becomes
+// payable again). The same Idempotency-Key makes both refunds one.
+func (s *Service) adopt(ctx context.Context, ev Event) (oid, sid string, adopted bool, err error) {
+	oid, user, att := ev.Metadata[MetaOrder], ev.Metadata[MetaUser], ev.Metadata[MetaAttempt]
+	if oid == "" || user == "" || att == "" {
+		return "", "", false, orders.ErrUnknownPayment
+	}
+	o, err := s.Orders.Get(ctx, user, oid)
+	if errors.Is(err, orders.ErrNotFound) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, err
+	}
+	fits := ev.Currency == s.Currency && ev.AmountCents == o.Quantity*o.PriceCents
+	if ev.SessionID == "" {
+		if known, err := s.Orders.OrderOfPayment(ctx, ev.PaymentIntent); err == nil && known == oid {
+			return "", "", false, errSettledElsewhere // its session's event settled it
+		}
+		ended := o.Status == orders.Expired || o.Status == orders.Cancelled ||
+			(o.Status == orders.Reserved && !time.Now().Before(o.ExpiresAt))
+		if ended || !fits {
+			return "", "", false, nil
+		}
+		return "", "", false, errSettledElsewhere // paid, refunded or payable: the session's event decides
+	}
+	if o.PaymentID == ev.SessionID {
+		return oid, ev.SessionID, true, nil // a duplicate of this event adopted it meanwhile
+	}
+	if payable(o) != nil || !fits {
+		return "", "", false, nil
+	}
+	if err := s.Orders.IndexPayment(ctx, att, oid); err != nil {
+		return "", "", false, err
+	}
+	if err := s.Orders.IndexPayment(ctx, ev.SessionID, oid); err != nil {
+		return "", "", false, err
+	}
+	_, a, err := s.Orders.BeginAttempt(ctx, user, oid, att, "")
+	if err == nil && a.ID == att && a.PaymentID == "" {
+		_, a, err = s.Orders.AttachSession(ctx, user, oid, att, ev.SessionID)
+	}
+	if err != nil && !errors.Is(err, orders.ErrExpired) && !errors.Is(err, orders.ErrInvalidState) {
+		return "", "", false, err
+	}
+	if err == nil && a.PaymentID == ev.SessionID {
+		slog.Warn("payment webhook: a payment the api had lost the link to is attached to its order by its metadata",
+			"event", ev.ID, "order", oid, "session", ev.SessionID, "attempt", att)
+		return oid, ev.SessionID, true, nil
+	}
+	// Another attempt is in force, or the reservation ended just now; unless a duplicate of
+	// this event attached it meanwhile, the payment pays nothing.
+	if o, err = s.Orders.Get(ctx, user, oid); err != nil {
+		return "", "", false, err
+	}
+	if o.PaymentID == ev.SessionID {
+		return oid, ev.SessionID, true, nil
+	}
+	return "", "", false, nil
+}
+
+// refundOrphan refunds a succeeded payment that pays no order (its order is gone, ended, paid
+// by another payment, or is another amount or currency), under the Idempotency-Key derived
+// from its PaymentIntent: however many deliveries of its events, the money goes back once.
+func (s *Service) refundOrphan(ctx context.Context, ev Event) error {
+	pi := ev.PaymentIntent
+	if pi == "" && ev.SessionID != "" {
+		cs, err := s.Provider.GetCheckout(ctx, ev.SessionID)
+		if err != nil {
+			return err
+		}
+		pi = cs.PaymentIntent
+	}
+	if pi == "" {
+		return errUnknownWebhook
+	}
+	if err := s.Provider.Refund(ctx, pi); errors.Is(err, ErrRejected) {
+		// Refused for good (e.g. refunded already, or disputed): asking again changes
+		// nothing; reconciler batch reports the payment if it still has no order.
+		slog.Warn("payment webhook: refunding a payment for no payable order was refused",
+			"event", ev.ID, "order", ev.Metadata[MetaOrder], "payment_intent", pi, "err", err)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	webhookWarn.Warn("payment webhook: a succeeded payment for no payable order was refunded",
+		"event", ev.ID, "type", ev.Type, "order", ev.Metadata[MetaOrder], "session", ev.SessionID,
+		"payment_intent", pi, "amount_cents", ev.AmountCents, "currency", ev.Currency)
+	s.observe(WebhookOrphanRefunded)
+	return nil
 }
 
 // find is the order and session an event is about: a session event by its session id (the

@@ -1,0 +1,99 @@
+package httpapi_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	stripe "github.com/stripe/stripe-go/v85"
+
+	"github.com/flashsale/flashsale/internal/paysim"
+)
+
+// forgetPayment wipes what links the order to its checkout (its payment record and the
+// session's and attempt's index), as losing Redis's data and a restore do while the
+// shopper's checkout page stays open.
+func (a *payAPI) forgetPayment(item, order, session string) {
+	a.t.Helper()
+	ctx := context.Background()
+	rec, err := a.rdb.HGet(ctx, a.keys.Item(item).Payments(), order).Result()
+	if err != nil {
+		a.t.Fatalf("payment record of %s: %v", order, err)
+	}
+	f := strings.Split(rec, "|")
+	att := f[len(f)-1]
+	if !strings.HasPrefix(att, "fsa_") {
+		a.t.Fatalf("payment record %q names no attempt", rec)
+	}
+	if err := a.rdb.HDel(ctx, a.keys.Item(item).Payments(), order).Err(); err != nil {
+		a.t.Fatal(err)
+	}
+	if err := a.rdb.Del(ctx, a.keys.PaymentOrder(session), a.keys.PaymentOrder(att)).Err(); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// refundsOf counts the provider's refunds of a PaymentIntent, checking each is of cents.
+func (a *payAPI) refundsOf(pi string, cents int64) int {
+	a.t.Helper()
+	n := 0
+	for r, err := range a.stripe.V1Refunds.List(context.Background(), &stripe.RefundListParams{PaymentIntent: stripe.String(pi)}).All(context.Background()) {
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		if r.Amount != cents {
+			a.t.Errorf("refund of %d, want %d", r.Amount, cents)
+		}
+		n++
+	}
+	return n
+}
+
+// TestLostLinkPaymentRefunded: a payment the api lost its link to, whose order can no longer
+// be paid (cancelled meanwhile), is found by its metadata and refunded exactly once under
+// duplicated webhooks; the order stays cancelled.
+func TestLostLinkPaymentRefunded(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{Chaos: paysim.Chaos{Duplicates: 3}}, nil)
+	a.item("ol", 10, 5)
+	o := a.reserve("ol", "alice")
+	p := a.checkout("alice", o)
+	sid := p["id"].(string)
+	a.forgetPayment("ol", o, sid)
+	if r := a.do("POST", "/api/orders/"+o+"/cancel", a.token("alice"), nil); r.Status != 200 {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	a.pay(p["checkout_url"].(string), paysim.CardVisa)
+	pi := a.session(sid).PaymentIntent.ID
+	waitFor(t, "the refund", 30*time.Second, func() bool { return a.refundsOf(pi, 1999) > 0 })
+	a.delivered()
+	if n := a.refundsOf(pi, 1999); n != 1 {
+		t.Fatalf("%d refunds at the provider, want 1", n)
+	}
+	n, _ := a.outboxTypes("ol")
+	if n["order.paid"] != 0 || a.status("alice", o) != "cancelled" {
+		t.Fatalf("events %v, order %s", n, a.status("alice", o))
+	}
+}
+
+// TestLostLinkPaymentAttached: a payment the api lost its link to, whose order is still
+// reserved, is attached by its metadata and pays the order, once, with no refund.
+func TestLostLinkPaymentAttached(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{Chaos: paysim.Chaos{Duplicates: 3}}, nil)
+	a.item("oa", 10, 5)
+	o := a.reserve("oa", "alice")
+	p := a.checkout("alice", o)
+	sid := p["id"].(string)
+	a.forgetPayment("oa", o, sid)
+	a.pay(p["checkout_url"].(string), paysim.CardVisa)
+	waitFor(t, "the order paid", 30*time.Second, func() bool { return a.status("alice", o) == "paid" })
+	a.delivered()
+	pi := a.session(sid).PaymentIntent.ID
+	if n := a.refundsOf(pi, 1999); n != 0 {
+		t.Fatalf("%d refunds of the payment that paid the order", n)
+	}
+	n, pay := a.outboxTypes("oa")
+	if n["order.paid"] != 1 || pay[sid] != "order.paid" || n["payment.refunded"] != 0 {
+		t.Fatalf("events %v, payments %v", n, pay)
+	}
+}
