@@ -53,7 +53,7 @@ type API struct {
 	record     *record.Queries
 	broker     *kafkabroker.Broker // nil with KAFKA_BROKERS
 	kafkaLogin kafkaconn.Security  // towards KAFKA_BROKERS or the embedded broker
-	conns      httpapi.ConnCaps    // the HTTP listener's
+	conns      ConnCaps            // the HTTP listener's
 	writer     *kafka.Writer
 	transports []*kafka.Transport // closed by Close
 	relay      *outbox.Relay
@@ -284,7 +284,7 @@ func (a *API) startOps() (stop func(), err error) {
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
-	capped := httpapi.CapConns(ln, httpapi.ConnCaps{Max: opsConns})
+	capped := CapConns(ln, ConnCaps{Max: opsConns})
 	metrics.HTTPConns.From(capped.Counts)
 	go func() {
 		if err := srv.Serve(capped); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -400,9 +400,9 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	// instead of a timer re-armed five times per request (CoarseDeadlines).
 	tick := min(srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout) / 10
 	tick = max(5*time.Millisecond, min(tick, 100*time.Millisecond))
-	// Over a connection cap a connection is closed at once (httpapi.CapConns); the reserve
+	// Over a connection cap a connection is closed at once (CapConns); the reserve
 	// keeps /healthz, /readyz, /metrics and the admin routes reachable during a flood.
-	capped := httpapi.CapConns(CoarseDeadlines(ln, tick), a.conns)
+	capped := CapConns(CoarseDeadlines(ln, tick), a.conns)
 	metrics.HTTPConns.From(capped.Counts)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(capped) }()

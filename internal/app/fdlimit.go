@@ -7,7 +7,6 @@ import (
 	"syscall"
 
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/httpapi"
 )
 
 // Every connection is a file descriptor, and an api out of descriptors accepts nothing,
@@ -48,8 +47,8 @@ const opsConns = 64
 // connCaps are the HTTP listener's caps: FLASHSALE_HTTP_MAX_CONNS (no more than the
 // descriptors allow) or the descriptors' share, and FLASHSALE_HTTP_MAX_CONNS_PER_CLIENT, which
 // proxies of FLASHSALE_TRUSTED_PROXIES are exempt from.
-func connCaps(cfg config.Config) httpapi.ConnCaps {
-	caps := httpapi.ConnCaps{Max: cfg.HTTPMaxConns, PerClient: cfg.HTTPMaxConnsPerIP, Trusted: trustedPeers(cfg.TrustedProxies)}
+func connCaps(cfg config.Config) ConnCaps {
+	caps := ConnCaps{Max: cfg.HTTPMaxConns, PerClient: cfg.HTTPMaxConnsPerIP, Trusted: trustedPeers(cfg.TrustedProxies)}
 	if fds := fileLimit(); fds > 0 {
 		share := connShare(fds)
 		if caps.Max == 0 || caps.Max > share {
@@ -68,10 +67,10 @@ func connCaps(cfg config.Config) httpapi.ConnCaps {
 // streamRoom is the most catalogue streams caps leave: the connections heavy addresses may
 // hold, less a sixteenth, so a stream over the cap still gets its connection and a 503 with
 // Retry-After rather than a closed socket.
-func streamRoom(caps httpapi.ConnCaps) int { return max(1, caps.Open()-caps.Max/16) }
+func streamRoom(caps ConnCaps) int { return max(1, caps.Open()-caps.Max/16) }
 
 // capStreams lowers the configured cap on streams in all to what the connection caps leave.
-func capStreams(configured int, caps httpapi.ConnCaps) int {
+func capStreams(configured int, caps ConnCaps) int {
 	if room := streamRoom(caps); room < configured {
 		slog.Info("catalogue streams capped by the connection cap", "max_conns", caps.Max, "stream_max", room, "configured", configured)
 		return room

@@ -190,7 +190,7 @@ var (
 )
 
 // Connections (api process): those the HTTP listeners hold, and those closed at once over a
-// cap (httpapi.CappedListener, handed over with From).
+// cap (app.CappedListener, handed over with From).
 var HTTPConns = &connCollector{
 	open: prometheus.NewDesc("flashsale_http_connections", "HTTP connections held now.", nil, nil),
 	refused: prometheus.NewDesc("flashsale_http_connections_refused_total",

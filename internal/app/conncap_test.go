@@ -1,4 +1,4 @@
-package httpapi_test
+package app_test
 
 import (
 	"net"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/httpapi"
+	"github.com/flashsale/flashsale/internal/app"
 )
 
 // The caps, over real TCP from several loopback addresses: an address is refused at its
@@ -20,7 +20,7 @@ func TestCappedListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := netip.MustParseAddr("127.0.9.9")
-	capped := httpapi.CapConns(ln, httpapi.ConnCaps{Max: 32, PerClient: 10,
+	capped := app.CapConns(ln, app.ConnCaps{Max: 32, PerClient: 10,
 		Trusted: func(a netip.Addr) bool { return a == proxy }})
 	defer capped.Close()
 	accepted := make(chan net.Conn, 64)
