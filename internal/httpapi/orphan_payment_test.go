@@ -97,3 +97,38 @@ func TestLostLinkPaymentAttached(t *testing.T) {
 		t.Fatalf("events %v, payments %v", n, pay)
 	}
 }
+
+// TestLostLinkOldSessionRefunded: after the link was lost the shopper opened the checkout
+// again (a new attempt in force); paying the old page too refunds the old payment once, and
+// the new session still pays the order.
+func TestLostLinkOldSessionRefunded(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{Chaos: paysim.Chaos{Duplicates: 3}}, nil)
+	a.item("or", 10, 5)
+	o := a.reserve("or", "alice")
+	old := a.checkout("alice", o)
+	oldID := old["id"].(string)
+	a.forgetPayment("or", o, oldID)
+	now := a.checkout("alice", o)
+	if now["id"] == oldID {
+		t.Fatalf("the checkout after the lost link answered the old session %s", oldID)
+	}
+	a.pay(old["checkout_url"].(string), paysim.CardVisa)
+	oldPI := a.session(oldID).PaymentIntent.ID
+	waitFor(t, "the old payment's refund", 30*time.Second, func() bool { return a.refundsOf(oldPI, 1999) > 0 })
+	if st := a.status("alice", o); st != "reserved" {
+		t.Fatalf("order %s after the old page was paid, want reserved", st)
+	}
+	a.pay(now["checkout_url"].(string), paysim.CardVisa)
+	waitFor(t, "the order paid", 30*time.Second, func() bool { return a.status("alice", o) == "paid" })
+	a.delivered()
+	if n := a.refundsOf(oldPI, 1999); n != 1 {
+		t.Fatalf("%d refunds of the old payment, want 1", n)
+	}
+	if n := a.refundsOf(a.session(now["id"].(string)).PaymentIntent.ID, 1999); n != 0 {
+		t.Fatalf("%d refunds of the payment that paid the order", n)
+	}
+	n, pay := a.outboxTypes("or")
+	if n["order.paid"] != 1 || pay[now["id"].(string)] != "order.paid" {
+		t.Fatalf("events %v, payments %v", n, pay)
+	}
+}
