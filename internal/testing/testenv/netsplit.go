@@ -339,25 +339,11 @@ func (s *Split) WaitReplicated(t testing.TB, d time.Duration) {
 	t.Helper()
 	WaitFor(t, "the Sentinels' primary to have every other server as its replica, in step", d, func() bool {
 		p := s.SentinelPrimary()
-		if p == nil || p.Info("replication", "role") != "master" {
-			return false
+		others, ok := inStepUnder(p, append([]*Server{s.Primary}, s.Replicas...))
+		if ok {
+			s.Primary, s.Replicas = p, others
 		}
-		var others []*Server
-		for _, srv := range append([]*Server{s.Primary}, s.Replicas...) {
-			if srv != p {
-				others = append(others, srv)
-			}
-		}
-		if p.Info("replication", "connected_slaves") != strconv.Itoa(len(others)) {
-			return false
-		}
-		for _, srv := range others {
-			if srv.Info("replication", "master_link_status") != "up" {
-				return false
-			}
-		}
-		s.Primary, s.Replicas = p, others
-		return true
+		return ok
 	})
 }
 

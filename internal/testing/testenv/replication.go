@@ -351,26 +351,35 @@ func (r *Replicated) WaitReplicated(t testing.TB, d time.Duration) {
 	t.Helper()
 	WaitFor(t, "the Sentinels' primary to have every other server as its replica, in step", d, func() bool {
 		p := r.Server(r.SentinelPrimary())
-		if p == nil || p.Info("replication", "role") != "master" {
-			return false
+		others, ok := inStepUnder(p, append([]*Server{r.Primary}, r.Replicas...))
+		if ok {
+			r.Primary, r.Replicas = p, others
 		}
-		var others []*Server
-		for _, s := range append([]*Server{r.Primary}, r.Replicas...) {
-			if s != p {
-				others = append(others, s)
-			}
-		}
-		if p.Info("replication", "connected_slaves") != strconv.Itoa(len(others)) {
-			return false
-		}
-		for _, s := range others {
-			if s.Info("replication", "master_link_status") != "up" {
-				return false
-			}
-		}
-		r.Primary, r.Replicas = p, others
-		return true
+		return ok
 	})
+}
+
+// inStepUnder reports whether p is a primary with every other server of all as a connected
+// replica whose link is up, and returns those others.
+func inStepUnder(p *Server, all []*Server) ([]*Server, bool) {
+	if p == nil || p.Info("replication", "role") != "master" {
+		return nil, false
+	}
+	var others []*Server
+	for _, s := range all {
+		if s != p {
+			others = append(others, s)
+		}
+	}
+	if p.Info("replication", "connected_slaves") != strconv.Itoa(len(others)) {
+		return nil, false
+	}
+	for _, s := range others {
+		if s.Info("replication", "master_link_status") != "up" {
+			return nil, false
+		}
+	}
+	return others, true
 }
 
 // FailoverClient is a client that follows the Sentinels to whichever server is the primary
