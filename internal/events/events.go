@@ -32,6 +32,10 @@ const (
 	OrderRefunded = "order.refunded"
 	// PaymentDisputed: a paid order's charge was disputed (a chargeback).
 	PaymentDisputed = "payment.disputed"
+	// PaymentOpened: a checkout attempt's session was opened for a reserved order (payment_id
+	// the session, attempt its flashsale_attempt), so the record knows the attempt before any
+	// money moves and a restore brings the order's payment back.
+	PaymentOpened = "payment.opened"
 	// QueueJoined: a shopper joined an item's waiting room (again, after an unused pass ran out).
 	QueueJoined = "queue.joined"
 	// QueueAdmitted: a shopper at the head of an item's line was given a pass.
@@ -83,7 +87,7 @@ type Event struct {
 	PaymentIntent string `json:"payment_intent,omitempty"`
 	RefundedCents *int64 `json:"refunded_cents,omitempty"`
 	// Attempt is the checkout attempt (metadata flashsale_attempt) a provider's payment was
-	// made under, carried by order.paid.
+	// made under, carried by payment.opened and order.paid.
 	Attempt string `json:"attempt,omitempty"`
 	// ImageURL is the item's picture, carried by item.upserted ("" for none).
 	ImageURL string `json:"image_url,omitempty"`
@@ -364,6 +368,11 @@ func (e Event) Validate() error {
 		item, ok := keyspace.ItemOfOrder(e.OrderID)
 		if !ok || item != e.ItemID || e.UserID == "" || e.PaymentID == "" || e.Quantity == nil || *e.Quantity < 1 || !nonNeg(e.PriceCents) {
 			return bad("needs order_id, user_id, payment_id, quantity and price_cents")
+		}
+	case PaymentOpened:
+		item, ok := keyspace.ItemOfOrder(e.OrderID)
+		if !ok || item != e.ItemID || e.UserID == "" || e.PaymentID == "" || e.Attempt == "" || e.Quantity == nil || *e.Quantity < 1 || !nonNeg(e.PriceCents) {
+			return bad("needs order_id, user_id, payment_id, attempt, quantity and price_cents")
 		}
 	case QueueJoined, QueueAdmitted:
 		if !keyspace.ValidID(e.UserID) {

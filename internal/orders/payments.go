@@ -169,7 +169,7 @@ func (s *Store) attempt(ctx context.Context, mode, user, id, attempt, paymentID 
 		return Order{}, Attempt{}, fmt.Errorf("orders: %s attempt %q (payment %q): malformed id", mode, attempt, paymentID)
 	}
 	k := s.keys.Item(item)
-	res, err := attachPaymentScript.Run(ctx, s.rdb, []string{k.Orders(), k.Payments()},
+	res, err := attachPaymentScript.Run(ctx, s.rdb, []string{k.Orders(), k.Payments(), k.Outbox()},
 		item, id, user, mode, attempt, paymentID).Slice()
 	if err != nil {
 		return Order{}, Attempt{}, fmt.Errorf("orders: %s attempt on %s: %w", mode, id, err)

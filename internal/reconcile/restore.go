@@ -62,7 +62,8 @@ type Refusal struct {
 
 // Restore rebuilds items' Redis state from Postgres after Redis lost it: the item hash (stock
 // figures from the record's orders), orders, allowances, paid units, users' order indexes,
-// the expiry index of reservations, and ratings and boards when a ranking store is set. It
+// the expiry index of reservations, orders' payments (the payment record and the ids webhooks
+// find it by), and ratings and boards when a ranking store is set. It
 // runs under the same lock as batch; an item that Redis shows being sold is refused unless
 // forced. Idempotency keys are not in the record and are not restored.
 func (r *Reconciler) Restore(ctx context.Context, opt RestoreOptions) (*RestoreResult, error) {
@@ -249,6 +250,9 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 			}
 			packed := fmt.Sprintf("%s|%d|%d|%s|%d|%d", o.User, o.Qty, o.Price, o.Status, created, expires)
 			puts = append(puts, entry{kind: "order", a: o.ID, b: packed})
+			if rec := paymentRecord(o.Payment); rec != "" {
+				puts = append(puts, entry{kind: "pay", a: o.ID, b: rec})
+			}
 			out.Orders++
 		}
 		switch o.Status {
@@ -295,9 +299,27 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 	return itemState{puts: puts, maxSeq: maxSeq, maxMs: maxMs}, nil
 }
 
+// paymentRecord is the payments-hash record ("payment id|state|event id|attempt", as the
+// orders scripts keep it) of an order's payment in the record, "" for none. The provider's
+// event id is not in the record: a repeated event finds the payment settled by its state.
+func paymentRecord(p *record.PaymentLink) string {
+	if p == nil {
+		return ""
+	}
+	state := p.Status // open, refunded
+	if p.Status == "succeeded" {
+		state = "paid"
+		if p.Disputed {
+			state = "disputed"
+		}
+	}
+	return p.ID + "|" + state + "||" + p.Attempt
+}
+
 // indexRestored puts the orders a restore wrote back (all but the pruned) into their users'
-// order indexes, which live in other slots (orders.Index), before the item sells again.
-// Entries of orders the record lacks stay; readers skip them.
+// order indexes, and their payments' ids (session, PaymentIntent, attempt) into the index
+// webhooks find orders by, which live in other slots (orders.Index, orders.Store.IndexPayment),
+// before the item sells again. Entries of orders the record lacks stay; readers skip them.
 func (r *Reconciler) indexRestored(ctx context.Context, it record.ItemRecord) error {
 	var back []orders.Order
 	for _, o := range it.Orders {
@@ -305,7 +327,28 @@ func (r *Reconciler) indexRestored(ctx context.Context, it record.ItemRecord) er
 			back = append(back, orders.Order{ID: o.ID, UserID: o.User, CreatedAt: o.Created})
 		}
 	}
-	return orders.NewIndex(r.rdb, r.keys).Add(ctx, back)
+	if err := orders.NewIndex(r.rdb, r.keys).Add(ctx, back); err != nil {
+		return err
+	}
+	st := orders.NewStore(r.rdb, r.keys)
+	for _, o := range it.Orders {
+		if o.Pruned || o.Payment == nil {
+			continue
+		}
+		for _, id := range []string{o.Payment.ID, o.Payment.PaymentIntent, o.Payment.Attempt} {
+			if id == "" {
+				continue
+			}
+			if err := st.IndexPayment(ctx, id, o.ID); err != nil {
+				if redisGone(err) || ctx.Err() != nil {
+					return err
+				}
+				// Indexed to another order (a provider's id reused): the index keeps the first.
+				slog.Warn("restore: payment not indexed", "order", o.ID, "payment", id, "err", err)
+			}
+		}
+	}
+	return nil
 }
 
 // restoreWrite writes st behind the fence: begin (fence, re-check idle, clear; the item hash
@@ -396,7 +439,7 @@ func (r *Reconciler) expiryEntries(ctx context.Context, k keyspace.Item) ([]entr
 }
 
 func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries []entry) error {
-	keys := []string{k.RestoreFence(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.UserOrders()}
+	keys := []string{k.RestoreFence(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.UserOrders(), k.Payments()}
 	args := make([]any, 0, 1+3*len(entries))
 	args = append(args, n)
 	for _, e := range entries {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	stripe "github.com/stripe/stripe-go/v85"
 
 	"github.com/flashsale/flashsale/internal/orders"
@@ -19,11 +20,17 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestPaymentAfterRestorePaysOrder: a shopper opens the checkout, Redis loses its data,
-// `restore --all` brings the reservation back (without its payment link, which only Redis
-// held), and the shopper pays on the page still open: the success is matched by its metadata
-// and pays the restored order, with no refund.
-func TestPaymentAfterRestorePaysOrder(t *testing.T) {
+// payEnv is a pipeline on a private Redis (losing it is the test) with the simulator, whose
+// webhooks a payment service applies, as the api does.
+type payEnv struct {
+	*env
+	sim *paysim.Server
+	svc *payment.Service
+	rdb redis.UniversalClient
+	key string
+}
+
+func newPayEnv(t *testing.T) *payEnv {
 	const key, secret = "sk_test_restore-payment-0123456789", "whsec_restore-payment-0123456789abcdef"
 	rdb, keys, _ := testenv.PrivateRedis(t)
 	e := newEnvOn(t, rdb, keys)
@@ -49,6 +56,16 @@ func TestPaymentAfterRestorePaysOrder(t *testing.T) {
 	t.Cleanup(hook.Close)
 	sim.SetWebhookURL(hook.URL)
 
+	return &payEnv{env: e, sim: sim, svc: svc, rdb: rdb, key: key}
+}
+
+// TestPaymentAfterRestorePaysOrder: a shopper opens the checkout, Redis loses its data,
+// `restore --all` brings the reservation back with its attempt (payment.opened put it in the
+// record), and the shopper pays on the page still open: the success pays the restored order,
+// with no refund.
+func TestPaymentAfterRestorePaysOrder(t *testing.T) {
+	pe := newPayEnv(t)
+	e, sim, svc, rdb, key := pe.env, pe.sim, pe.svc, pe.rdb, pe.key
 	e.item("P", 10, 4)
 	o := e.buy("P", "alice", 1)
 	_, p, err := svc.Checkout(e.ctx, "alice", o.ID, "http://shop.test/")
@@ -99,4 +116,143 @@ func TestPaymentAfterRestorePaysOrder(t *testing.T) {
 	for r, err := range sc.V1Refunds.List(e.ctx, &stripe.RefundListParams{PaymentIntent: stripe.String(cs.PaymentIntent)}).All(e.ctx) {
 		t.Fatalf("a refund of the payment that paid the restored order: %v %v", r, err)
 	}
+}
+
+// TestRestoreBringsPaymentsBack: Redis loses its data after shoppers paid (one charge then
+// disputed, one refunded by an admin) and one opened a checkout without paying yet; `restore
+// --all` brings every order's payment back from the record (payment_id the session,
+// payment_status as it was), and the open attempt is still this shop's: paying it on the page
+// opened before the loss pays its order, found by its session and its attempt, with no refund.
+func TestRestoreBringsPaymentsBack(t *testing.T) {
+	p := newPayEnv(t)
+	e := p.env
+	e.item("P", 10, 4)
+	checkout := func(user string) (orders.Order, payment.Payment) {
+		t.Helper()
+		o := e.buy("P", user, 1)
+		_, pay, err := p.svc.Checkout(e.ctx, user, o.ID, "http://shop.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o, pay
+	}
+	type want struct{ status, paymentStatus string }
+	deadline := time.Now().Add(60 * time.Second)
+	await := func(user, id string, w want) orders.Order {
+		t.Helper()
+		for {
+			got, err := e.ord.Get(e.ctx, user, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got.Status) == w.status && got.PaymentStatus == w.paymentStatus {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("order %s: %s/%s, want %s/%s", id, got.Status, got.PaymentStatus, w.status, w.paymentStatus)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	pay := func(pp payment.Payment, card string) {
+		t.Helper()
+		if _, err := paysim.PaySession(e.ctx, pp.CheckoutURL, card); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	paid, paidP := checkout("alice")
+	pay(paidP, paysim.CardVisa)
+	disputed, disputedP := checkout("carol")
+	pay(disputedP, paysim.CardDispute)
+	refunded, refundedP := checkout("dave")
+	pay(refundedP, paysim.CardVisa)
+	open, openP := checkout("bob")
+	await("alice", paid.ID, want{"paid", "succeeded"})
+	await("carol", disputed.ID, want{"paid", "disputed"})
+	await("dave", refunded.ID, want{"paid", "succeeded"})
+	if _, err := p.svc.RefundOrder(e.ctx, refunded.ID, "refund-dave", false); err != nil {
+		t.Fatal(err)
+	}
+	await("dave", refunded.ID, want{"refunded", "refunded"})
+	for s := p.sim.Stats(); s.Pending != 0 || s.Delivered < s.Events; s = p.sim.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("webhooks not delivered: %+v", s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.drain()
+
+	if err := p.rdb.FlushDB(e.ctx).Err(); err != nil { // a private server: losing it is the test
+		t.Fatal(err)
+	}
+	rec := e.reconciler(reconcile.Options{QuietFor: 10 * time.Millisecond})
+	if res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{All: true}); err != nil || len(res.Restored) != 1 {
+		t.Fatalf("restore: %+v %v", res, err)
+	}
+	for _, c := range []struct {
+		o    orders.Order
+		pid  string
+		want want
+	}{
+		{paid, paidP.ID, want{"paid", "succeeded"}},
+		{disputed, disputedP.ID, want{"paid", "disputed"}},
+		{refunded, refundedP.ID, want{"refunded", "refunded"}},
+		{open, openP.ID, want{"reserved", "open"}},
+	} {
+		got, err := e.ord.Get(e.ctx, c.o.UserID, c.o.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.Status) != c.want.status || got.PaymentID != c.pid || got.PaymentStatus != c.want.paymentStatus {
+			t.Errorf("restored %s: %s payment %q %s, want %s payment %q %s", c.o.ID, got.Status, got.PaymentID,
+				got.PaymentStatus, c.want.status, c.pid, c.want.paymentStatus)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	// The attempt opened before the loss is known by its id again: its PaymentIntent's events,
+	// which carry only the metadata, find the order.
+	if oid, err := e.ord.OrderOfPayment(e.ctx, openAttempt(t, p, openP.ID)); err != nil || oid != open.ID {
+		t.Fatalf("attempt of %s indexed to %q (%v)", open.ID, oid, err)
+	}
+	pay(openP, paysim.CardVisa)
+	got := await("bob", open.ID, want{"paid", "succeeded"})
+	if got.PaymentID != openP.ID {
+		t.Fatalf("paid by %q, want the session %q", got.PaymentID, openP.ID)
+	}
+	for s := p.sim.Stats(); s.Pending != 0 || s.Delivered < s.Events; s = p.sim.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("webhooks not delivered: %+v", s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cs, err := p.svc.Provider.GetCheckout(e.ctx, openP.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := stripe.NewClient(p.key, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
+		URL: stripe.String(p.sim.URL()), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+	})))
+	for r, err := range sc.V1Refunds.List(e.ctx, &stripe.RefundListParams{PaymentIntent: stripe.String(cs.PaymentIntent)}).All(e.ctx) {
+		t.Fatalf("a refund of the payment that paid the restored order: %v %v", r, err)
+	}
+}
+
+// openAttempt is the flashsale_attempt of a session, as the provider holds it.
+func openAttempt(t *testing.T, p *payEnv, sessionID string) string {
+	t.Helper()
+	sc := stripe.NewClient(p.key, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
+		URL: stripe.String(p.sim.URL()), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+	})))
+	cs, err := sc.V1CheckoutSessions.Retrieve(context.Background(), sessionID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := cs.Metadata[payment.MetaAttempt]
+	if att == "" {
+		t.Fatalf("session %s carries no attempt", sessionID)
+	}
+	return att
 }

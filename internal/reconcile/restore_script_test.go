@@ -36,7 +36,7 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 		t.Fatalf("a refused restore_begin cleared the item")
 	}
 
-	putKeys := []string{k.RestoreFence(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.UserOrders()}
+	putKeys := []string{k.RestoreFence(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(), k.UserOrders(), k.Payments()}
 	for _, e := range [][]any{
 		{"held", "u", 0}, {"held", "u", "inf"}, {"paid", "u", 0}, {"paid", "u", "1.5"},
 		{"exp", "r.1", "inf"}, {"exp", "r.1", -1},
@@ -44,12 +44,14 @@ func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 		{"held", "u", "99999999999999999999"},
 		// An order list readers could not split into sequence numbers.
 		{"useqs", "u", ""}, {"useqs", "u", "1,"}, {"useqs", "u", ",1"}, {"useqs", "u", "1,,2"}, {"useqs", "u", "1,x"},
+		// A payment record the orders scripts could not parse.
+		{"pay", "r.1", ""}, {"pay", "r.1", "cs_1|paid"}, {"pay", "r.1", "cs|1|paid||a"}, {"pay", "", "cs_1|paid||a"},
 	} {
 		if err := restorePut.Run(ctx, rdb, putKeys, append([]any{3}, e...)...).Err(); err == nil {
 			t.Errorf("restore_put %v: script accepted it", e)
 		}
 	}
-	if n := rdb.Exists(ctx, k.Held(), k.PaidBy(), k.Expiry(), k.UserOrders()).Val(); n != 0 {
+	if n := rdb.Exists(ctx, k.Held(), k.PaidBy(), k.Expiry(), k.UserOrders(), k.Payments()).Val(); n != 0 {
 		t.Fatalf("refused restore_put calls wrote %d keys", n)
 	}
 }

@@ -445,7 +445,8 @@ var (
 	ON CONFLICT (item_id, user_id) DO UPDATE SET
 	` + newer("r", [2]string{"pos_ms", "pos_seq"}, "stars", "updated_at")}
 
-	// mergePayments: a refund wins over a success whatever the order the events came in.
+	// mergePayments: status only moves forward (paymentRank), open -> succeeded -> refunded,
+	// whatever the order the events came in.
 	mergePayments = stmt{"record_merge_payments", `INSERT INTO payments AS p (id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, payment_intent, disputed_at, attempt)
 	SELECT id, order_id, provider, amount_cents, status, refunded_cents, created_at, updated_at, NULLIF(payment_intent, ''), disputed_at,
 		NULLIF(attempt, '')
@@ -456,7 +457,7 @@ var (
 	payment_intent = COALESCE(p.payment_intent, excluded.payment_intent),
 	attempt = COALESCE(p.attempt, excluded.attempt),
 	disputed_at = LEAST(p.disputed_at, excluded.disputed_at),
-	status = CASE WHEN excluded.status = 'refunded' THEN excluded.status ELSE p.status END,
+	status = CASE WHEN excluded.status = 'refunded' OR p.status = 'open' THEN excluded.status ELSE p.status END,
 	refunded_cents = GREATEST(p.refunded_cents, excluded.refunded_cents),
 	created_at = LEAST(p.created_at, excluded.created_at),
 	updated_at = GREATEST(p.updated_at, excluded.updated_at)`}

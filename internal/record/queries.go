@@ -280,9 +280,20 @@ type OrderRecord struct {
 	ID, User, Status string
 	Qty, Price       int64
 	Created, Updated time.Time
-	Expires          *time.Time // null for orders recorded before the column
-	Pruned           bool       // the pruning pass removed it from Redis: restore leaves it out
-	Restocked        int64      // units a refund put back on sale
+	Expires          *time.Time   // null for orders recorded before the column
+	Pruned           bool         // the pruning pass removed it from Redis: restore leaves it out
+	Restocked        int64        // units a refund put back on sale
+	Payment          *PaymentLink // the order's payment as restore brings it back; nil for none
+}
+
+// PaymentLink is an order's payment in the record: the one that paid it (or was refunded for
+// it), else its latest attempt opened.
+type PaymentLink struct {
+	ID            string // the Checkout Session (the order's payment_id)
+	Status        string // the payments row's: open | succeeded | refunded
+	PaymentIntent string // "" while unknown
+	Attempt       string // the flashsale_attempt, "" for a payment recorded without it
+	Disputed      bool
 }
 
 // SoldUnits is as OrderState's.
@@ -313,7 +324,36 @@ func (q *Queries) Item(ctx context.Context, id string) (it ItemRecord, ok bool, 
 	if err != nil {
 		return it, false, fmt.Errorf("record: orders of %s: %w", id, err)
 	}
+	if err := q.orderPayments(ctx, id, it.Orders); err != nil {
+		return it, false, err
+	}
 	return it, true, nil
+}
+
+// orderPayments sets the Payment of each of item's orders that has one: the payment that
+// succeeded for it, else a refunded one, else its attempt opened last.
+func (q *Queries) orderPayments(ctx context.Context, item string, orders []OrderRecord) error {
+	rows, _ := q.db.Query(ctx, `SELECT DISTINCT ON (p.order_id) p.order_id, p.id, p.status,
+		coalesce(p.payment_intent, ''), coalesce(p.attempt, ''), p.disputed_at IS NOT NULL
+		FROM payments p JOIN orders o ON o.id = p.order_id
+		WHERE o.item_id = $1
+		ORDER BY p.order_id, CASE p.status WHEN 'succeeded' THEN 0 WHEN 'refunded' THEN 1 ELSE 2 END,
+			p.updated_at DESC, p.id`, item)
+	links := map[string]*PaymentLink{}
+	var oid string
+	var l PaymentLink
+	_, err := pgx.ForEachRow(rows, []any{&oid, &l.ID, &l.Status, &l.PaymentIntent, &l.Attempt, &l.Disputed}, func() error {
+		link := l
+		links[oid] = &link
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record: payments of %s: %w", item, err)
+	}
+	for i := range orders {
+		orders[i].Payment = links[orders[i].ID]
+	}
+	return nil
 }
 
 // RatingRecord is one user's stars for an item.

@@ -243,8 +243,9 @@ type (
 		PosSeq    int64
 		UpdatedAt time.Time
 	}
-	// paymentRow is a payment as the batch's order.paid (with payment_id) and payment.refunded
-	// events describe it: status only moves forward, succeeded -> refunded.
+	// paymentRow is a payment as the batch's payment.opened, order.paid (with payment_id) and
+	// payment.refunded events describe it: status only moves forward, open -> succeeded ->
+	// refunded (paymentRank).
 	paymentRow struct {
 		ID, OrderID, Status   string
 		PaymentIntent         string
@@ -283,6 +284,17 @@ func statusRank(s string) int {
 	return 1
 }
 
+// paymentRank orders a payment's statuses; the SQL merge (mergePayments) follows the same.
+func paymentRank(s string) int {
+	switch s {
+	case "open":
+		return 0
+	case "refunded":
+		return 2
+	}
+	return 1
+}
+
 // batchRows are a batch's events folded into the rows they write.
 type batchRows struct {
 	items    []*itemRow
@@ -305,8 +317,8 @@ func fold(fresh []parsed) batchRows {
 	var moves []movementRow
 	pays := map[string]*paymentRow{}
 	var payOrder []string
-	// payment folds one payment event: status succeeded (order.paid, and the partial refunds
-	// and disputes of a paid order) or refunded (in full).
+	// payment folds one payment event: status open (payment.opened), succeeded (order.paid,
+	// and the partial refunds and disputes of a paid order) or refunded (in full).
 	payment := func(e events.Event, status string) *paymentRow {
 		r := pays[e.PaymentID]
 		if r == nil {
@@ -321,8 +333,11 @@ func fold(fresh []parsed) batchRows {
 		if r.Attempt == "" {
 			r.Attempt = e.Attempt
 		}
+		if paymentRank(status) > paymentRank(r.Status) {
+			r.Status = status
+		}
 		if status == "refunded" {
-			r.Status, r.Refunded = status, r.AmountCents
+			r.Refunded = r.AmountCents
 		}
 		if e.RefundedCents != nil && *e.RefundedCents > r.Refunded {
 			r.Refunded = *e.RefundedCents
@@ -440,6 +455,8 @@ func fold(fresh []parsed) batchRows {
 			} else {
 				payment(e, "refunded")
 			}
+		case events.PaymentOpened:
+			payment(e, "open")
 		case events.PaymentDisputed:
 			r := payment(e, "succeeded")
 			if r.DisputedAt == nil || e.At.Before(*r.DisputedAt) {

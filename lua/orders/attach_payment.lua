@@ -5,9 +5,13 @@
 -- again under the same key, and the session is attached ('open') once made. An order has at
 -- most one attempt in force: a new one replaces only the named session, once the provider
 -- said it ended (expired, or completed with a failed debit) or its creation failed (abandon).
+-- Attaching a session publishes payment.opened in the same step, so the record keeps every
+-- attempt whose session a shopper may pay (a restore brings it back; the money check knows
+-- the attempt as this shop's).
 --
 -- Go caller: orders.Store.attempt (internal/orders/payments.go).
 -- KEYS[1] orders hash   KEYS[2] payments hash (order id -> "payment id|state|event id|attempt")
+-- KEYS[3] shard outbox stream
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
 -- ARGV[4] mode: begin | attach | abandon
 -- ARGV[5] attempt id   ARGV[6] payment id (attach: the new session; begin: the ended session
@@ -78,6 +82,9 @@ end
 -- attach
 if rec and rpid == '' and rstate == 'creating' and ratt == att then
   redis.call('HSET', KEYS[2], oid, pid .. '|open||' .. att)
+  redis.call('XADD', KEYS[3], '*', 'type', 'payment.opened', 'at', now_int_ms(), 'item', item_id,
+    'order', oid, 'user', o.user, 'quantity', o.qty, 'price_cents', o.price, 'payment', pid,
+    'attempt', att)
   return {'attached', packed, pid, att}
 end
 return {'attached', packed, rpid, ratt}

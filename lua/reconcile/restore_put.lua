@@ -1,11 +1,12 @@
 -- restore_put.lua: write one bounded chunk of an item's rebuilt state (orders, allowances,
--- paid units, expiry index, users' order lists and item indexes), only for the restorer holding
+-- paid units, expiry index, users' order lists and item indexes, payment records), only for the restorer holding
 -- the item's fence. One script so the fence check and the writes are atomic: a stale restorer
 -- writes nothing once a newer one began.
 --
 -- Go caller: reconcile.Reconciler.put (internal/reconcile/restore.go).
 -- KEYS[1] the item's restore fence   KEYS[2] orders hash   KEYS[3] held hash
 -- KEYS[4] paidby hash   KEYS[5] shard expiry zset   KEYS[6] the item's user orders hash
+-- KEYS[7] the item's payments hash
 -- then one user item-index zset (the shard's) per 'uitem' or 'drop' entry, in entry order
 -- ARGV[1] fencing number   then entries of three: kind, a, b
 --   order: a = order id, b = packed order       held: a = user, b = units (integer >= 1)
@@ -15,6 +16,8 @@
 --   drop:  a = item id, b ignored: removed from the user's item index (shared with the shard's
 --          other items), for the users of the live state being replaced
 --   unexp: a = an expiry index member of the live state, b ignored: removed
+--   pay:   a = order id, b = its payment record "payment id|state||attempt", written only
+--          where the order has none: a record Redis kept is as new as the Postgres one or newer
 --   Numbers are plain decimal digits (at most 2^53 - 1).
 -- Reply: {'ok', entries written} | {'fenced', the fencing number stored}
 -- Bad arguments: an error reply, nothing written.
@@ -50,6 +53,10 @@ for i = 0, entries - 1 do
         or string.find(b, ',,', 1, true) then
       return redis.error_reply('ERR restore_put: bad order list in entry ' .. (i + 1))
     end
+  elseif kind == 'pay' then
+    if a == '' or not string.match(b, '^[%w_]+|%a+||[%w_]*$') then
+      return redis.error_reply('ERR restore_put: bad payment record in entry ' .. (i + 1))
+    end
   elseif kind == 'drop' or kind == 'unexp' then
     if a == '' then
       return redis.error_reply('ERR restore_put: bad id in entry ' .. (i + 1))
@@ -58,14 +65,14 @@ for i = 0, entries - 1 do
     return redis.error_reply('ERR restore_put: unknown kind in entry ' .. (i + 1))
   end
 end
-if #KEYS ~= 6 + users then
+if #KEYS ~= 7 + users then
   return redis.error_reply('ERR restore_put: one key per user entry is needed')
 end
 local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
 if stored ~= n then
   return {'fenced', stored}
 end
-local u = 6
+local u = 7
 for i = 0, entries - 1 do
   local kind, a, b = ARGV[2 + 3 * i], ARGV[3 + 3 * i], ARGV[4 + 3 * i]
   if kind == 'order' then
@@ -84,6 +91,8 @@ for i = 0, entries - 1 do
   elseif kind == 'drop' then
     u = u + 1
     redis.call('ZREM', KEYS[u], a)
+  elseif kind == 'pay' then
+    redis.call('HSETNX', KEYS[7], a, b)
   else
     redis.call('ZREM', KEYS[5], a)
   end
