@@ -92,7 +92,7 @@ type moneyProvider struct{ *payment.Stripe }
 func (m moneyProvider) ListPayments(ctx context.Context, since time.Time, fn func(reconcile.ProviderPayment) error) error {
 	return m.Stripe.ListPayments(ctx, since, func(p payment.ProviderPayment) error {
 		return fn(reconcile.ProviderPayment{ID: p.ID, Status: p.Status, AmountCents: p.AmountCents, Currency: p.Currency,
-			RefundedCents: p.RefundedCents, OrderID: p.OrderID, Created: p.Created})
+			RefundedCents: p.RefundedCents, OrderID: p.OrderID, Attempt: p.Attempt, Created: p.Created})
 	})
 }
 

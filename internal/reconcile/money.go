@@ -37,6 +37,7 @@ type ProviderPayment struct {
 	Currency      string
 	RefundedCents int64
 	OrderID       string // metadata[order_id]: "" for a payment that is not a shop's order
+	Attempt       string // metadata[flashsale_attempt]: the checkout attempt it was made under
 	Created       time.Time
 }
 
@@ -50,6 +51,7 @@ type MoneyProvider interface {
 
 // MoneyRecord is what the money check reads from the record (*record.Queries has it).
 type MoneyRecord interface {
+	RecordedAttempts(ctx context.Context, attempts []string) (map[string]string, error)
 	OrdersMoney(ctx context.Context, ids []string) (map[string]record.OrderMoney, error)
 	SucceededPayments(ctx context.Context, from, to time.Time) ([]record.RecordedPayment, error)
 }
@@ -70,10 +72,13 @@ type MoneyDrift struct {
 
 // MoneyCheck is what the batch found comparing the provider's payments with the record.
 type MoneyCheck struct {
-	From    time.Time    `json:"from"`
-	To      time.Time    `json:"to"`
-	Listed  int          `json:"listed"`  // payments the provider listed in [from, to)
-	Foreign int          `json:"foreign"` // of which not a shop order's (no order metadata): left alone
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	Listed int       `json:"listed"` // payments the provider listed in [from, to)
+	// Foreign counts those that are not this shop's: no flashsale_attempt in their metadata,
+	// or one the record does not hold for the order they name (the shop's other sales on the
+	// account, another deployment's). They are left alone: never reported, never refunded.
+	Foreign int          `json:"foreign"`
 	Drift   []MoneyDrift `json:"drift"`
 	// Skipped says why the check did not run ("" when it did).
 	Skipped string `json:"skipped,omitempty"`
@@ -95,8 +100,9 @@ func (m *MoneyCheck) unrepaired() int {
 
 const moneyPage = 500 // provider payments judged per record query
 
-// checkMoney lists the provider's payments of the window and checks each of the shop's
-// against the record, then the record's succeeded payments against the listing. A candidate
+// checkMoney lists the provider's payments of the window and checks each of the shop's (its
+// attempt recorded for the order its metadata names) against the record, then the record's
+// succeeded payments against the listing. A candidate
 // is judged again after QuietFor, so an order.paid still on its way to Postgres is not drift.
 // With repair, a payment without an order is refunded.
 func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, error) {
@@ -115,8 +121,30 @@ func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, 
 	now := time.Now().UTC()
 	out := &MoneyCheck{From: now.Add(-window), To: now, Drift: []MoneyDrift{}}
 	seen := map[string]ProviderPayment{}
+	seenAttempts := map[string]bool{}
 	var page []ProviderPayment
 	var cands []ProviderPayment
+	// ours keeps the payments of a page whose attempt the record holds for their order.
+	ours := func(ps []ProviderPayment) ([]ProviderPayment, error) {
+		atts := make([]string, 0, len(ps))
+		for _, p := range ps {
+			atts = append(atts, p.Attempt)
+		}
+		recorded, err := rec.RecordedAttempts(ctx, atts)
+		if err != nil {
+			return nil, err
+		}
+		kept := ps[:0]
+		for _, p := range ps {
+			if oid, ok := recorded[p.Attempt]; ok && oid == p.OrderID {
+				kept = append(kept, p)
+				seen[p.ID], seenAttempts[p.Attempt] = p, true
+			} else {
+				out.Foreign++
+			}
+		}
+		return kept, nil
+	}
 	judgePage := func(ps []ProviderPayment) ([]MoneyDrift, error) {
 		ids := make([]string, 0, len(ps))
 		for _, p := range ps {
@@ -136,7 +164,11 @@ func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, 
 		return ds, nil
 	}
 	flush := func() error {
-		ds, err := judgePage(page)
+		mine, err := ours(page)
+		if err != nil {
+			return err
+		}
+		ds, err := judgePage(mine)
 		if err != nil {
 			return err
 		}
@@ -148,11 +180,10 @@ func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, 
 	}
 	err := mp.ListPayments(ctx, out.From, func(p ProviderPayment) error {
 		out.Listed++
-		if p.OrderID == "" {
+		if p.OrderID == "" || p.Attempt == "" {
 			out.Foreign++
 			return nil
 		}
-		seen[p.ID] = p
 		page = append(page, p)
 		if len(page) == moneyPage {
 			return flush()
@@ -177,7 +208,17 @@ func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, 
 	}
 	var missing []record.RecordedPayment
 	for _, rp := range recs {
-		if _, listed := seen[rp.ID]; !listed && strings.HasPrefix(rp.ID, "pi_") {
+		// A row is keyed by its Checkout Session; the provider lists its PaymentIntent, known
+		// by the row's payment_intent or, as the same attempt, by its metadata.
+		pi := rp.PaymentIntent
+		if pi == "" && strings.HasPrefix(rp.ID, "pi_") {
+			pi = rp.ID
+		}
+		_, listed := seen[pi]
+		if rp.Attempt != "" && seenAttempts[rp.Attempt] {
+			listed = true
+		}
+		if !listed && (pi != "" || rp.Attempt != "") {
 			missing = append(missing, rp)
 		}
 	}
@@ -197,7 +238,11 @@ func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, 
 		}
 	}
 	for _, rp := range missing {
-		out.Drift = append(out.Drift, MoneyDrift{Kind: MoneyPaidWithoutPayment, PaymentID: rp.ID, OrderID: rp.OrderID,
+		id := rp.PaymentIntent
+		if id == "" {
+			id = rp.ID
+		}
+		out.Drift = append(out.Drift, MoneyDrift{Kind: MoneyPaidWithoutPayment, PaymentID: id, OrderID: rp.OrderID,
 			RecordCents: rp.AmountCents, OrderStatus: "paid"})
 	}
 	for i := range out.Drift {
@@ -225,14 +270,16 @@ func judgePayment(p ProviderPayment, o record.OrderMoney, found bool) (MoneyDrif
 	d := MoneyDrift{PaymentID: p.ID, OrderID: p.OrderID, ProviderStatus: p.Status, ProviderCents: p.AmountCents,
 		RecordCents: o.AmountCents, OrderStatus: o.Status}
 	var mine *record.RecordedPayment // the record's row of this payment
-	othersPaid := false              // another payment of the provider's (pi_) paid the order
-	unknownRows := false             // rows keyed otherwise (a Checkout Session): cannot tell
+	othersPaid := false              // another payment paid the order
+	unknownRows := false             // rows that name neither an attempt nor a PaymentIntent: cannot tell
 	for i := range o.Payments {
 		rp := &o.Payments[i]
 		switch {
-		case rp.ID == p.ID:
+		// One attempt is one Checkout Session with one PaymentIntent: the row of the attempt
+		// (keyed by its session) is this payment's.
+		case rp.Attempt != "" && rp.Attempt == p.Attempt, rp.ID == p.ID, rp.PaymentIntent == p.ID:
 			mine = rp
-		case !strings.HasPrefix(rp.ID, "pi_"):
+		case rp.Attempt == "" && rp.PaymentIntent == "" && !strings.HasPrefix(rp.ID, "pi_"):
 			unknownRows = true
 		case rp.Status == "succeeded":
 			othersPaid = true
@@ -256,7 +303,7 @@ func judgePayment(p ProviderPayment, o record.OrderMoney, found bool) (MoneyDrif
 	if refundedInFull {
 		return d, false
 	}
-	if !found || o.Status != "paid" || othersPaid && mine == nil {
+	if !found || o.Status != "paid" || othersPaid && (mine == nil || mine.Status != "succeeded") {
 		d.Kind = MoneyPaymentWithoutOrder
 		return d, true
 	}

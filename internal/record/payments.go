@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // PaymentIssue is a payment the record does not account for exactly once: a succeeded payment
@@ -55,7 +57,28 @@ func (q *Queries) PaymentIssues(ctx context.Context) ([]PaymentIssue, int, error
 // RecordedPayment is a payments row.
 type RecordedPayment struct {
 	ID, OrderID, Status        string
+	PaymentIntent, Attempt     string // "" when not recorded
 	AmountCents, RefundedCents int64
+}
+
+// paymentCols are the columns a RecordedPayment is scanned from (scanPayment).
+const paymentCols = `id, order_id, status, coalesce(payment_intent, ''), coalesce(attempt, ''), amount_cents, refunded_cents`
+
+func scanPayment(row pgx.Row, p *RecordedPayment) error {
+	return row.Scan(&p.ID, &p.OrderID, &p.Status, &p.PaymentIntent, &p.Attempt, &p.AmountCents, &p.RefundedCents)
+}
+
+// RecordedAttempts returns, of the checkout attempts given (metadata flashsale_attempt), those
+// the record holds, with the order each was made for: a payment is this shop's only if its
+// attempt is one of them.
+func (q *Queries) RecordedAttempts(ctx context.Context, attempts []string) (map[string]string, error) {
+	out := make(map[string]string, len(attempts))
+	rows, _ := q.db.Query(ctx, `SELECT attempt, order_id FROM payments WHERE attempt = ANY($1::text[])`, attempts)
+	var att, oid string
+	if _, err := pgx.ForEachRow(rows, []any{&att, &oid}, func() error { out[att] = oid; return nil }); err != nil {
+		return nil, fmt.Errorf("record: recorded attempts: %w", err)
+	}
+	return out, nil
 }
 
 // OrderMoney is an order as the money check reads it: its status, what it costs, and the
@@ -88,14 +111,14 @@ func (q *Queries) OrdersMoney(ctx context.Context, ids []string) (map[string]Ord
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("record: orders' payments: %w", err)
 	}
-	rows, err = q.db.Query(ctx, `SELECT id, order_id, status, amount_cents, refunded_cents FROM payments WHERE order_id = ANY($1::text[])`, ids)
+	rows, err = q.db.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE order_id = ANY($1::text[])`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("record: orders' payments: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var p RecordedPayment
-		if err := rows.Scan(&p.ID, &p.OrderID, &p.Status, &p.AmountCents, &p.RefundedCents); err != nil {
+		if err := scanPayment(rows, &p); err != nil {
 			return nil, fmt.Errorf("record: orders' payments: %w", err)
 		}
 		if o, ok := out[p.OrderID]; ok {
@@ -113,7 +136,7 @@ func (q *Queries) OrdersMoney(ctx context.Context, ids []string) (map[string]Ord
 // first event came in [from, to).
 func (q *Queries) SucceededPayments(ctx context.Context, from, to time.Time) ([]RecordedPayment, error) {
 	rows, err := q.db.Query(ctx, `
-	SELECT id, order_id, status, amount_cents, refunded_cents FROM payments
+	SELECT `+paymentCols+` FROM payments
 	WHERE status = 'succeeded' AND created_at >= $1 AND created_at < $2 ORDER BY id`, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("record: succeeded payments: %w", err)
@@ -122,7 +145,7 @@ func (q *Queries) SucceededPayments(ctx context.Context, from, to time.Time) ([]
 	var out []RecordedPayment
 	for rows.Next() {
 		var p RecordedPayment
-		if err := rows.Scan(&p.ID, &p.OrderID, &p.Status, &p.AmountCents, &p.RefundedCents); err != nil {
+		if err := scanPayment(rows, &p); err != nil {
 			return nil, fmt.Errorf("record: succeeded payments: %w", err)
 		}
 		out = append(out, p)
