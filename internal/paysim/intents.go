@@ -19,12 +19,18 @@ const (
 	StatusCanceled              = "canceled"
 )
 
-// The test payment methods (Stripe's names; pm_card_async is the simulator's own).
+// The test payment methods (Stripe's names; pm_card_async and pm_card_async_fail are the
+// simulator's own, standing for a bank debit that settles later, as Stripe's SEPA or ACH test
+// accounts do).
 const (
 	CardVisa     = "pm_card_visa"           // succeeds at once
 	CardDeclined = "pm_card_chargeDeclined" // declined: requires_payment_method, payment_failed event
 	CardAsync    = "pm_card_async"          // processing, then succeeds after Config.AsyncDelay
 	CardDispute  = "pm_card_createDispute"  // succeeds, then is disputed after Config.DisputeDelay
+	// CardAsyncFail is processing, then fails after Config.AsyncDelay (a debit the bank
+	// returns): requires_payment_method, charge.failed, payment_intent.payment_failed and, for
+	// a session's payment, checkout.session.async_payment_failed.
+	CardAsyncFail = "pm_card_async_fail"
 )
 
 // cardOutcome maps every accepted payment method to what confirming with it does.
@@ -35,6 +41,7 @@ var cardOutcome = map[string]string{
 	CardDeclined:                  StatusRequiresPaymentMethod,
 	"pm_card_visa_chargeDeclined": StatusRequiresPaymentMethod,
 	CardAsync:                     StatusProcessing,
+	CardAsyncFail:                 StatusProcessing,
 	CardDispute:                   StatusSucceeded,
 }
 
@@ -430,18 +437,25 @@ func (s *Server) confirmLocked(pi *intent, pm string) (int, any, []*event) {
 		}
 		return http.StatusOK, pi.view(), []*event{s.newEvent(pi.owner, "payment_intent.processing", pi.view())}
 	default: // declined
-		ch := s.newChargeLocked(pi, "failed")
-		ch.failureCode, ch.failureMessage = "card_declined", "Your card was declined."
-		pi.status, pi.paymentMethod, pi.latestCharge = StatusRequiresPaymentMethod, "", ch.id
-		pi.lastError = &apiError{Type: cardError, Code: "card_declined", DeclineCode: "generic_decline",
-			Message: "Your card was declined.", PaymentMethod: &pmJSON{ID: pm, Object: "payment_method", Type: "card"}}
-		view := pi.view()
+		evts := s.failLocked(pi, "card_declined", "Your card was declined.")
 		e := &apiError{status: http.StatusPaymentRequired, Type: cardError, Code: "card_declined",
-			DeclineCode: "generic_decline", Message: "Your card was declined.", PaymentIntent: view,
+			DeclineCode: "generic_decline", Message: "Your card was declined.", PaymentIntent: pi.view(),
 			PaymentMethod: pi.lastError.PaymentMethod}
-		return e.status, e, []*event{s.newEvent(pi.owner, "charge.failed", ch.view()),
-			s.newEvent(pi.owner, "payment_intent.payment_failed", view)}
+		return e.status, e, evts
 	}
+}
+
+// failLocked fails pi's charge with code and message (s.mu held): pi needs a payment method
+// again, and the events Stripe sends for a failed charge are returned.
+func (s *Server) failLocked(pi *intent, code, message string) []*event {
+	pm := pi.paymentMethod
+	ch := s.newChargeLocked(pi, "failed")
+	ch.failureCode, ch.failureMessage = code, message
+	pi.status, pi.paymentMethod, pi.latestCharge = StatusRequiresPaymentMethod, "", ch.id
+	pi.lastError = &apiError{Type: cardError, Code: code, DeclineCode: "generic_decline",
+		Message: message, PaymentMethod: &pmJSON{ID: pm, Object: "payment_method", Type: "card"}}
+	return []*event{s.newEvent(pi.owner, "charge.failed", ch.view()),
+		s.newEvent(pi.owner, "payment_intent.payment_failed", pi.view())}
 }
 
 func (s *Server) newChargeLocked(pi *intent, status string) *charge {
@@ -483,7 +497,8 @@ func (s *Server) disputeCharge(timer, chargeID string) {
 }
 
 // settleAsync ends a pm_card_async payment: it succeeds, as Stripe's asynchronous methods
-// succeed some time after confirmation (and can no longer be cancelled meanwhile).
+// succeed some time after confirmation (and can no longer be cancelled meanwhile); a
+// pm_card_async_fail payment fails then instead, as a bank debit the bank returns.
 func (s *Server) settleAsync(id string) {
 	s.mu.Lock()
 	delete(s.timers, id)
@@ -492,7 +507,12 @@ func (s *Server) settleAsync(id string) {
 		s.mu.Unlock()
 		return
 	}
-	evts := s.succeedLocked(pi)
+	var evts []*event
+	if pi.paymentMethod == CardAsyncFail {
+		evts = s.failLocked(pi, "payment_method_provider_decline", "The bank returned the debit.")
+	} else {
+		evts = s.succeedLocked(pi)
+	}
 	if ev := s.sessionSettledLocked(pi); ev != nil {
 		evts = append(evts, ev)
 	}

@@ -159,3 +159,57 @@ func isCode(err error, status int) bool {
 	var se *stripe.Error
 	return errors.As(err, &se) && se.HTTPStatusCode == status
 }
+
+// TestCheckoutSessionAsyncFailure: pm_card_async_fail completes the session unpaid
+// (processing), then its debit fails: the PaymentIntent needs a payment method again, the
+// session stays complete and unpaid, and Stripe's events for a failed delayed debit come
+// (charge.failed, payment_intent.payment_failed, checkout.session.async_payment_failed); the
+// session cannot be paid again. The method is not offered on the hosted page.
+func TestCheckoutSessionAsyncFailure(t *testing.T) {
+	rc := newReceiver(t, "whsec_sessions", 0)
+	sim := start(t, paysim.Config{WebhookURL: rc.url(), WebhookSecrets: []string{"whsec_sessions"}, AsyncDelay: 300 * time.Millisecond})
+	sc := stripeClient(sim)
+	ctx := context.Background()
+	cs, err := newSession(t, sc, "f1", 1999, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := browse(t, "GET", cs.URL, nil); strings.Contains(p.body, paysim.CardAsyncFail) {
+		t.Fatalf("the hosted page offers %s", paysim.CardAsyncFail)
+	}
+	back, err := paysim.PaySession(ctx, cs.URL, paysim.CardAsyncFail)
+	if err != nil || back != "http://shop.test/?checkout=success&session_id="+cs.ID {
+		t.Fatalf("submitted: to %q, %v", back, err)
+	}
+	got, err := sc.V1CheckoutSessions.Retrieve(ctx, cs.ID, nil)
+	if err != nil || got.Status != stripe.CheckoutSessionStatusComplete || got.PaymentStatus != stripe.CheckoutSessionPaymentStatusUnpaid || got.PaymentIntent == nil {
+		t.Fatalf("after submitting: %+v %v", got, err)
+	}
+	pi, err := sc.V1PaymentIntents.Retrieve(ctx, got.PaymentIntent.ID, nil)
+	if err != nil || pi.Status != stripe.PaymentIntentStatusProcessing {
+		t.Fatalf("its payment intent while processing: %+v %v", pi, err)
+	}
+	waitFor(t, "the failed debit's session event", func() bool { return len(rc.accepted("checkout.session.async_payment_failed")) == 1 })
+	waitFor(t, "every event", drained(sim))
+	for typ, n := range map[string]int{"checkout.session.completed": 1, "payment_intent.processing": 1, "charge.failed": 1,
+		"payment_intent.payment_failed": 1, "checkout.session.async_payment_failed": 1,
+		"payment_intent.succeeded": 0, "checkout.session.async_payment_succeeded": 0, "charge.succeeded": 0} {
+		if got := len(rc.accepted(typ)); got != n {
+			t.Errorf("%d %s events, want %d", got, typ, n)
+		}
+	}
+	if ev := rc.accepted("checkout.session.async_payment_failed")[0]; ev.object["id"] != cs.ID || ev.object["payment_status"] != "unpaid" {
+		t.Errorf("async_payment_failed object %v", ev.object)
+	}
+	pi, err = sc.V1PaymentIntents.Retrieve(ctx, got.PaymentIntent.ID, nil)
+	if err != nil || pi.Status != stripe.PaymentIntentStatusRequiresPaymentMethod || pi.LastPaymentError == nil || pi.AmountReceived != 0 {
+		t.Fatalf("its payment intent after the failure: %+v %v", pi, err)
+	}
+	got, err = sc.V1CheckoutSessions.Retrieve(ctx, cs.ID, nil)
+	if err != nil || got.Status != stripe.CheckoutSessionStatusComplete || got.PaymentStatus != stripe.CheckoutSessionPaymentStatusUnpaid {
+		t.Fatalf("the session after the failure: %+v %v", got, err)
+	}
+	if back, err := paysim.PaySession(ctx, cs.URL, paysim.CardVisa); err == nil {
+		t.Fatalf("a completed session was paid again (to %q)", back)
+	}
+}
