@@ -201,13 +201,16 @@ func (s *Store) attempt(ctx context.Context, mode, user, id, attempt, paymentID 
 
 // SetPaymentStatus records what the provider said of the order's session while it is not
 // settled (open, processing, failed, canceled); it reports whether the record changed. A
-// settled payment, another attempt's session or an unknown order change nothing.
+// settled payment, another attempt's session or an unknown order change nothing. A
+// processing debit that fails ends the hold: a reservation past its expires_at is due for
+// expiry at once.
 func (s *Store) SetPaymentStatus(ctx context.Context, orderID, sessionID, status string) (bool, error) {
 	item, ok := keyspace.ItemOfOrder(orderID)
 	if !ok || !validPaymentID(sessionID) {
 		return false, ErrUnknownPayment
 	}
-	n, err := paymentStatusScript.Run(ctx, s.rdb, []string{s.keys.Item(item).Payments()},
+	k := s.keys.Item(item)
+	n, err := paymentStatusScript.Run(ctx, s.rdb, []string{k.Payments(), k.Orders(), k.Expiry()},
 		item, orderID, sessionID, status).Int64()
 	if err != nil {
 		return false, fmt.Errorf("orders: payment status of %s: %w", orderID, err)

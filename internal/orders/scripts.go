@@ -13,5 +13,5 @@ var (
 
 	attachPaymentScript = exactlyonce.NewChange("attach_payment", "orders/release.lua", "orders/attach_payment.lua")
 	refundPaymentScript = exactlyonce.NewChange("refund_payment", "orders/release.lua", "orders/refund_payment.lua")
-	paymentStatusScript = exactlyonce.NewChange("payment_status", "orders/payment_status.lua")
+	paymentStatusScript = exactlyonce.NewChange("payment_status", "orders/release.lua", "orders/payment_status.lua")
 )

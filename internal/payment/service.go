@@ -341,8 +341,7 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 		return err
 	}
 	if !succeeded {
-		_, err := s.Orders.SetPaymentStatus(ctx, oid, sid, status)
-		return err
+		return s.setStatus(ctx, ev, oid, sid, status)
 	}
 	if ev.PaymentIntent != "" {
 		// The PaymentIntent's charge events (refunds, disputes) find the order by it.
@@ -398,6 +397,53 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 	}
 	_, err = s.Orders.FinishRefund(ctx, o.ID, sid)
 	return err
+}
+
+// setStatus records what an event says of a payment that has not succeeded (yet). Events come
+// in any order, and more than once: an event about a debit (processing, or a try that failed)
+// is checked against the PaymentIntent's status now, so a late delivery never brings back a
+// state the payment has left. A debit on its way (processing, or succeeded with its success
+// event still to come) holds the reservation; one that failed ends the hold. The session's
+// async_payment_failed is its debit's final word and is recorded as it says.
+func (s *Service) setStatus(ctx context.Context, ev Event, oid, sid, status string) error {
+	if ev.PaymentIntent == "" || ev.Type == EventSessionAsyncFailed || (status != PaymentProcessing && status != PaymentFailed) {
+		_, err := s.Orders.SetPaymentStatus(ctx, oid, sid, status)
+		return err
+	}
+	now, err := s.intentStatus(ctx, ev.PaymentIntent)
+	if err != nil {
+		return err
+	}
+	switch {
+	case now == "": // the provider no longer knows it: the event's word stands
+	case now == StatusCanceled:
+		return nil // the session's expiry says the attempt is over
+	case status == PaymentFailed && now != StatusRequiresPaymentMethod:
+		return nil // another try is on its way or succeeded since
+	case status == PaymentProcessing && now == StatusRequiresPaymentMethod:
+		status = PaymentFailed // the debit failed since
+	}
+	if _, err := s.Orders.SetPaymentStatus(ctx, oid, sid, status); err != nil || status != PaymentProcessing {
+		return err
+	}
+	// The debit may have failed between the read above and the write, its failure event
+	// applied in between and undone by this write: read again. Either this read sees the
+	// failure, or the failure's own read comes later and its write lands after this one.
+	if now, err = s.intentStatus(ctx, ev.PaymentIntent); err != nil || now != StatusRequiresPaymentMethod {
+		return err
+	}
+	_, err = s.Orders.SetPaymentStatus(ctx, oid, sid, PaymentFailed)
+	return err
+}
+
+// intentStatus is a PaymentIntent's status at the provider; "" when the provider refuses to
+// say (it does not know it).
+func (s *Service) intentStatus(ctx context.Context, paymentIntent string) (string, error) {
+	st, err := s.Provider.PaymentStatus(ctx, paymentIntent)
+	if errors.Is(err, ErrRejected) {
+		return "", nil
+	}
+	return st, err
 }
 
 // adopt attaches a succeeded payment this api has no link to (the link was lost, e.g. Redis

@@ -4,9 +4,15 @@
 -- the session stays open, or ended with a failed debit) or canceled (the session expired).
 -- Only a record of this session in one of those states moves, so a late or repeated event
 -- never undoes a settlement (paid, refunding, refunded) or touches another attempt's record.
+-- (release.lua is prepended.)
+--
+-- A debit that fails ends the hold in the same step: a reservation past its expires_at whose
+-- hold kept it (expire.lua re-scored its expiry entry to the hold's end) gets its own entry,
+-- due at once, so the next sweep expires it rather than the end of the hold.
 --
 -- Go caller: orders.Store.SetPaymentStatus (internal/orders/payments.go).
 -- KEYS[1] payments hash (order id -> "payment id|state|event id|attempt")
+-- KEYS[2] orders hash   KEYS[3] shard expiry zset
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] payment id (the session)
 -- ARGV[4] status: open | processing | failed | canceled
 --
@@ -35,4 +41,10 @@ if rstate == 'processing' and status ~= 'failed' then
   return 0
 end
 redis.call('HSET', KEYS[1], oid, pid .. '|' .. status .. '|' .. rest)
+if rstate == 'processing' then
+  local o = unpack_order(redis.call('HGET', KEYS[2], oid))
+  if o and o.status == 'reserved' and o.expires <= now_int_ms() then
+    redis.call('ZADD', KEYS[3], o.expires, oid)
+  end
+end
 return 1
