@@ -65,7 +65,8 @@ func TestRedisLostItsDataRunbook(t *testing.T) {
 		s.shop.PutItem(id, 100, 1)
 	}
 	users := s.login("dl", 120)
-	var paid, open []string // order ids
+	var paid, open []string         // order ids
+	sessions := map[string]string{} // open order id -> its checkout session
 	for i, u := range users[:40] {
 		c := s.shop.Buy(procs.Any, u, []string{"lost0", "lost1"}[i%2], "k-"+u)
 		if c.Status != 201 {
@@ -86,12 +87,18 @@ func TestRedisLostItsDataRunbook(t *testing.T) {
 			paid = append(paid, c.OrderID)
 		} else {
 			open = append(open, c.OrderID)
+			sessions[c.OrderID], _ = out["payment"].(map[string]any)["id"].(string)
 		}
 	}
 	s.waitFor("paid orders in Postgres", 60*time.Second, func() bool {
 		var n int
 		_ = s.db.QueryRow(ctx, `SELECT count(*) FROM orders WHERE status = 'paid'`).Scan(&n)
 		return n == len(paid)
+	})
+	s.waitFor("open checkouts in Postgres", 60*time.Second, func() bool {
+		var n int
+		_ = s.db.QueryRow(ctx, `SELECT count(*) FROM payments WHERE status = 'open'`).Scan(&n)
+		return n == len(open)
 	})
 	// Both observers have seen the markers: the reconciler recorded them, the api checked them.
 	s.waitFor("the markers seen by the reconciler and the api", 30*time.Second, func() bool {
@@ -163,12 +170,15 @@ func TestRedisLostItsDataRunbook(t *testing.T) {
 	if o := ledger.Orders[open[0]]; o.Status != "reserved" {
 		t.Fatalf("open checkout's order %s is %q after the restore", open[0], o.Status)
 	}
-	// The restore does not bring payment records back: the shopper opens the checkout again
-	// (the runbook says so) and pays.
+	// The restore brings the open checkout back: asking again answers the same session, which
+	// the shopper pays.
 	owner := users[slices.IndexFunc(users, func(u string) bool { return ledger.Orders[open[0]].User == u })]
 	status, again, err := s.shop.JSON(procs.Any, "POST", "/api/orders/"+open[0]+"/checkout", s.shop.Token(owner), "", nil)
 	if err != nil || status != 200 {
 		t.Fatalf("checkout again after the restore: %d %v %v", status, again, err)
+	}
+	if id, _ := again["payment"].(map[string]any)["id"].(string); id != sessions[open[0]] {
+		t.Fatalf("checkout after the restore answered session %q, want the one opened before the loss %q", id, sessions[open[0]])
 	}
 	page, _ := again["payment"].(map[string]any)["checkout_url"].(string)
 	if _, err := paysim.PaySession(ctx, page, paysim.CardVisa); err != nil {
