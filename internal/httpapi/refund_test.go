@@ -298,3 +298,54 @@ func TestDisputesRoute(t *testing.T) {
 		t.Fatalf("admin: %d %s", r.Status, r.Raw)
 	}
 }
+
+// TestRefundLeavesBestSellers: a refunded buyer no longer counts on best sellers, whether the
+// refund restocked the units or left them sold, nor as a buyer who may rate; the item's other
+// buyers still count. The board follows the figure down as well as up.
+func TestRefundLeavesBestSellers(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{}, nil)
+	a.item("bs", 10, 5)
+	a.item("bt", 10, 5)
+	kept, _ := a.paid("bs", "alice", paysim.CardVisa)
+	restocked, _ := a.paid("bs", "bob", paysim.CardVisa)
+	a.paid("bs", "carol", paysim.CardVisa)
+	a.paid("bt", "dave", paysim.CardVisa)
+	a.paid("bt", "dave", paysim.CardVisa)
+	ctx := context.Background()
+	board := func() map[string]float64 {
+		es, err := a.srv.Ranking.BestSellers(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, e := range es {
+			out[e.ItemID] = e.Score
+		}
+		return out
+	}
+	waitFor(t, "best sellers bs 3, bt 2", 10*time.Second, func() bool { b := board(); return b["bs"] == 3 && b["bt"] == 2 })
+
+	for _, c := range []struct {
+		order   string
+		restock bool
+		want    float64
+	}{{kept, false, 2}, {restocked, true, 1}} {
+		r := a.do("POST", "/api/admin/orders/"+c.order+"/refund", testAdminToken, map[string]any{"restock": c.restock}, "Idempotency-Key", "k-"+c.order)
+		if r.Status != http.StatusOK {
+			t.Fatalf("refund %s: %d %s", c.order, r.Status, r.Raw)
+		}
+		waitFor(t, "best sellers after a refund", 10*time.Second, func() bool { return board()["bs"] == c.want })
+	}
+	a.delivered()
+	if b := board(); b["bs"] != 1 || b["bt"] != 2 {
+		t.Fatalf("best sellers after the refunds and their charge.refunded: %v", b)
+	}
+	if left := a.stockLeft("bs"); left != 8 {
+		t.Fatalf("stock_left %d: the restocked refund's unit is back on sale, the other stays sold", left)
+	}
+	for user, want := range map[string]int{"alice": http.StatusConflict, "bob": http.StatusConflict, "carol": http.StatusOK} {
+		if r := a.do("POST", "/api/items/bs/rating", a.token(user), map[string]any{"stars": 4}); r.Status != want {
+			t.Fatalf("%s rates: %d %s", user, r.Status, r.Raw)
+		}
+	}
+}

@@ -227,6 +227,10 @@ func (s Space) BestSellersBoard() Board {
 	return Board{Index: s.Rank() + "sold:idx", Top: s.Rank() + "sold:top"}
 }
 
+// BestSellersNumbers is the hash item -> number of the figure the best-sellers board holds
+// for it (see ranking.Store.SetSoldAt).
+func (s Space) BestSellersNumbers() string { return s.Rank() + "sold:seq" }
+
 // ItemRatings is the hash user -> stars of one item, in the ranking slot.
 func (s Space) ItemRatings(item string) string { return s.Rank() + "ratings:" + item }
 

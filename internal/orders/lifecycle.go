@@ -31,7 +31,7 @@ func (s *Store) Pay(ctx context.Context, user, id string) (Order, error) {
 	if err != nil {
 		return Order{}, fmt.Errorf("orders: pay %s: %w", id, err)
 	}
-	if len(res) != 3 {
+	if len(res) < 3 {
 		return Order{}, fmt.Errorf("orders: pay %s: %w", id, errReply)
 	}
 	outcome, _ := res[0].(string)
@@ -41,10 +41,7 @@ func (s *Store) Pay(ctx context.Context, user, id string) (Order, error) {
 	}
 	switch outcome {
 	case "paid":
-		if s.Hooks.PaidChanged != nil {
-			paid, _ := res[2].(int64)
-			s.Hooks.PaidChanged(ctx, item, paid)
-		}
+		s.soldChanged(ctx, item, res)
 		return o, nil
 	case "order_expired":
 		s.stockReturned(item)

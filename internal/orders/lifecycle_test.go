@@ -21,7 +21,7 @@ func TestTransitions(t *testing.T) {
 	ctx := context.Background()
 	var paidMu sync.Mutex
 	paidTotals := map[string]int64{}
-	e.ord.Hooks.PaidChanged = func(_ context.Context, item string, total int64) {
+	e.ord.Hooks.PaidChanged = func(_ context.Context, item string, total, _ int64) {
 		paidMu.Lock()
 		paidTotals[item] = total
 		paidMu.Unlock()

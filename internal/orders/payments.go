@@ -251,7 +251,7 @@ func (s *Store) settle(ctx context.Context, paymentID, eventID, amount, paymentI
 	if err != nil {
 		return Order{}, "", fmt.Errorf("orders: settle payment %s of %s: %w", paymentID, oid, err)
 	}
-	if len(res) != 3 {
+	if len(res) < 3 {
 		return Order{}, "", fmt.Errorf("orders: settle payment %s: %w", paymentID, errReply)
 	}
 	outcome, _ := res[0].(string)
@@ -265,10 +265,7 @@ func (s *Store) settle(ctx context.Context, paymentID, eventID, amount, paymentI
 	o.PaymentID = paymentID
 	switch outcome {
 	case "paid":
-		if s.Hooks.PaidChanged != nil {
-			paid, _ := res[2].(int64)
-			s.Hooks.PaidChanged(ctx, item, paid)
-		}
+		s.soldChanged(ctx, item, res)
 		return o, SettledPaid, nil
 	case "refund":
 		if o.Status == Expired {

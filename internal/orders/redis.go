@@ -180,8 +180,10 @@ func newerFirst(a, b Order) bool {
 type Hooks struct {
 	// StockReturned is called after a cancel or expiry gave stock back to an item.
 	StockReturned func(item string)
-	// PaidChanged is called with an item's total paid units after a payment.
-	PaidChanged func(ctx context.Context, item string, paidTotal int64)
+	// PaidChanged is called after a payment or a refund with the item's units for the
+	// best-sellers board (paid, less refunded orders' units) and that figure's number, which
+	// grows with every change: a report with a smaller number than one applied is stale.
+	PaidChanged func(ctx context.Context, item string, sold, seq int64)
 	// Released is called with order ids of one item after a cancel or an expiry moved them out
 	// of reserved (the expirer passes the ids its call expired), so their open payments can be
 	// cancelled at the provider. It must not block.

@@ -43,7 +43,7 @@ func (s *Store) refundOrder(ctx context.Context, c refundCall) (Order, string, e
 	if err != nil {
 		return Order{}, "", fmt.Errorf("orders: %s refund of %s: %w", c.mode, c.orderID, err)
 	}
-	if len(res) != 2 {
+	if len(res) < 2 {
 		return Order{}, "", fmt.Errorf("orders: %s refund of %s: %w", c.mode, c.orderID, errReply)
 	}
 	outcome, _ := res[0].(string)
@@ -54,8 +54,13 @@ func (s *Store) refundOrder(ctx context.Context, c refundCall) (Order, string, e
 	if outcome == "invalid_state" {
 		return o, outcome, fmt.Errorf("orders: %s refund of %s (%s): %w", c.mode, c.orderID, o.Status, ErrInvalidState)
 	}
-	if outcome == refundApplied && c.restock && s.Hooks.StockReturned != nil {
-		s.stockReturned(item)
+	if outcome == refundApplied {
+		if len(res) >= 4 {
+			s.soldChanged(ctx, item, res[2:])
+		}
+		if c.restock && s.Hooks.StockReturned != nil {
+			s.stockReturned(item)
+		}
 	}
 	return o, outcome, nil
 }
@@ -107,4 +112,17 @@ func (s *Store) RecordDispute(ctx context.Context, orderID, paymentID, paymentIn
 	o, outcome, err := s.refundOrder(ctx, refundCall{mode: "dispute", orderID: orderID, paymentID: paymentID,
 		paymentIntent: paymentIntent})
 	return o, outcome == refundRecorded, err
+}
+
+// soldChanged tells the PaidChanged hook the best-sellers figure a script replied: reply[len-2]
+// is the item's units, reply[len-1] the figure's number (a reply without them says nothing).
+func (s *Store) soldChanged(ctx context.Context, item string, reply []any) {
+	if s.Hooks.PaidChanged == nil || len(reply) < 2 {
+		return
+	}
+	sold, ok1 := reply[len(reply)-2].(int64)
+	seq, ok2 := reply[len(reply)-1].(int64)
+	if ok1 && ok2 && seq > 0 {
+		s.Hooks.PaidChanged(ctx, item, sold, seq)
+	}
 }

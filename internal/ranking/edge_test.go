@@ -483,3 +483,81 @@ func TestClusterAndScriptFlush(t *testing.T) {
 		})
 	}
 }
+
+// TestSoldNumbered: a numbered best-sellers figure replaces the board's, up or down, unless a
+// report numbered as high or higher was applied (a late report changes nothing, in any
+// order, however many goroutines race); a figure of 0 leaves the board; an unnumbered one (a
+// restore's) only raises it.
+func TestSoldNumbered(t *testing.T) {
+	e := newEnv(t, ranking.Options{Size: 2, PriorMean: 3.5, PriorWeight: 10})
+	held := func(item string) float64 {
+		best, err := e.rank.BestSellers(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range best {
+			if b.ItemID == item {
+				return b.Score
+			}
+		}
+		return 0
+	}
+	for _, it := range []string{"a", "b", "c"} {
+		if err := e.rank.SetSoldAt(ctx, it, 5, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		item      string
+		units     int64
+		seq       int64
+		want      float64
+		wantBoard []string
+	}{
+		{"a", 3, 101, 3, []string{"b", "c"}}, // down: a leaves the top two, a waiting member comes in
+		{"a", 9, 101, 0, []string{"b", "c"}}, // the same number again: late
+		{"a", 9, 100, 0, []string{"b", "c"}}, // an older one: late
+		{"a", 8, 102, 8, []string{"a", "b"}},
+		{"b", 0, 200, 0, []string{"a", "c"}}, // to 0: off the board
+		{"a", 4, 0, 8, []string{"a", "c"}},   // unnumbered and lower: kept
+		{"c", 6, 0, 6, []string{"a", "c"}},   // unnumbered and higher: raised
+		{"c", 2, 150, 2, []string{"a", "c"}}, // numbered after it: down again
+	}
+	for i, s := range steps {
+		if err := e.rank.SetSoldAt(ctx, s.item, s.units, s.seq); err != nil {
+			t.Fatal(err)
+		}
+		best, err := e.rank.BestSellers(ctx, 2)
+		if err != nil || !slices.Equal(ids(best), s.wantBoard) {
+			t.Fatalf("step %d: board %v %v, want %v", i, best, err, s.wantBoard)
+		}
+		if got := held(s.item); slices.Contains(s.wantBoard, s.item) && got != s.want {
+			t.Fatalf("step %d: %s holds %v, want %v", i, s.item, got, s.want)
+		}
+	}
+	if err := e.rank.SetSoldAt(ctx, "a", 1, -1); !errors.Is(err, ranking.ErrInvalid) {
+		t.Fatalf("a negative number: %v", err)
+	}
+
+	// Racing reports of one item, numbered 1..200 with the figure = the number: whatever the
+	// order, the board ends at the highest.
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				n := int64(w*25 + i + 1)
+				if err := e.rank.SetSoldAt(ctx, "z", n, n); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	best, err := e.rank.BestSellers(ctx, 1)
+	if err != nil || len(best) != 1 || best[0].ItemID != "z" || best[0].Score != 200 {
+		t.Fatalf("after racing reports: %v %v", best, err)
+	}
+}

@@ -201,26 +201,34 @@ func (s *Store) SetCategories(ctx context.Context, categories map[string]string)
 // readsPerPipeline bounds the commands of one pipeline of reads (SetCategories).
 const readsPerPipeline = 1000
 
-// SetSold records an item's total units paid on the best-sellers board. The value is
-// absolute, and the board keeps the largest one it was told (paid orders are final, so a
-// smaller total is a late report); calls are idempotent in any order.
+// SetSold puts an item's paid units on the best-sellers board as a restore reads them from
+// the record: it only raises the figure, so it never undoes a newer report of the live shop
+// (see SetSoldAt). Calls are idempotent in any order.
 func (s *Store) SetSold(ctx context.Context, item string, units int64) error {
-	if !keyspace.ValidID(item) || units < 0 {
-		return fmt.Errorf("%w: bad item id or units", ErrInvalid)
+	return s.SetSoldAt(ctx, item, units, 0)
+}
+
+// SetSoldAt puts an item's units on the best-sellers board (paid, less refunded orders'
+// units: the figure goes down on a refund) as the item's script numbered the figure (seq >= 1):
+// a report numbered at or below the last one applied is late and changes nothing, so calls are
+// idempotent in any order. seq 0 is SetSold.
+func (s *Store) SetSoldAt(ctx context.Context, item string, units, seq int64) error {
+	if !keyspace.ValidID(item) || units < 0 || seq < 0 {
+		return fmt.Errorf("%w: bad item id, units or number", ErrInvalid)
 	}
 	b := s.keys.BestSellersBoard()
-	if err := soldScript.Run(ctx, s.rdb, []string{b.Index, b.Top}, item, units, s.opt.Size).Err(); err != nil {
+	if err := soldScript.Run(ctx, s.rdb, []string{b.Index, b.Top, s.keys.BestSellersNumbers()}, item, units, s.opt.Size, seq).Err(); err != nil {
 		return fmt.Errorf("ranking: sold %s: %w", item, err)
 	}
 	return nil
 }
 
-// PaidChanged is an orders.Hooks.PaidChanged: it puts the item's paid total on the
-// best-sellers board and logs a failure (the payment itself has succeeded; the next
-// payment of the item sets the total again).
-func (s *Store) PaidChanged(ctx context.Context, item string, paidTotal int64) {
-	if err := s.SetSold(context.WithoutCancel(ctx), item, paidTotal); err != nil {
-		slog.Warn("best-sellers board not updated", "item", item, "paid", paidTotal, "err", err)
+// PaidChanged is an orders.Hooks.PaidChanged: it puts the item's units on the best-sellers
+// board after a payment or a refund and logs a failure (the payment or refund itself is done;
+// the item's next one sets the figure again).
+func (s *Store) PaidChanged(ctx context.Context, item string, sold, seq int64) {
+	if err := s.SetSoldAt(context.WithoutCancel(ctx), item, sold, seq); err != nil {
+		slog.Warn("best-sellers board not updated", "item", item, "sold", sold, "err", err)
 	}
 }
 

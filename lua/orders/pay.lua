@@ -41,6 +41,8 @@
 --            already was, marked refunding) | duplicate (the payment settled before)
 --   packed_order: the order after the call ('' for not_found)
 --   paid_total: the item's paid units after the call (integer)
+--   outcome paid only, two more: the item's units for the best-sellers board and that
+--   figure's number (see best_sellers in release.lua)
 -- A malformed argument, or an order whose item hash is missing (a restore is rebuilding the
 -- item), is an error reply and writes nothing.
 
@@ -166,4 +168,5 @@ else
   redis.call('XADD', KEYS[6], '*', 'type', 'order.paid', 'at', now, 'item', item_id,
     'order', oid, 'user', user, 'quantity', o.qty, 'price_cents', o.price)
 end
-return {'paid', next_packed, paid}
+local sold, seq = best_sellers(KEYS[1])
+return {'paid', next_packed, paid, sold, seq}

@@ -21,13 +21,15 @@
 -- ARGV[5] refunded cents so far (full, partial)   ARGV[6] restock (request)
 -- ARGV[7] the admin's Idempotency-Key (request, withdraw)   ARGV[8] the PaymentIntent ('' if unknown)
 --
--- Reply: {outcome, packed_order}
+-- Reply: {outcome, packed_order[, sold, seq]}
 --   outcome: refunded (this call made the order refunded) | requested (request recorded or seen)
 --            | recorded (partial, dispute, withdraw: applied) | duplicate (applied before: the
 --            order is refunded, the dispute recorded, or the request is another key's after the
 --            refund) | not_found (no such order, or the payment is not its payment)
 --            | invalid_state (not paid, or its payment was never this order's settlement)
 --   packed_order: the order after the call ('' for not_found)
+--   sold, seq (outcome refunded only): the item's units for the best-sellers board, which no
+--   longer count this order's, and that figure's number (see best_sellers in release.lua)
 -- A malformed argument is an error reply and writes nothing.
 
 local item_id, oid, pid, mode = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4]
@@ -120,8 +122,9 @@ local req = redis.call('HGET', KEYS[9], oid)
 if req and string.sub(req, -1) == '1' then
   back = o.qty
 end
-if back > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
-  -- A restore is rebuilding the item: its figures would overwrite this restock.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  -- A restore is rebuilding the item: its figures would overwrite this restock or count, and
+  -- a write now would create a partial item hash.
   return redis.error_reply('ERR refund_order: the item is being restored; try again')
 end
 local next_packed = pack_order(o, 'refunded')
@@ -141,6 +144,11 @@ if back > 0 then
   redis.call('HINCRBY', KEYS[1], 'version', 1)
   mark_changed(KEYS[6], KEYS[7], item_id)
 end
+if back < o.qty then
+  -- Units that stay sold: counted in paid, but no longer on the best-sellers board.
+  redis.call('HINCRBY', KEYS[1], 'refunded_kept', o.qty - back)
+end
+local sold, seq = best_sellers(KEYS[1])
 local ev = {'type', 'order.refunded', 'at', now, 'item', item_id, 'order', oid, 'user', o.user,
   'quantity', o.qty, 'price_cents', o.price, 'payment', pid, 'refunded_cents', string.format('%d', cents)}
 if pi ~= '' then
@@ -150,4 +158,4 @@ if back > 0 then
   ev[#ev + 1], ev[#ev + 2] = 'delta', back -- omitted when the units stay sold
 end
 redis.call('XADD', KEYS[5], '*', unpack(ev))
-return {'refunded', next_packed}
+return {'refunded', next_packed, sold, seq}

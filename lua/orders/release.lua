@@ -12,6 +12,12 @@
 --   adds qty to stock_left, takes it off reserved, bumps version and removes the order's own
 --   expiry entry, if it has one (a purchase batch's entry is expire.lua's to remove): the
 --   expire script does those once per call.
+-- best_sellers(k_item) -> units, seq
+--   The item's units that count on the best-sellers board (paid, less the units of refunded
+--   orders whose units stayed sold: a refunded buyer is no longer a buyer) and a new number of
+--   that figure, larger than any before it, so the board can tell a late report from a newer
+--   one (the figure goes down on a refund). The number starts from Redis TIME in microseconds
+--   when the item has none (a new item, or one a restore rebuilt), then counts up by one.
 -- Included in front of the orders scripts (internal/orders/scripts.go).
 
 local function unpack_order(packed)
@@ -35,6 +41,16 @@ end
 local function now_int_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function best_sellers(k_item)
+  local f = redis.call('HMGET', k_item, 'paid', 'refunded_kept', 'sold_seq')
+  if not f[3] then
+    local t = redis.call('TIME')
+    redis.call('HSET', k_item, 'sold_seq', t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  local seq = redis.call('HINCRBY', k_item, 'sold_seq', 1)
+  return (tonumber(f[1]) or 0) - (tonumber(f[2]) or 0), seq
 end
 
 local function release_order(k_orders, k_held, k_outbox, item_id, oid, o, status, now)
