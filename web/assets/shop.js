@@ -629,9 +629,14 @@
         if (row) {
           fresh.msg.textContent = row.msg.textContent;
           fresh.msg.className = row.msg.className;
-          if (state.checkouts.delete(o.id)) {
+          // A checkout this page sent the shopper to is followed until the provider decides it
+          // (a debit stays processing a while, then goes through or fails).
+          if (state.checkouts.has(o.id)) {
+            const decided = o.status !== 'reserved' || o.payment_status === 'failed' || o.payment_status === 'canceled';
+            if (decided) state.checkouts.delete(o.id);
             if (o.status === 'paid') say(fresh.msg, 'Paid, thank you! The payment went through. You can rate it now.', 'ok');
             else if (o.status === 'expired') say(fresh.msg, 'The reservation ended before the payment went through. A payment that still goes through is refunded in full.', 'warn');
+            else if (o.status === 'reserved' && o.payment_status === 'failed') say(fresh.msg, 'The payment did not go through: nothing was charged. Pay again before the time runs out.', 'warn');
           }
           const focused = row.root.contains(document.activeElement);
           row.root.replaceWith(fresh.root);
@@ -675,7 +680,7 @@
     }
   }
 
-  const PAYMENT_TEXT = { processing: 'payment processing', failed: 'card declined, pay again', canceled: 'checkout ended' };
+  const PAYMENT_TEXT = { processing: 'payment processing', failed: 'payment failed, pay again', canceled: 'checkout ended' };
 
   function makeOrderRow(o) {
     const row = { id: o.id, status: o.status, pstatus: o.payment_status, name: itemName(o.item_id), busy: false, pay: null, cancel: null, stars: [] };
