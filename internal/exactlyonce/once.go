@@ -45,6 +45,7 @@ type Script struct {
 	name   string
 	rs     *redis.Script
 	change bool // a state change: acknowledged once the required replicas hold it (NewChange)
+	bare   bool // no call record (NewIdempotent)
 }
 
 // Name is the script's registered name.
@@ -62,6 +63,21 @@ func (s *Script) Hash() string { return s.rs.Hash() }
 // refused with ErrTooFewReplicas before it is sent while too few are live, and answers
 // ErrNotReplicated when WAIT does not confirm it in time (replicas.go).
 func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	return s.run(ctx, rdb, keys, nil, args)
+}
+
+// RunWith is Run with blind writes riding along: ride adds commands of other slots to the
+// pipeline that carries the script's first send, behind it, so the script and they cost one
+// round trip. On a single node they run after the script, in order; on a cluster each node's
+// part of the pipeline is sent at once, so they may run before the script. They are sent
+// whatever the script answers (and again after a NOSCRIPT); a re-send after a lost reply goes
+// without them. So they must be writes whose repetition, absence, and running without the
+// script are harmless. Their replies are theirs to read; they never change the script's.
+func (s *Script) RunWith(ctx context.Context, rdb redis.Scripter, keys []string, ride func(context.Context, redis.Pipeliner), args ...any) *redis.Cmd {
+	return s.run(ctx, rdb, keys, ride, args)
+}
+
+func (s *Script) run(ctx context.Context, rdb redis.Scripter, keys []string, ride func(context.Context, redis.Pipeliner), args []any) *redis.Cmd {
 	if len(keys) == 0 {
 		return redis.NewCmdResult(nil, fmt.Errorf("lua: %s: a script needs its keys", s.name))
 	}
@@ -74,7 +90,7 @@ func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, arg
 		}
 		timeout = rep.Timeout()
 	}
-	keys, args = withCallRecord(keys, args)
+	keys, args = s.record(keys, args)
 	ctx, cancel := context.WithTimeout(ctx, CallDeadline)
 	defer cancel()
 	sent := false
@@ -89,9 +105,12 @@ func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, arg
 		}
 		actx, acancel := context.WithTimeout(ctx, AttemptTimeout)
 		var cmd *redis.Cmd
-		if n > 0 {
-			cmd = s.runAcked(actx, rdb, n, timeout, keys, args)
-		} else {
+		switch {
+		case n > 0:
+			cmd = s.runAcked(actx, rdb, n, timeout, keys, args, firstOnly(attempt, ride))
+		case ride != nil && attempt == 0:
+			cmd = s.sendRiding(actx, rdb, keys, args, ride)
+		default:
 			cmd = s.rs.Run(actx, rdb, keys, args...)
 		}
 		acancel()
@@ -158,7 +177,7 @@ func (s *Script) RunEach(ctx context.Context, rdb redis.UniversalClient, calls [
 			}
 			need[i] = n
 		}
-		keys[i], args[i] = withCallRecord(c.Keys, c.Args)
+		keys[i], args[i] = s.record(c.Keys, c.Args)
 		pending = append(pending, i)
 	}
 	ctx, cancel := context.WithTimeout(ctx, CallDeadline)
@@ -240,7 +259,7 @@ func (s *Script) confirmEach(ctx context.Context, rdb redis.UniversalClient, tim
 	}
 	for node, i := range last {
 		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-		err := s.runAcked(actx, rdb, most[node], timeout, keys[i], args[i]).Err()
+		err := s.runAcked(actx, rdb, most[node], timeout, keys[i], args[i], nil).Err()
 		cancel()
 		if err == nil {
 			continue
@@ -257,14 +276,51 @@ func (s *Script) confirmEach(ctx context.Context, rdb redis.UniversalClient, tim
 // EvalSha sends the script once by its hash, with a fresh call id: for pipelines (load the
 // scripts first), where a NOSCRIPT cannot fall back and the caller handles failures.
 func (s *Script) EvalSha(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
-	keys, args = withCallRecord(keys, args)
+	keys, args = s.record(keys, args)
 	return s.rs.EvalSha(ctx, c, keys, args...)
 }
 
 // Eval sends the script once with its body (what Run falls back to after NOSCRIPT).
 func (s *Script) Eval(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
-	keys, args = withCallRecord(keys, args)
+	keys, args = s.record(keys, args)
 	return s.rs.Eval(ctx, c, keys, args...)
+}
+
+// firstOnly returns ride for the first send of a call, nil for a re-send.
+func firstOnly(attempt int, ride func(context.Context, redis.Pipeliner)) func(context.Context, redis.Pipeliner) {
+	if attempt > 0 {
+		return nil
+	}
+	return ride
+}
+
+// sendRiding sends the script by its hash with ride's commands behind it in one pipeline,
+// and once more with its body after a NOSCRIPT (nothing ran; the riders are blind anyway).
+func (s *Script) sendRiding(ctx context.Context, rdb redis.Scripter, keys []string, args []any, ride func(context.Context, redis.Pipeliner)) *redis.Cmd {
+	p, ok := rdb.(pipeliner)
+	if !ok {
+		return redis.NewCmdResult(nil, fmt.Errorf("%w: riders need a client that pipelines", errNotSent))
+	}
+	pipe := p.Pipeline()
+	cmd := s.rs.EvalSha(ctx, pipe, keys, args...)
+	ride(ctx, pipe)
+	_, _ = pipe.Exec(ctx) // each command holds its own reply or error
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		pipe = p.Pipeline()
+		cmd = s.rs.Eval(ctx, pipe, keys, args...)
+		ride(ctx, pipe)
+		_, _ = pipe.Exec(ctx)
+	}
+	return cmd
+}
+
+// record is withCallRecord for a script that keeps records; one without (NewIdempotent) gets
+// its keys and arguments as they are.
+func (s *Script) record(keys []string, args []any) ([]string, []any) {
+	if s.bare {
+		return keys, args
+	}
+	return withCallRecord(keys, args)
 }
 
 // withCallRecord appends a fresh call's record key and deadline (once.lua) without touching

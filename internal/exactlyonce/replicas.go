@@ -101,15 +101,28 @@ var errNotSent = errors.New("not sent")
 // connection of the key's primary, and returns the script's reply once WAIT confirmed it, or:
 // the script's error; a transport error (re-sendable: the re-send finds the call record, which
 // it touches so that its WAIT covers the recorded run); ErrNotReplicated.
-func (s *Script) runAcked(ctx context.Context, rdb redis.Scripter, n int, timeout time.Duration, keys []string, args []any) *redis.Cmd {
+// Riders (RunWith) go on the same connection, between the script and WAIT, when one node
+// serves every key; on a cluster they go in a pipeline of their own, sent at the same time.
+func (s *Script) runAcked(ctx context.Context, rdb redis.Scripter, n int, timeout time.Duration, keys []string, args []any, ride func(context.Context, redis.Pipeliner)) *redis.Cmd {
+	if c, ok := rdb.(*redis.ClusterClient); ok && ride != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			pipe := c.Pipeline()
+			ride(ctx, pipe)
+			_, _ = pipe.Exec(ctx) // blind: each command holds its own reply or error
+		}()
+		defer func() { <-done }()
+		ride = nil
+	}
 	for moved := 0; ; moved++ {
 		node, err := primaryFor(ctx, rdb, keys[0])
 		if err != nil {
 			return redis.NewCmdResult(nil, err)
 		}
-		cmd, wait := s.sendAcked(ctx, node, n, timeout, keys, args, false)
+		cmd, wait := s.sendAcked(ctx, node, n, timeout, keys, args, false, ride)
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // nothing ran: again with the body
-			cmd, wait = s.sendAcked(ctx, node, n, timeout, keys, args, true)
+			cmd, wait = s.sendAcked(ctx, node, n, timeout, keys, args, true, ride)
 		}
 		err = cmd.Err()
 		if redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
@@ -140,14 +153,18 @@ func (s *Script) runAcked(ctx context.Context, rdb redis.Scripter, n int, timeou
 	}
 }
 
-// sendAcked pipelines the script (by hash, or with its body) and WAIT on node's connection.
-func (s *Script) sendAcked(ctx context.Context, node pipeliner, n int, timeout time.Duration, keys []string, args []any, withBody bool) (*redis.Cmd, *redis.Cmd) {
+// sendAcked pipelines the script (by hash, or with its body), ride's commands (if any) and
+// WAIT on node's connection.
+func (s *Script) sendAcked(ctx context.Context, node pipeliner, n int, timeout time.Duration, keys []string, args []any, withBody bool, ride func(context.Context, redis.Pipeliner)) (*redis.Cmd, *redis.Cmd) {
 	pipe := node.Pipeline()
 	var cmd *redis.Cmd
 	if withBody {
 		cmd = s.rs.Eval(ctx, pipe, keys, args...)
 	} else {
 		cmd = s.rs.EvalSha(ctx, pipe, keys, args...)
+	}
+	if ride != nil {
+		ride(ctx, pipe)
 	}
 	wait := pipe.Do(ctx, "WAIT", n, timeout.Milliseconds())
 	_, _ = pipe.Exec(ctx) // each command holds its own reply or error

@@ -48,6 +48,16 @@ func NewChange(name string, files ...string) *Script {
 	return s
 }
 
+// NewIdempotent builds a script whose run is harmless to repeat on its own (a read, a
+// conditional delete) and registers it like New, without the call record: the record would be
+// one more write per run, and for a read-only script (`#!lua flags=no-writes`) a refused one.
+// Run re-sends it like any other script; it never waits for replicas.
+func NewIdempotent(name string, files ...string) *Script {
+	s := &Script{name: name, rs: redis.NewScript(concat(files...)), bare: true}
+	all[name] = s
+	return s
+}
+
 // Bare builds a script from embedded files without the call record, unregistered: only for
 // benchmarks that measure what the record costs.
 func Bare(files ...string) *redis.Script { return redis.NewScript(concat(files...)) }

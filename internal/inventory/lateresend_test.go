@@ -169,31 +169,43 @@ func (h *holdResends) result() (string, int) {
 
 func (h *holdResends) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// A purchase's script goes in a pipeline with its index writes (RunWith); the other scripts
+// alone.
 func (h *holdResends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.sent(cmd)
+		}
+		return err
+	}
 }
 
 func (h *holdResends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		name := cmd.Name()
-		if name != "evalsha" && name != "eval" {
-			return next(ctx, cmd)
-		}
 		err := next(ctx, cmd)
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.sends++
-		if h.sends == 1 {
-			args := cmd.Args()
-			nkeys, _ := strconv.Atoi(fmt.Sprint(args[2]))
-			h.callKey = fmt.Sprint(args[2+nkeys]) // the call record key is the last key
-			// 10 minutes: far past the record's life; removing the toxic releases the sends.
-			if _, terr := h.px.Toxics.AddToxicJson(strings.NewReader(
-				`{"name":"hold","type":"latency","stream":"upstream","attributes":{"latency":600000}}`)); terr != nil {
-				panic(terr)
-			}
-		}
+		h.sent(cmd)
 		return err
+	}
+}
+
+// sent counts a script send; after the first it holds every later send in the proxy.
+func (h *holdResends) sent(cmd redis.Cmder) {
+	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sends++
+	if h.sends == 1 {
+		args := cmd.Args()
+		nkeys, _ := strconv.Atoi(fmt.Sprint(args[2]))
+		h.callKey = fmt.Sprint(args[2+nkeys]) // the call record key is the last key
+		// 10 minutes: far past the record's life; removing the toxic releases the sends.
+		if _, terr := h.px.Toxics.AddToxicJson(strings.NewReader(
+			`{"name":"hold","type":"latency","stream":"upstream","attributes":{"latency":600000}}`)); terr != nil {
+			panic(terr)
+		}
 	}
 }
 

@@ -3,10 +3,11 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/batch"
 	"github.com/flashsale/flashsale/internal/exactlyonce"
@@ -178,8 +179,17 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		keys = append(keys, k.UserItems(c.req.UserID), idem)
 		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey, c.req.QueuePass)
 	}
+	users := make([]string, len(calls))
+	for i, c := range calls {
+		users[i] = c.req.UserID
+	}
+	// The users' order indexes (orders.Index) are in other slots, so the script cannot write
+	// them: they ride in its pipeline, blind, so a purchase stays one round trip and the
+	// shopper's next "my orders" lists the order. A failed index write leaves the entry to the
+	// outbox relay and the order stands; a reader removes the field a refused attempt left.
+	mark := func(ctx context.Context, pipe redis.Pipeliner) { s.index.Mark(ctx, pipe, item, users) }
 	sent := time.Now() // when Redis was asked: the age of a sold-out answer (soldout.go)
-	res, err := purchaseScript.Run(context.Background(), s.rdb, keys, args...).Slice()
+	res, err := purchaseScript.RunWith(context.Background(), s.rdb, keys, mark, args...).Slice()
 	var b batchReply
 	if err == nil {
 		b, err = parseBatchReply(res, len(calls))
@@ -192,21 +202,8 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		return
 	}
 	replies := make([]purchaseReply, len(calls))
-	var made []orders.Order
 	for i, c := range calls {
 		replies[i] = s.purchaseReply(item, c.req, res[replyWidth*i:replyWidth*(i+1)], b, sent)
-		if replies[i].err == nil {
-			made = append(made, replies[i].res.Order)
-		}
-	}
-	// Indexed before anyone hears of the order, so the shopper's next "my orders" lists it. A
-	// failure leaves the entry to the outbox relay (orders.Index) and the order stands.
-	if len(made) > 0 {
-		ictx, cancel := context.WithTimeout(context.Background(), exactlyonce.CallDeadline)
-		if err := s.index.Add(ictx, made); err != nil {
-			slog.Warn("purchase: orders not indexed yet; the outbox relay indexes them", "item", item, "orders", len(made), "err", err)
-		}
-		cancel()
 	}
 	for i, c := range calls {
 		c.done <- replies[i]

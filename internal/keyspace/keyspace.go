@@ -85,17 +85,13 @@ func (s Shard) Marker() string { return s.base + "marker" }
 // (never by the event's metadata). It has its own hash tag: the payment id alone names it.
 func (s Space) PaymentOrder(paymentID string) string { return s.Prefix + "{pay:" + paymentID + "}" }
 
-// UserOrderIndex is the user's order index: order id -> created ms, every order of the user
-// in any item, under the user's own hash tag so "my orders" reads one key. The purchase
-// scripts cannot write it (another slot): the purchase path adds each order right after the
-// script made it, and the outbox relay adds it again from the order's event, so an order is
-// indexed even when its api died in between (internal/orders, index.go).
-func (s Space) UserOrderIndex(user string) string { return s.Prefix + "{u:" + user + "}:orders" }
-
-// UserOrdersVersion is the version of the user's orders, in the index's slot: it grows with
-// every write of the index and every event of one of the user's orders, so "my orders" can
-// answer "unchanged" (an ETag) from it alone (internal/orders, index.go).
-func (s Space) UserOrdersVersion(user string) string { return s.Prefix + "{u:" + user + "}:v" }
+// UserOrderIndex is the user's order index: a hash item id -> a counter of changes of the
+// user's orders of that item, every item the user has orders of, under the user's own hash
+// tag so "my orders" reads one key. The purchase scripts cannot write it (another slot): the
+// purchase path grows the field in the pipeline of its script, and the outbox relay again
+// from every event of the user's orders (internal/orders, index.go). Its name is not the
+// former zset's ("{u:<user>}:orders"), so no command meets a key of the other type.
+func (s Space) UserOrderIndex(user string) string { return s.Prefix + "{u:" + user + "}:items" }
 
 // Catalog is the set of all item ids.
 func (s Space) Catalog() string { return s.Prefix + "catalog" }

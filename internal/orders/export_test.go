@@ -12,6 +12,9 @@ func (s *Store) SetHostClock(host func() time.Time) {
 	s.clock.check.Store(0)
 }
 
+// SetUnlistGrace sets how long an index field that names no order stays marked before it goes.
+func (s *Store) SetUnlistGrace(d time.Duration) { s.index.grace = d }
+
 // ExpireEntries runs one expire script call on the given expiry entries of item.
 func (s *Store) ExpireEntries(ctx context.Context, item string, entries ...string) (ExpireResult, error) {
 	args := make([]any, len(entries))

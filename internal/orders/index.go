@@ -4,160 +4,185 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/events"
+	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 )
 
-// Index keeps the users' order indexes (keyspace.Space.UserOrderIndex): the one key per user
-// that names every order of the user, so "my orders" reads one key and then only the records
-// it names, whatever the shard count and the catalogue.
+// Index keeps the users' order indexes (keyspace.Space.UserOrderIndex): one hash per user, in
+// the user's slot, item id -> a counter that grows with every change of the user's orders of
+// that item. "My orders" reads that one key, then each item it names (list.lua), whatever the
+// shard count and the catalogue; the whole hash is the ETag, so an unchanged list is one
+// command.
 //
 // The index lives in the user's slot and the orders in their items' slots, so no script can
-// write both. The index is a set of ids, never of states: an order enters it once when it is
-// made and leaves it when pruning removes the order, while paying, cancelling and expiring
-// change only the record the reader fetches. Adding is idempotent (ZADD of the same member and
-// score), so the two writers of each entry never duplicate it: the purchase path right after
-// its script made the order (the shopper's next read sees it), and the outbox relay from the
-// order's order.reserved event before the event leaves Redis (an api that died in between
-// loses nothing). A reader skips an entry whose record is gone.
-//
-// Beside it, the user's orders version (keyspace.Space.UserOrdersVersion) grows with every
-// index write and every order event the relay applies, so a reader that knows the version
-// learns "unchanged" from one key. It is written after the change it counts: a list read
-// after a change may carry the version before it (the next read sees a newer one).
+// write both. Two writers grow a field, both with HINCRBY, so neither can undo the other:
+//   - the purchase path, blind, in the pipeline of its script (Mark): the shopper's next read
+//     lists the new order. It is written before the script's outcome is known, so a refused
+//     attempt may leave a field for an item the user has no order of: readers that find no
+//     order there mark it, and remove it once it stayed unwritten past unlistGrace
+//     (unlist.lua). Marks ('?'..item) are neither items nor part of the ETag.
+//   - the outbox relay, for every event of an order (Changed), before the event leaves Redis:
+//     an api that died before its blind write loses nothing, and a change the relay applies
+//     (payment, cancel, expiry, refund) moves the ETag. On a cluster the blind write may land
+//     before the script made the order; the relay's write comes after it, so a reader that
+//     listed in between sees a new ETag again.
 type Index struct {
-	rdb  redis.UniversalClient
-	keys keyspace.Space
+	rdb   redis.UniversalClient
+	keys  keyspace.Space
+	grace time.Duration // unlistGrace (tests shorten it)
 }
 
 // NewIndex returns the order index over rdb with the given key space.
 func NewIndex(rdb redis.UniversalClient, keys keyspace.Space) *Index {
-	return &Index{rdb: rdb, keys: keys}
+	return &Index{rdb: rdb, keys: keys, grace: unlistGrace}
 }
 
-// Add puts orders into their users' indexes: one pipelined ZADD and INCR of the version per
-// user (split by node on a cluster).
-func (x *Index) Add(ctx context.Context, orders []Order) error {
-	if len(orders) == 0 {
-		return nil
-	}
-	byUser := map[string]*userChange{}
-	for _, o := range orders {
-		byUser[o.UserID] = byUser[o.UserID].with(redis.Z{Score: float64(o.CreatedAt.UnixMilli()), Member: o.ID})
-	}
-	return x.apply(ctx, byUser)
-}
-
-// Changed applies events of users' orders to their indexes: the orders of order.reserved
-// events go in, and the version of the user every order event names (order.*,
-// payment.refunded) grows by one per event. Other events are ignored. The outbox relay calls
-// it before the events leave Redis.
-func (x *Index) Changed(ctx context.Context, evs []events.Event) error {
-	byUser := map[string]*userChange{}
-	for _, ev := range evs {
-		if !Concerns(ev) || !keyspace.ValidID(ev.UserID) {
+// Mark adds to pipe the purchase path's blind write: one HINCRBY of item's field per user
+// (each user once). The caller sends it in the pipeline of the purchase script.
+func (x *Index) Mark(ctx context.Context, pipe redis.Pipeliner, item string, users []string) {
+	for i, u := range users {
+		if slices.Contains(users[:i], u) {
 			continue
 		}
-		if ev.Type == events.OrderReserved && ev.OrderID != "" {
-			byUser[ev.UserID] = byUser[ev.UserID].with(redis.Z{Score: float64(ev.At.UnixMilli()), Member: ev.OrderID})
-		} else {
-			byUser[ev.UserID] = byUser[ev.UserID].with()
+		pipe.HIncrBy(ctx, x.keys.UserOrderIndex(u), item, 1)
+	}
+}
+
+// Add grows the users' fields of the items of orders (a restore wrote them back); the item
+// is the order id's.
+func (x *Index) Add(ctx context.Context, orders []Order) error {
+	changes := map[userItem]int64{}
+	for _, o := range orders {
+		if item, ok := keyspace.ItemOfOrder(o.ID); ok && keyspace.ValidID(o.UserID) {
+			changes[userItem{o.UserID, item}]++
 		}
 	}
-	if len(byUser) == 0 {
-		return nil
+	return x.apply(ctx, changes)
+}
+
+// Changed applies events of users' orders to their indexes: every event Concerns grows its
+// user's field of its item by one. Other events are ignored. The outbox relay calls it before
+// the events leave Redis.
+func (x *Index) Changed(ctx context.Context, evs []events.Event) error {
+	changes := map[userItem]int64{}
+	for _, ev := range evs {
+		if !Concerns(ev) || !keyspace.ValidID(ev.UserID) || !keyspace.ValidID(ev.ItemID) {
+			continue
+		}
+		changes[userItem{ev.UserID, ev.ItemID}]++
 	}
-	return x.apply(ctx, byUser)
+	return x.apply(ctx, changes)
 }
 
 // Concerns reports whether an event changes what a user's "my orders" shows: an order's
 // creation, payment, cancellation, expiry or refund.
 func Concerns(ev events.Event) bool {
 	switch ev.Type {
-	case events.OrderReserved, events.OrderPaid, events.OrderCancelled, events.OrderExpired, events.PaymentRefunded:
+	case events.OrderReserved, events.OrderPaid, events.OrderCancelled, events.OrderExpired,
+		events.OrderRefunded, events.PaymentRefunded:
 		return true
 	}
 	return false
 }
 
-// userChange is what one call writes for one user: index entries, and how much the version
-// grows (one per order added or event applied).
-type userChange struct {
-	entries []redis.Z
-	bump    int64
-}
-
-func (c *userChange) with(zs ...redis.Z) *userChange {
-	if c == nil {
-		c = &userChange{}
-	}
-	c.entries = append(c.entries, zs...)
-	c.bump++
-	return c
-}
-
-// apply writes each user's entries (if any) and grows the user's version: one pipeline.
-func (x *Index) apply(ctx context.Context, byUser map[string]*userChange) error {
-	pipe := x.rdb.Pipeline()
-	for user, c := range byUser {
-		if len(c.entries) > 0 {
-			pipe.ZAdd(ctx, x.keys.UserOrderIndex(user), c.entries...)
-		}
-		pipe.IncrBy(ctx, x.keys.UserOrdersVersion(user), c.bump)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("orders: index %d users' orders: %w", len(byUser), err)
-	}
-	return nil
-}
-
-// Remove takes pruned orders (user -> order ids) out of their users' indexes.
+// Remove grows the fields of pruned orders (user -> order ids): their lists changed. A field
+// whose item has no order of the user left is removed by the next reader (unlist.lua).
 func (x *Index) Remove(ctx context.Context, byUser map[string][]string) error {
-	if len(byUser) == 0 {
+	changes := map[userItem]int64{}
+	for user, ids := range byUser {
+		for _, id := range ids {
+			if item, ok := keyspace.ItemOfOrder(id); ok {
+				changes[userItem{user, item}]++
+			}
+		}
+	}
+	return x.apply(ctx, changes)
+}
+
+type userItem struct{ user, item string }
+
+// apply grows each user's field of each item by its count: one pipeline (split by node on a
+// cluster).
+func (x *Index) apply(ctx context.Context, changes map[userItem]int64) error {
+	if len(changes) == 0 {
 		return nil
 	}
 	pipe := x.rdb.Pipeline()
-	for user, ids := range byUser {
-		members := make([]any, len(ids))
-		for i, id := range ids {
-			members[i] = id
-		}
-		pipe.ZRem(ctx, x.keys.UserOrderIndex(user), members...)
-		pipe.Incr(ctx, x.keys.UserOrdersVersion(user))
+	for c, n := range changes {
+		pipe.HIncrBy(ctx, x.keys.UserOrderIndex(c.user), c.item, n)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("orders: unindex %d users' orders: %w", len(byUser), err)
+		return fmt.Errorf("orders: index %d users' items: %w", len(changes), err)
 	}
 	return nil
 }
 
-// read returns the user's orders version ("0" before any) and the order ids of the user's
-// index, grouped by item in the order the index holds them (ascending creation), with the
-// items in the order first seen: one round trip, two commands in the user's slot.
-func (x *Index) read(ctx context.Context, user string) (version string, items []string, byItem map[string][]string, err error) {
-	pipe := x.rdb.Pipeline()
-	ver := pipe.Get(ctx, x.keys.UserOrdersVersion(user))
-	idx := pipe.ZRange(ctx, x.keys.UserOrderIndex(user), 0, -1)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+// unlistGrace is how long a field that names no order stays marked before it goes: well past
+// the longest a purchase script may run after its blind write (its call deadline and the
+// clock skew allowed, exactlyonce), and a reader's own time between its read and the removal.
+const unlistGrace = 2 * (exactlyonce.CallDeadline + exactlyonce.ClockSkew)
+
+// read returns the user's index, items (item -> counter) and marks (item -> mark) apart,
+// and its tag: a hash of the items and their counters, "0" for none. One command in the
+// user's slot.
+func (x *Index) read(ctx context.Context, user string) (tag string, fields, marks map[string]string, err error) {
+	all, err := x.rdb.HGetAll(ctx, x.keys.UserOrderIndex(user)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", nil, nil, fmt.Errorf("orders: list index: %w", err)
 	}
-	version = ver.Val()
-	if version == "" {
-		version = "0"
-	}
-	byItem = map[string][]string{}
-	for _, id := range idx.Val() {
-		item, ok := keyspace.ItemOfOrder(id)
-		if !ok {
+	fields = make(map[string]string, len(all))
+	items := make([]string, 0, len(all))
+	for f, v := range all {
+		if item, ok := strings.CutPrefix(f, "?"); ok {
+			if marks == nil {
+				marks = map[string]string{}
+			}
+			marks[item] = v
 			continue
 		}
-		if byItem[item] == nil {
-			items = append(items, item)
-		}
-		byItem[item] = append(byItem[item], id)
+		fields[f] = v
+		items = append(items, f)
 	}
-	return version, items, byItem, nil
+	if len(items) == 0 {
+		return "0", fields, marks, nil
+	}
+	slices.Sort(items)
+	h := fnv.New64a()
+	for _, it := range items {
+		_, _ = h.Write([]byte(it))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(fields[it]))
+		_, _ = h.Write([]byte{0})
+	}
+	// Never "0": that is the empty index's.
+	return strconv.FormatUint(h.Sum64()|1<<63, 10), fields, marks, nil
+}
+
+// unlist marks or removes, in the background, the user's fields of items the reader found no
+// order of (stale: item -> the counter it saw), and drops the marks of items that have orders
+// again or no field (item -> ""), with unlist.lua: the reply does not wait for it, and a
+// failure leaves the work to the next reader.
+func (x *Index) unlist(user string, stale map[string]string) {
+	args := make([]any, 0, 1+2*len(stale))
+	args = append(args, max(x.grace.Milliseconds(), 1))
+	for it, v := range stale {
+		args = append(args, it, v)
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := unlistScript.Run(ctx, x.rdb, []string{x.keys.UserOrderIndex(user)}, args...).Err(); err != nil {
+			slog.Warn("my orders: stale index fields not removed", "user", user, "items", len(stale), "err", err)
+		}
+	}()
 }

@@ -99,24 +99,26 @@ func (s *Store) List(ctx context.Context, user string) ([]Order, error) {
 	return l.Orders, err
 }
 
-// Listing is the user's orders and the version they were read at.
+// Listing is the user's orders and the tag they were read at.
 type Listing struct {
 	Orders []Order
-	// Version grows with every change of the user's orders ("0" before any): read before
-	// the records, so a listing may show changes newer than its version, never older.
+	// Version is the tag of the user's order index ("0" before any order): it changes with
+	// every change of the user's orders, and is read before the records, so a listing may
+	// show changes newer than its tag, never older.
 	Version string
 	// Unchanged: Version is the known one; Orders was not read.
 	Unchanged bool
 }
 
-// ListSince returns the user's orders, newest first, unless their version is known (then
-// Unchanged, after the first round trip): one pipelined GET of the version and ZRANGE of the
-// user's order index, then one pipelined HMGET of the records and one of the payments per
-// item it names. Two round trips and at most 2 + 2 x orders commands, whatever the shard count
-// and the catalogue; on a cluster the second pipeline is split by node. An index entry whose
-// record is gone (pruned or lost with Redis) is skipped.
+// ListSince returns the user's orders, newest first, unless their tag is known (then
+// Unchanged, after the first command): one HGETALL of the user's order index, then one
+// list.lua call per item it names, in one pipeline (split by node on a cluster, sent at
+// once). Two round trips and 1 + items commands, whatever the shard count and the catalogue.
+// An item the index names but that holds no order of the user (a refused purchase's blind
+// write, pruned orders) is skipped, and marked for removal from the index in the background
+// (Index.unlist).
 func (s *Store) ListSince(ctx context.Context, user, known string) (Listing, error) {
-	version, items, byItem, err := s.index.read(ctx, user)
+	version, fields, marks, err := s.index.read(ctx, user)
 	if err != nil {
 		return Listing{}, err
 	}
@@ -124,40 +126,104 @@ func (s *Store) ListSince(ctx context.Context, user, known string) (Listing, err
 		return Listing{Version: version, Unchanged: true}, nil
 	}
 	out := []Order{}
+	items := make([]string, 0, len(fields))
+	for it := range fields {
+		if keyspace.ValidID(it) {
+			items = append(items, it)
+		}
+	}
+	stale := map[string]string{}
+	for it := range marks {
+		if _, ok := fields[it]; !ok {
+			stale[it] = "" // its field went: the mark goes too
+		}
+	}
 	if len(items) == 0 {
+		if len(stale) > 0 {
+			s.index.unlist(user, stale)
+		}
 		return Listing{Orders: out, Version: version}, nil
 	}
-	pipe := s.rdb.Pipeline()
-	recs := make([]*redis.SliceCmd, len(items))
-	pays := make([]*redis.SliceCmd, len(items))
-	for i, item := range items {
-		recs[i] = pipe.HMGet(ctx, s.keys.Item(item).Orders(), byItem[item]...)
-		pays[i] = pipe.HMGet(ctx, s.keys.Item(item).Payments(), byItem[item]...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return Listing{}, fmt.Errorf("orders: list records: %w", err)
+	lists, err := s.listItems(ctx, user, items)
+	if err != nil {
+		return Listing{}, err
 	}
 	for i, item := range items {
-		ids := byItem[item]
-		for j, v := range recs[i].Val() {
-			packed, ok := v.(string)
-			if !ok {
-				continue // pruned, or lost with Redis: the record is gone
-			}
-			o, err := Unpack(ids[j], item, packed)
+		vals := lists[i]
+		if len(vals) == 0 {
+			stale[item] = fields[item]
+			continue
+		}
+		if _, ok := marks[item]; ok {
+			stale[item] = "" // it has orders: the mark goes
+		}
+		if len(vals)%3 != 0 {
+			return Listing{}, fmt.Errorf("orders: list %s: malformed reply of %d values", item, len(vals))
+		}
+		for j := 0; j < len(vals); j += 3 {
+			id, _ := vals[j].(string)
+			packed, _ := vals[j+1].(string)
+			o, err := Unpack(id, item, packed)
 			if err != nil {
 				return Listing{}, err
 			}
-			if o.UserID == user {
-				if p, ok := pays[i].Val()[j].(string); ok {
-					o.PaymentID, o.PaymentStatus = paymentOf(p)
-				}
-				out = append(out, o)
+			if o.UserID != user {
+				continue
 			}
+			if p, _ := vals[j+2].(string); p != "" {
+				o.PaymentID, o.PaymentStatus = paymentOf(p)
+			}
+			out = append(out, o)
 		}
+	}
+	if len(stale) > 0 {
+		s.index.unlist(user, stale)
 	}
 	sort.SliceStable(out, func(a, b int) bool { return newerFirst(out[a], out[b]) })
 	return Listing{Orders: out, Version: version}, nil
+}
+
+// listItems calls list.lua for each item in one pipeline and returns the replies in the
+// order of items. The script is preloaded (exactlyonce.Load); after a NOSCRIPT (a restart
+// or a failover emptied the cache) the items it refused are asked again with its body.
+func (s *Store) listItems(ctx context.Context, user string, items []string) ([][]any, error) {
+	cmds := make([]*redis.Cmd, len(items))
+	send := func(idx []int, withBody bool) {
+		pipe := s.rdb.Pipeline()
+		for _, i := range idx {
+			k := s.keys.Item(items[i])
+			keys := []string{k.UserOrders(), k.Orders(), k.Payments()}
+			if withBody {
+				cmds[i] = listScript.Eval(ctx, pipe, keys, user, items[i])
+			} else {
+				cmds[i] = listScript.EvalSha(ctx, pipe, keys, user, items[i])
+			}
+		}
+		_, _ = pipe.Exec(ctx) // each command holds its own reply or error
+	}
+	all := make([]int, len(items))
+	for i := range all {
+		all[i] = i
+	}
+	send(all, false)
+	var again []int
+	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		send(again, true)
+	}
+	out := make([][]any, len(items))
+	for i, c := range cmds {
+		v, err := c.Slice()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("orders: list records of %s: %w", items[i], err)
+		}
+		out[i] = v
+	}
+	return out, nil
 }
 
 // newerFirst orders by creation time, newest first; within one millisecond, an item's later

@@ -14,4 +14,9 @@ var (
 	attachPaymentScript = exactlyonce.NewChange("attach_payment", "orders/release.lua", "orders/attach_payment.lua")
 	refundPaymentScript = exactlyonce.NewChange("refund_payment", "orders/release.lua", "orders/refund_payment.lua")
 	paymentStatusScript = exactlyonce.NewChange("payment_status", "orders/release.lua", "orders/payment_status.lua")
+
+	// "My orders": a read-only script per item, and the conditional delete of index fields
+	// that name no order. Both are safe to repeat, so they keep no call record.
+	listScript   = exactlyonce.NewIdempotent("list", "orders/list.lua")
+	unlistScript = exactlyonce.NewIdempotent("unlist", "orders/unlist.lua")
 )

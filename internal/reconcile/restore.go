@@ -317,9 +317,11 @@ func paymentRecord(p *record.PaymentLink) string {
 }
 
 // indexRestored puts the orders a restore wrote back (all but the pruned) into their users'
-// order indexes, and their payments' ids (session, PaymentIntent, attempt) into the index
-// webhooks find orders by, which live in other slots (orders.Index, orders.Store.IndexPayment),
-// before the item sells again. Entries of orders the record lacks stay; readers skip them.
+// order indexes (each user's field of the item grows, so their lists show it and their ETags
+// change), and their payments' ids (session, PaymentIntent, attempt) into the index webhooks
+// find orders by, which live in other slots (orders.Index, orders.Store.IndexPayment), before
+// the item sells again. A field of a user the record has no order of stays until a reader
+// finds nothing there and removes it.
 func (r *Reconciler) indexRestored(ctx context.Context, it record.ItemRecord) error {
 	var back []orders.Order
 	for _, o := range it.Orders {

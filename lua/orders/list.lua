@@ -1,0 +1,44 @@
+#!lua flags=no-writes
+-- list.lua: one shopper's orders of ONE item, for "my orders" (GET /api/orders). The reader
+-- learns the shopper's items from their order index (another slot) and calls this once per
+-- item, all in one pipeline: the item's user orders hash names the shopper's orders, and their
+-- records and payments are read here, so an item costs one command however many orders of it
+-- the shopper has. Read-only (no-writes): nothing to record, safe to send again.
+--
+-- Go caller: orders.Store.ListSince (internal/orders/redis.go).
+-- KEYS[1] the item's user orders hash (user -> the user's order seqs, "3,17,42")
+-- KEYS[2] the item's orders hash   KEYS[3] the item's payments hash
+-- ARGV[1] user id   ARGV[2] item id
+--
+-- Reply: {order id, packed order, payment record or '', ...}: three values per order of the
+-- user whose record the orders hash holds, in the list's order (ascending); {} for none (the
+-- index named an item the user has no order of, or every one was pruned). A sequence number
+-- whose record is gone is skipped.
+
+local user, item_id = ARGV[1], ARGV[2]
+if not user or user == '' or not item_id or item_id == '' then
+  return redis.error_reply('ERR list: bad user or item id')
+end
+local seqs = redis.call('HGET', KEYS[1], user)
+if not seqs then
+  return {}
+end
+local ids = {}
+for s in string.gmatch(seqs, '[^,]+') do
+  ids[#ids + 1] = item_id .. '.' .. s
+end
+local out = {}
+-- HMGET in bounded chunks: unpack of a long list fails.
+for first = 1, #ids, 500 do
+  local last = math.min(first + 499, #ids)
+  local recs = redis.call('HMGET', KEYS[2], unpack(ids, first, last))
+  local pays = redis.call('HMGET', KEYS[3], unpack(ids, first, last))
+  for j = 1, last - first + 1 do
+    if recs[j] then
+      out[#out + 1] = ids[first + j - 1]
+      out[#out + 1] = recs[j]
+      out[#out + 1] = pays[j] or ''
+    end
+  end
+end
+return out
