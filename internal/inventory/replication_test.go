@@ -20,11 +20,14 @@ import (
 
 // replicated is a private primary with one replica, and a store whose changes one replica must
 // confirm (FLASHSALE_REDIS_ACK_REPLICAS=1).
-func replicated(t *testing.T) (*testenv.Replicated, redis.UniversalClient, keyspace.Space, *inventory.Store) {
+// replicated starts a primary with one replica and a store that waits ackTimeout for it. A
+// test that does not need the replica to miss its acknowledgement passes a generous timeout,
+// so a busy machine cannot refuse its set-up.
+func replicated(t *testing.T, ackTimeout time.Duration) (*testenv.Replicated, redis.UniversalClient, keyspace.Space, *inventory.Store) {
 	t.Helper()
 	r := testenv.ReplicatedRedis(t, 1)
 	ctx := context.Background()
-	rdb := r.AckClient(t, 1, 250*time.Millisecond)
+	rdb := r.AckClient(t, 1, ackTimeout)
 	if err := exactlyonce.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +42,7 @@ func waitReady(t *testing.T, rdb redis.UniversalClient) {
 
 // An acknowledged purchase is on the replica the moment it is answered: WAIT confirmed it.
 func TestAcknowledgedPurchaseIsOnTheReplica(t *testing.T) {
-	r, rdb, keys, s := replicated(t)
+	r, rdb, keys, s := replicated(t, 5*time.Second)
 	ctx := context.Background()
 	waitReady(t, rdb)
 	newItem(t, s, "hot", 10, 5)
@@ -60,10 +63,11 @@ func TestAcknowledgedPurchaseIsOnTheReplica(t *testing.T) {
 // A purchase the stalled replica does not confirm answers "the outcome is unknown"; the retry
 // with the same key, once the replica is back, returns that one order, and stock was taken once.
 func TestUnconfirmedPurchaseIsUnknownAndItsRetryReturnsTheOrder(t *testing.T) {
-	r, rdb, _, s := replicated(t)
+	r, rdb, keys, s := replicated(t, 250*time.Millisecond)
 	ctx := context.Background()
 	waitReady(t, rdb)
-	newItem(t, s, "hot", 10, 5)
+	// The item is made through a patient client: only the purchases below must miss the stall.
+	newItem(t, inventory.NewStore(r.AckClient(t, 1, 5*time.Second), keys, inventory.Options{}), "hot", 10, 5)
 	replica := r.Replicas[0]
 	key := ""
 	// The stall must meet a purchase before the watch notices it (then the purchase is refused
@@ -107,7 +111,7 @@ func TestUnconfirmedPurchaseIsUnknownAndItsRetryReturnsTheOrder(t *testing.T) {
 // With no live replica a change is refused before it runs: nothing is written at all, the
 // caller is told so, and readiness fails.
 func TestTooFewReplicasChangesNothing(t *testing.T) {
-	r, rdb, _, s := replicated(t)
+	r, rdb, _, s := replicated(t, 5*time.Second)
 	ctx := context.Background()
 	waitReady(t, rdb)
 	newItem(t, s, "hot", 10, 5)
