@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
@@ -225,7 +226,11 @@ func (b *bench) evalsha(ctx context.Context) error {
 		return err
 	}
 	defer rdb.Close()
-	store := inventory.NewStore(rdb, keyspace.Space{Prefix: prefix}, inventory.Options{})
+	d := config.Defaults()
+	store := inventory.NewStore(rdb, keyspace.Space{Prefix: prefix}, inventory.Options{
+		ReservationTTL: d.ReservationTTL, IdempotencyTTL: d.IdempotencyTTL, SnapshotInterval: d.SnapshotInterval,
+		PurchaseBatch: d.PurchaseBatch, PurchaseInFlight: d.PurchaseInFlight, PurchaseLinger: d.PurchaseLinger,
+	})
 	stock := int64(1e12)
 	if _, _, err := store.Upsert(ctx, inventory.Input{ID: benchItem, Name: "Bench", PriceCents: 100, Stock: &stock, PerUserLimit: 1e9}); err != nil {
 		return err

@@ -103,10 +103,8 @@ func New(ctx context.Context, cfg config.Config) (_ *API, err error) {
 		SnapshotInterval: cfg.SnapshotInterval,
 		PurchaseBatch:    cfg.PurchaseBatch,
 		PurchaseInFlight: cfg.PurchaseInFlight,
-		PurchaseLinger:   purchaseLinger(cfg.PurchaseLinger),
-		PurchaseLimit: limits.Policy{
-			Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst,
-		},
+		PurchaseLinger:   cfg.PurchaseLinger,
+		PurchaseLimit:    limits.Policy(cfg.LimitPurchase),
 	})
 	a.Orders = orders.NewStore(a.rdb, keys)
 	a.Orders.Hooks.StockReturned = a.Inventory.ForgetSoldOut
@@ -258,11 +256,12 @@ func TokenPolicy(cfg config.Config) httpapi.TokenPolicy {
 func HTTPOptions(cfg config.Config) httpapi.Options {
 	return httpapi.Options{
 		DevLogin: cfg.DevLogin, TrustedProxies: cfg.TrustedProxies, SnapshotInterval: cfg.SnapshotInterval,
-		PurchaseLimit: cfg.LimitPurchase,
+		PurchaseLimit: limits.Policy(cfg.LimitPurchase),
 		Stream:        httpapi.StreamOptions{Heartbeat: cfg.StreamHeartbeat, PerClient: cfg.StreamPerClient, Max: cfg.StreamMax},
 		StatsKeys:     keyspace.Space{Prefix: cfg.RedisPrefix},
-		Limits: httpapi.RateLimits{Pay: cfg.LimitPay, Cancel: cfg.LimitCancel, Rating: cfg.LimitRating,
-			LoginUser: cfg.LimitLoginUser, LoginIP: cfg.LimitLoginIP, Reads: cfg.LimitReads},
+		Limits: httpapi.RateLimits{Pay: limits.Policy(cfg.LimitPay), Cancel: limits.Policy(cfg.LimitCancel),
+			Rating: limits.Policy(cfg.LimitRating), LoginUser: limits.Policy(cfg.LimitLoginUser),
+			LoginIP: limits.Policy(cfg.LimitLoginIP), Reads: limits.Policy(cfg.LimitReads)},
 		AccessLog: httpapi.AccessLog{Slow: cfg.AccessLogSlow, Sample: cfg.AccessLogSample},
 		PublicURL: cfg.Payment.PublicURL,
 	}
@@ -509,13 +508,4 @@ func (a *API) Close() {
 			a.rdb.Close()
 		}
 	})
-}
-
-// purchaseLinger is FLASHSALE_PURCHASE_LINGER as inventory.Options takes it: 0 there means the
-// default, so "never wait" is negative.
-func purchaseLinger(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }

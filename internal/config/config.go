@@ -20,14 +20,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/flashsale/flashsale/internal/jwtkeys"
 	"github.com/flashsale/flashsale/internal/kafkaconn"
-	"github.com/flashsale/flashsale/internal/limits"
-	"github.com/flashsale/flashsale/internal/paysim"
-	"github.com/flashsale/flashsale/internal/ranking"
-	"github.com/flashsale/flashsale/internal/reconcile"
-	"github.com/flashsale/flashsale/internal/record"
 	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
@@ -71,13 +67,13 @@ type Config struct {
 	PurchaseInFlight  int
 	PurchaseLinger    time.Duration // 0: a hot item's next call never waits
 	TrustedProxies    []string
-	LimitPurchase     limits.Policy
-	LimitPay          limits.Policy
-	LimitCancel       limits.Policy
-	LimitRating       limits.Policy
-	LimitLoginUser    limits.Policy
-	LimitLoginIP      limits.Policy
-	LimitReads        limits.Policy // order reads and waiting-room polls that reach Redis, per user, per api
+	LimitPurchase     Limit
+	LimitPay          Limit
+	LimitCancel       Limit
+	LimitRating       Limit
+	LimitLoginUser    Limit
+	LimitLoginIP      Limit
+	LimitReads        Limit         // order reads and waiting-room polls that reach Redis, per user, per api
 	ReconcileInterval time.Duration // 0 = batch only on demand
 	OrderRetention    time.Duration // how long a final order stays in Redis (the reconciler prunes it then)
 	ShutdownTimeout   time.Duration // SIGTERM to exit, the drain included
@@ -139,6 +135,16 @@ func (c Config) WebhookURL() string {
 // ErrInvalid marks a start-up error that is a setting's fault (the binaries exit 2 on it),
 // found only once the process looked around (e.g. a simulator it did not start).
 var ErrInvalid = errors.New("invalid setting")
+
+// Defaults is the configuration of an empty environment: every setting at its default (tests
+// and tools take the values the binaries run with from here).
+func Defaults() Config {
+	c, err := Parse(func(string) string { return "" })
+	if err != nil {
+		panic(err) // the defaults are valid: TestDefaults holds it
+	}
+	return c
+}
 
 // FromEnv reads the configuration from the process environment.
 func FromEnv() (Config, error) { return Parse(os.Getenv) }
@@ -204,17 +210,17 @@ func (p *parser) settings() (c Config, devLogin string) {
 		QueueSecrets:      p.list("FLASHSALE_QUEUE_SECRET", ""),
 		QueueTick:         p.duration("FLASHSALE_QUEUE_TICK", 200*time.Millisecond),
 		TokenTTL:          p.duration("FLASHSALE_TOKEN_TTL", 24*time.Hour),
-		ReservationTTL:    p.duration("FLASHSALE_RESERVATION_TTL", inventory.DefaultReservationTTL),
-		IdempotencyTTL:    p.duration("FLASHSALE_IDEMPOTENCY_TTL", inventory.DefaultIdempotencyTTL),
-		LeaderboardSize:   p.integer("FLASHSALE_LEADERBOARD_SIZE", ranking.DefaultSize, 1, 10000),
-		RatingPriorMean:   p.float("FLASHSALE_RATING_PRIOR_MEAN", ranking.DefaultPriorMean, 1, 5),
-		RatingPriorWeight: p.float("FLASHSALE_RATING_PRIOR_WEIGHT", ranking.DefaultPriorWeight, 0, 1e6),
+		ReservationTTL:    p.duration("FLASHSALE_RESERVATION_TTL", 10*time.Minute),
+		IdempotencyTTL:    p.duration("FLASHSALE_IDEMPOTENCY_TTL", 24*time.Hour),
+		LeaderboardSize:   p.integer("FLASHSALE_LEADERBOARD_SIZE", 100, 1, 10000),
+		RatingPriorMean:   p.float("FLASHSALE_RATING_PRIOR_MEAN", 3.5, 1, 5),
+		RatingPriorWeight: p.float("FLASHSALE_RATING_PRIOR_WEIGHT", 10, 0, 1e6),
 		ExpiryInterval:    p.duration("FLASHSALE_EXPIRY_INTERVAL", 250*time.Millisecond),
 		ExpiryBatch:       p.integer("FLASHSALE_EXPIRY_BATCH", 200, 1, 250),
-		SnapshotInterval:  p.duration("FLASHSALE_SNAPSHOT_INTERVAL", inventory.DefaultSnapshotInterval),
-		PurchaseBatch:     p.integer("FLASHSALE_PURCHASE_BATCH", inventory.DefaultPurchaseBatch, 1, 256),
-		PurchaseInFlight:  p.integer("FLASHSALE_PURCHASE_IN_FLIGHT", inventory.DefaultPurchaseInFlight, 1, 16),
-		PurchaseLinger:    p.duration("FLASHSALE_PURCHASE_LINGER", inventory.DefaultPurchaseLinger),
+		SnapshotInterval:  p.duration("FLASHSALE_SNAPSHOT_INTERVAL", 500*time.Millisecond),
+		PurchaseBatch:     p.integer("FLASHSALE_PURCHASE_BATCH", 96, 1, 256),
+		PurchaseInFlight:  p.integer("FLASHSALE_PURCHASE_IN_FLIGHT", 2, 1, 16),
+		PurchaseLinger:    p.duration("FLASHSALE_PURCHASE_LINGER", 2*time.Millisecond),
 		TrustedProxies:    p.list("FLASHSALE_TRUSTED_PROXIES", ""),
 		LimitPurchase:     p.limit("FLASHSALE_LIMIT_PURCHASE", "5/1s:10"),
 		LimitPay:          p.limit("FLASHSALE_LIMIT_PAY", "5/1s:10"),
@@ -224,7 +230,7 @@ func (p *parser) settings() (c Config, devLogin string) {
 		LimitLoginIP:      p.limit("FLASHSALE_LIMIT_LOGIN_IP", "10/1m:10"),
 		LimitReads:        p.limit("FLASHSALE_LIMIT_READS", "10/1s:20"),
 		ReconcileInterval: p.duration("FLASHSALE_RECONCILE_INTERVAL", 0),
-		OrderRetention:    p.duration("FLASHSALE_ORDER_RETENTION", reconcile.DefaultOrderRetention),
+		OrderRetention:    p.duration("FLASHSALE_ORDER_RETENTION", 720*time.Hour),
 		ShutdownTimeout:   p.duration("FLASHSALE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		ShutdownDrain:     p.duration("FLASHSALE_SHUTDOWN_DRAIN", 0),
 		HTTPReadTimeout:   p.duration("FLASHSALE_HTTP_READ_TIMEOUT", 15*time.Second),
@@ -271,7 +277,7 @@ func (p *parser) settings() (c Config, devLogin string) {
 	c.RedisSentinelPassword = p.str("FLASHSALE_REDIS_SENTINEL_PASSWORD", "")
 	c.RedisAckReplicas = p.ackReplicas("FLASHSALE_REDIS_ACK_REPLICAS")
 	c.RedisAckTimeout = p.duration("FLASHSALE_REDIS_ACK_TIMEOUT", 250*time.Millisecond)
-	c.RedisSentinelLease = p.duration("FLASHSALE_REDIS_SENTINEL_LEASE", redisconn.DefaultSentinelLease)
+	c.RedisSentinelLease = p.duration("FLASHSALE_REDIS_SENTINEL_LEASE", 2*time.Second)
 	devLogin = p.read("FLASHSALE_DEV_LOGIN", "") // its default depends on others: setDevLogin
 	return c, devLogin
 }
@@ -467,7 +473,7 @@ func (p Payment) check() error {
 	if _, _, err := net.SplitHostPort(p.SimAddr); err != nil {
 		return fmt.Errorf("config: FLASHSALE_PAYMENT_SIM_ADDR=%q: want host:port", p.SimAddr)
 	}
-	if p.Provider == "sim" && !p.SimPublic && !paysim.Loopback(p.SimAddr) {
+	if p.Provider == "sim" && !p.SimPublic && !loopback(p.SimAddr) {
 		return fmt.Errorf("config: FLASHSALE_PAYMENT_SIM_ADDR=%q is not a loopback address: the simulator takes any test key, so it listens beyond this host only with FLASHSALE_PAYMENT_SIM_PUBLIC=true", p.SimAddr)
 	}
 	if k := p.SimAPIKey; k != "" && (!strings.HasPrefix(k, "sk_test_") || len(k) < 24 || len(k) > 255 || placeholder(k)) {
@@ -691,11 +697,25 @@ func (p *parser) str(name, def string) string {
 // an invalid setting, named with its password masked, not a server that cannot be reached.
 func (p *parser) dsn(name, def string) string {
 	v := p.str(name, def)
-	if err := record.CheckDSN(v); err != nil && p.err == nil {
+	if err := checkDSN(v); err != nil && p.err == nil {
 		p.err = fmt.Errorf("config: %s=%q: not a Postgres connection string (postgres://user:password@host:5432/db?sslmode=disable): %w",
 			name, maskDSN(v), err)
 	}
 	return v
+}
+
+// checkDSN reports what is wrong with a Postgres connection string as pgx reads it (URL or
+// key=value), without the string itself (which may hold a password); nil when it parses.
+func checkDSN(dsn string) error {
+	_, err := pgconn.ParseConfig(dsn)
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "`: "); i >= 0 && strings.HasPrefix(msg, "cannot parse `") {
+		msg = msg[i+3:] // pgx quotes the whole string
+	}
+	return errors.New(msg)
 }
 
 func (p *parser) list(name, def string) []string {
@@ -815,10 +835,10 @@ func (p *parser) level(name string, def slog.Level) slog.Level {
 }
 
 // limit parses "RATE/PERIOD:BURST", e.g. "5/1s:10"; "off" disables the policy.
-func (p *parser) limit(name, def string) limits.Policy {
+func (p *parser) limit(name, def string) Limit {
 	v := p.str(name, def)
 	if v == "off" {
-		return limits.Policy{}
+		return Limit{}
 	}
 	l, err := ParseLimit(v)
 	if err != nil {
@@ -827,12 +847,22 @@ func (p *parser) limit(name, def string) limits.Policy {
 	return l
 }
 
+// Limit is a rate limit as configured: Rate requests per Period, bursts of up to Burst; Rate 0
+// is off. It converts to limits.Policy, which has the same fields.
+type Limit struct {
+	Rate   int
+	Period time.Duration
+	Burst  int
+}
+
+func (l Limit) String() string { return fmt.Sprintf("%d/%s burst %d", l.Rate, l.Period, l.Burst) }
+
 // ParseLimit parses "RATE/PERIOD:BURST" such as "5/1s:10" (burst defaults to rate).
-func ParseLimit(v string) (limits.Policy, error) {
+func ParseLimit(v string) (Limit, error) {
 	bad := fmt.Errorf("want RATE/PERIOD:BURST such as 5/1s:10, or off")
 	rateS, rest, ok := strings.Cut(v, "/")
 	if !ok {
-		return limits.Policy{}, bad
+		return Limit{}, bad
 	}
 	periodS, burstS, hasBurst := strings.Cut(rest, ":")
 	rate, err1 := strconv.Atoi(rateS)
@@ -843,7 +873,7 @@ func ParseLimit(v string) (limits.Policy, error) {
 		burst, err3 = strconv.Atoi(burstS)
 	}
 	if err1 != nil || err2 != nil || err3 != nil || rate < 1 || period < time.Millisecond || burst < 1 {
-		return limits.Policy{}, bad
+		return Limit{}, bad
 	}
-	return limits.Policy{Rate: rate, Period: period, Burst: burst}, nil
+	return Limit{Rate: rate, Period: period, Burst: burst}, nil
 }

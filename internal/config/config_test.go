@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
@@ -36,7 +35,7 @@ func TestDefaults(t *testing.T) {
 	if m := c.Masked(); m.JWTSecret != "***" || m.AdminToken != "***" {
 		t.Fatal("Masked leaves a secret")
 	}
-	if c.LimitPurchase != (limits.Policy{Rate: 5, Period: time.Second, Burst: 10}) {
+	if c.LimitPurchase != (Limit{Rate: 5, Period: time.Second, Burst: 10}) {
 		t.Fatalf("purchase limit %v", c.LimitPurchase)
 	}
 }
@@ -54,7 +53,7 @@ func TestValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(c.RedisAddrs) != 3 || c.RedisAddrs[1] != "b:2" || len(c.KafkaBrokers) != 2 || c.DevLogin ||
-		c.LimitPay.Rate != 0 || c.LimitLoginIP != (limits.Policy{Rate: 100, Period: time.Minute, Burst: 100}) || c.ReservationTTL != 90*time.Second {
+		c.LimitPay.Rate != 0 || c.LimitLoginIP != (Limit{Rate: 100, Period: time.Minute, Burst: 100}) || c.ReservationTTL != 90*time.Second {
 		t.Fatalf("parsed: %+v", c)
 	}
 }
@@ -391,5 +390,17 @@ func TestImageAndComposeLeaveDevLoginOff(t *testing.T) {
 		if m := regexp.MustCompile(`(?mi)^[^#\n]*FLASHSALE_DEV_LOGIN\s*[:=]\s*["']?(true|1|\$\{FLASHSALE_DEV_LOGIN:-true)`).Find(b); m != nil {
 			t.Errorf("%s turns dev login on: %s", f, m)
 		}
+	}
+}
+
+// Defaults holds the defaults the packages once restated, unchanged since they moved here.
+func TestDefaultsStatedHere(t *testing.T) {
+	d := Defaults()
+	if d.ReservationTTL != 10*time.Minute || d.IdempotencyTTL != 24*time.Hour || d.SnapshotInterval != 500*time.Millisecond ||
+		d.PurchaseBatch != 96 || d.PurchaseInFlight != 2 || d.PurchaseLinger != 2*time.Millisecond ||
+		d.LeaderboardSize != 100 || d.RatingPriorMean != 3.5 || d.RatingPriorWeight != 10 ||
+		d.OrderRetention != 720*time.Hour || d.RedisSentinelLease != 2*time.Second || d.QueueTick != 200*time.Millisecond ||
+		d.StreamHeartbeat != 15*time.Second || d.StreamPerClient != 32 || d.StreamMax != 20_000 {
+		t.Fatalf("defaults: %+v", d.Masked())
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -26,7 +27,7 @@ func TestPurchaseNotAdmitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	refusal := errors.New("the event outbox is over its bound; nothing was changed, try again later")
-	inv := inventory.NewStore(rdb, keys, inventory.Options{Admit: func() error { return refusal }})
+	inv := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{Admit: func() error { return refusal }}))
 	stock := int64(5)
 	if _, _, err := inv.Upsert(context.Background(), inventory.Input{ID: "phone", Name: "Phone", Category: "phones", PriceCents: 1, Stock: &stock, PerUserLimit: 2}); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/paysim"
 )
 
@@ -95,7 +94,7 @@ func newGatedPayAPI(t *testing.T, g *hookGate, simCfg paysim.Config, tweak func(
 // pollable lifts the per-user read limit, which the tests' polling of an order would hit.
 func pollable(tweak func(*config.Config)) func(*config.Config) {
 	return func(c *config.Config) {
-		c.LimitReads = limits.Policy{}
+		c.LimitReads = config.Limit{}
 		if tweak != nil {
 			tweak(c)
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/gin-gonic/gin"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/ranking"
 )
 
@@ -79,9 +78,6 @@ func boardKey(name, category string, limit int) string {
 func (s *Server) cachedBoard(c *gin.Context, name, category string, limit int,
 	read func(ctx context.Context) ([]ranking.Entry, error)) {
 	ttl := s.Options.SnapshotInterval
-	if ttl <= 0 {
-		ttl = inventory.DefaultSnapshotInterval
-	}
 	// Only boards of categories the catalogue has are cached: the query is anyone's to choose.
 	// Another category is read through (it may be one the snapshot does not show yet).
 	keep := true

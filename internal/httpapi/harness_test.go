@@ -16,7 +16,6 @@ import (
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
-	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
@@ -65,11 +64,11 @@ func buildTestAPI(t testing.TB, tweak func(*config.Config), ranked bool) *testAP
 	cfg.KafkaBrokers = []string{"127.0.0.1:1"} // the relay never runs here: no embedded broker
 	cfg.AdminToken = testAdminToken
 	cfg.JWTSecret = "test-secret"
-	cfg.LimitPurchase = limits.Policy{} // tests that want limits turn them on
-	cfg.Payment.Provider = "none"       // POST /pay settles; payment tests start a simulator
+	cfg.LimitPurchase = config.Limit{} // tests that want limits turn them on
+	cfg.Payment.Provider = "none"      // POST /pay settles; payment tests start a simulator
 	if !ranked {
-		cfg.LimitPay, cfg.LimitCancel, cfg.LimitRating = limits.Policy{}, limits.Policy{}, limits.Policy{}
-		cfg.LimitLoginUser, cfg.LimitLoginIP = limits.Policy{}, limits.Policy{}
+		cfg.LimitPay, cfg.LimitCancel, cfg.LimitRating = config.Limit{}, config.Limit{}, config.Limit{}
+		cfg.LimitLoginUser, cfg.LimitLoginIP = config.Limit{}, config.Limit{}
 	}
 	if tweak != nil {
 		tweak(&cfg)

@@ -11,6 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -23,7 +24,7 @@ func TestStreamIsLeftOutOfTheLatencyHistogram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httpapi.New(httpapi.Deps{Options: app.HTTPOptions(cfg), Inventory: inventory.NewStore(rdb, keys, inventory.Options{})})
+	srv := httpapi.New(httpapi.Deps{Options: app.HTTPOptions(cfg), Inventory: inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))})
 	const route = "/api/items/stream"
 	count := func(name string) float64 {
 		mfs, err := metrics.Registry.Gather()

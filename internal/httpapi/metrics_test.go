@@ -17,6 +17,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -83,7 +84,7 @@ func TestMetricsAfterPurchases(t *testing.T) {
 	srv := httpapi.New(httpapi.Deps{
 		Options:   app.HTTPOptions(cfg),
 		Auth:      auth,
-		Inventory: inventory.NewStore(rdb, keys, inventory.Options{}), // no purchase rate limit
+		Inventory: inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{})), // no purchase rate limit
 		Orders:    orders.NewStore(rdb, keys),
 		Metrics:   metrics.Handler(),
 	})

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
 )
 
@@ -20,7 +19,7 @@ import (
 // code of the contract for them, the Order body, and that refusals change nothing.
 func TestOrderLifecycleContract(t *testing.T) {
 	a := newTestAPI(t, func(c *config.Config) {
-		c.LimitPay, c.LimitCancel = limits.Policy{}, limits.Policy{} // rate limits have their own tests
+		c.LimitPay, c.LimitCancel = config.Limit{}, config.Limit{} // rate limits have their own tests
 	})
 	ctx := context.Background()
 	alice, bob := a.token("alice"), a.token("bob")

@@ -16,7 +16,6 @@ import (
 
 	"github.com/flashsale/flashsale/internal/app"
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/paysim"
@@ -71,7 +70,7 @@ func newPayAPI(t *testing.T, simCfg paysim.Config, tweak func(*config.Config)) *
 	cfg.KafkaBrokers = []string{"127.0.0.1:1"} // events stay in the outbox, where the tests read them
 	cfg.AdminToken = testAdminToken
 	cfg.JWTSecret = "test-secret"
-	cfg.LimitPurchase, cfg.LimitPay, cfg.LimitCancel = limits.Policy{}, limits.Policy{}, limits.Policy{}
+	cfg.LimitPurchase, cfg.LimitPay, cfg.LimitCancel = config.Limit{}, config.Limit{}, config.Limit{}
 	cfg.ShutdownTimeout = 2 * time.Second
 	cfg.ExpiryInterval = 20 * time.Millisecond
 	cfg.Payment.Provider = "sim"

@@ -23,6 +23,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -92,8 +93,8 @@ func newLimitedAPI(t testing.TB, env map[string]string) *limitedAPI {
 	if a.lim, err = limits.NewLimiter(rdb, keys, RatePolicies(optionsOf(cfg).Limits)); err != nil {
 		t.Fatal(err)
 	}
-	a.inv = inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{
-		Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst}})
+	a.inv = inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{PurchaseLimit: limits.Policy{
+		Rate: cfg.LimitPurchase.Rate, Period: cfg.LimitPurchase.Period, Burst: cfg.LimitPurchase.Burst}}))
 	a.srv = New(Deps{
 		Options: optionsOf(cfg), Auth: NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
 		Inventory: a.inv, Orders: orders.NewStore(rdb, keys), Limiter: a.lim,
@@ -402,7 +403,7 @@ func TestSoldOutShortCutOverHTTP(t *testing.T) {
 	if n := a.rec.commands.Load(); n != 0 {
 		t.Fatalf("400 sold-out purchases sent %d Redis commands, want 0", n)
 	}
-	other := inventory.NewStore(a.rdb, a.keys, inventory.Options{})
+	other := inventory.NewStore(a.rdb, a.keys, options.Inventory(inventory.Options{}))
 	restocked := time.Now()
 	if _, err := other.AdjustStock(ctx, "gpu", 1); err != nil {
 		t.Fatal(err)
@@ -424,6 +425,8 @@ func (b *watchedBody) Read(p []byte) (int, error) { b.read = true; return b.r.Re
 // optionsOf is app.HTTPOptions, which this package's own tests cannot import (app imports it).
 func optionsOf(c config.Config) Options {
 	return Options{DevLogin: c.DevLogin, TrustedProxies: c.TrustedProxies, SnapshotInterval: c.SnapshotInterval,
-		PurchaseLimit: c.LimitPurchase, Limits: RateLimits{Pay: c.LimitPay, Cancel: c.LimitCancel,
-			Rating: c.LimitRating, LoginUser: c.LimitLoginUser, LoginIP: c.LimitLoginIP}}
+		PurchaseLimit: limits.Policy(c.LimitPurchase), Limits: RateLimits{Pay: limits.Policy(c.LimitPay),
+			Cancel: limits.Policy(c.LimitCancel), Rating: limits.Policy(c.LimitRating),
+			LoginUser: limits.Policy(c.LimitLoginUser), LoginIP: limits.Policy(c.LimitLoginIP)},
+		Stream: StreamOptions{Heartbeat: c.StreamHeartbeat, PerClient: c.StreamPerClient, Max: c.StreamMax}}
 }

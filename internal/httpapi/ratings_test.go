@@ -13,7 +13,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/inventory"
-	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/testing/options"
 )
 
 // ratingAPI is the shared harness with ranking and the rate limiter, driven with raw JSON
@@ -24,7 +24,7 @@ func newRatingAPI(t *testing.T, size int) *ratingAPI {
 	t.Helper()
 	return &ratingAPI{newRankedAPI(t, func(cfg *config.Config) {
 		cfg.LeaderboardSize = size
-		cfg.LimitRating = limits.Policy{Rate: 1000, Period: 1e9, Burst: 1000}
+		cfg.LimitRating = config.Limit{Rate: 1000, Period: 1e9, Burst: 1000}
 	})}
 }
 
@@ -278,7 +278,7 @@ func TestImportMovesBoards(t *testing.T) {
 func TestRatingOnStaleSnapshotKeepsNewCategory(t *testing.T) {
 	a := &ratingAPI{newRankedAPI(t, func(cfg *config.Config) {
 		cfg.SnapshotInterval = time.Hour // this instance's snapshot stays as first loaded
-		cfg.LimitRating = limits.Policy{Rate: 1000, Period: 1e9, Burst: 1000}
+		cfg.LimitRating = config.Limit{Rate: 1000, Period: 1e9, Burst: 1000}
 	})}
 	a.item("book2", "Book Two", "phones")
 	a.buyer("book2", "ann")
@@ -286,7 +286,7 @@ func TestRatingOnStaleSnapshotKeepsNewCategory(t *testing.T) {
 		t.Fatal("catalogue")
 	}
 	// Another api instance moves the item to "books".
-	other := inventory.NewStore(a.rdb, a.keys, inventory.Options{})
+	other := inventory.NewStore(a.rdb, a.keys, options.Inventory(inventory.Options{}))
 	if _, _, err := other.Upsert(t.Context(), inventory.Input{ID: "book2", Name: "Book Two", Category: "books", PriceCents: 100, PerUserLimit: 100}); err != nil {
 		t.Fatal(err)
 	}

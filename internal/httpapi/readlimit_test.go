@@ -7,7 +7,6 @@ import (
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/inventory"
-	"github.com/flashsale/flashsale/internal/limits"
 )
 
 // TestReadsAreLimitedPerUser: order reads and the
@@ -17,7 +16,7 @@ import (
 // (with its ticket token) is never limited.
 func TestReadsAreLimitedPerUser(t *testing.T) {
 	a := newTestAPI(t, func(c *config.Config) {
-		c.LimitReads = limits.Policy{Rate: 1, Period: time.Hour, Burst: 4}
+		c.LimitReads = config.Limit{Rate: 1, Period: time.Hour, Burst: 4}
 	})
 	a.item("lamp", 10, 5)
 	// A waiting room whose sale starts in an hour: its waiting tickets are answered from memory.

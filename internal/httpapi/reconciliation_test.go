@@ -11,6 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -33,7 +34,7 @@ func TestReconciliationReport(t *testing.T) {
 	if r.Status != http.StatusOK || r.Body["run"] != nil {
 		t.Fatalf("before any run: %d %s", r.Status, r.Raw)
 	}
-	rep, err := reconcile.New(a.rdb, a.keys, db, reconcile.Options{}).Batch(context.Background(), reconcile.BatchOptions{})
+	rep, err := reconcile.New(a.rdb, a.keys, db, options.Reconcile(reconcile.Options{})).Batch(context.Background(), reconcile.BatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestReconciliationRuns(t *testing.T) {
 	if got := runs("/api/admin/reconciliation/runs"); len(got) != 0 {
 		t.Fatalf("before any run: %v", got)
 	}
-	rep, err := reconcile.New(a.rdb, a.keys, db, reconcile.Options{}).Batch(context.Background(), reconcile.BatchOptions{})
+	rep, err := reconcile.New(a.rdb, a.keys, db, options.Reconcile(reconcile.Options{})).Batch(context.Background(), reconcile.BatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

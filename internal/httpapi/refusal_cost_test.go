@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/config"
-	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -22,8 +21,8 @@ func TestRefusalsAndReplaysCostNoRedis(t *testing.T) {
 	a := newRankedAPI(t, func(c *config.Config) {
 		c.RedisAddrs = []string{addr}
 		c.RedisPrefix = keys.Prefix
-		c.LimitPurchase = limits.Policy{Rate: 1, Period: time.Minute, Burst: 1}
-		c.LimitCancel = limits.Policy{Rate: 1, Period: time.Minute, Burst: 1}
+		c.LimitPurchase = config.Limit{Rate: 1, Period: time.Minute, Burst: 1}
+		c.LimitCancel = config.Limit{Rate: 1, Period: time.Minute, Burst: 1}
 	})
 	a.item("phone", 100, 5)
 	tok := a.token("mallory")

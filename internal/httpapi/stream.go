@@ -18,23 +18,21 @@ import (
 // full (a client that stopped reading) is dropped, never buffered without bound; the
 // browser's EventSource reconnects and starts again from the current catalogue.
 
-// StreamOptions tune the catalogue stream; zero values take the contract's defaults.
+// StreamOptions tune the catalogue stream. Heartbeat, PerClient and Max are settings, used as
+// given (config states their defaults); the other zero values take the defaults below.
 type StreamOptions struct {
 	MinGap    time.Duration // at most one items event per MinGap (1 s)
-	Heartbeat time.Duration // a comment line at least this often (15 s)
+	Heartbeat time.Duration // a comment line at least this often
 	Check     time.Duration // how often the hub looks at the snapshot (100 ms)
 	Queue     int           // events a subscriber may lag behind before it is dropped (4)
 	WriteWait time.Duration // longest a single write to one stream may block (10 s)
-	PerClient int           // streams one client address may hold (32); one more is 429
-	Max       int           // streams in all (20,000); one more is 503
+	PerClient int           // streams one client address may hold; one more is 429
+	Max       int           // streams in all; one more is 503
 }
 
 func (o StreamOptions) withDefaults() StreamOptions {
 	if o.MinGap <= 0 {
 		o.MinGap = time.Second
-	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = 15 * time.Second
 	}
 	if o.Check <= 0 {
 		o.Check = 100 * time.Millisecond
@@ -44,12 +42,6 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	}
 	if o.WriteWait <= 0 {
 		o.WriteWait = 10 * time.Second
-	}
-	if o.PerClient <= 0 {
-		o.PerClient = 32
-	}
-	if o.Max <= 0 {
-		o.Max = 20_000
 	}
 	return o
 }

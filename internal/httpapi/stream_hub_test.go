@@ -6,13 +6,16 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/config"
 )
 
 // The hub frames each distinct catalogue once and hands every subscriber the same bytes; a
 // subscriber that stops taking them is dropped once its bounded queue is full (its stream
 // ends), while the others keep receiving; Close ends the rest.
 func TestStreamHubFanOutAndDropsSlowSubscribers(t *testing.T) {
-	h := newStreamHub(StreamOptions{MinGap: time.Millisecond, Check: time.Millisecond, Heartbeat: time.Hour, Queue: 2})
+	h := newStreamHub(StreamOptions{MinGap: time.Millisecond, Check: time.Millisecond, Heartbeat: time.Hour, Queue: 2,
+		PerClient: config.Defaults().StreamPerClient, Max: config.Defaults().StreamMax})
 	var version atomic.Int64
 	var mu sync.Mutex
 	frames := map[*frame]bool{}
@@ -70,7 +73,8 @@ func TestStreamHubFanOutAndDropsSlowSubscribers(t *testing.T) {
 // With no stream open the hub asks for no catalogue (at 10,000 items every change would be
 // encoded for nobody); once one subscribes, it watches again and sends the next change.
 func TestStreamHubIdleWithoutSubscribers(t *testing.T) {
-	h := newStreamHub(StreamOptions{MinGap: time.Millisecond, Check: time.Millisecond, Heartbeat: time.Hour, Queue: 4})
+	h := newStreamHub(StreamOptions{MinGap: time.Millisecond, Check: time.Millisecond, Heartbeat: time.Hour, Queue: 4,
+		PerClient: config.Defaults().StreamPerClient, Max: config.Defaults().StreamMax})
 	var asked, version atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

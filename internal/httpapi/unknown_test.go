@@ -9,6 +9,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -33,7 +34,7 @@ func TestUnknownItemsCostNoRedis(t *testing.T) {
 	}
 
 	// Another api imports items; this one has not refreshed its snapshot since.
-	other := inventory.NewStore(priv, keys, inventory.Options{})
+	other := inventory.NewStore(priv, keys, options.Inventory(inventory.Options{}))
 	stock := int64(5)
 	var fresh []inventory.Input
 	for i := range 100 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -29,7 +30,7 @@ func TestArchiveRacingPurchases(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb, keys := tc.open(t)
-			raceArchive(t, inventory.NewStore(rdb, keys, inventory.Options{}))
+			raceArchive(t, inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{})))
 		})
 	}
 }

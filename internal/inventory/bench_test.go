@@ -19,6 +19,7 @@ import (
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -28,7 +29,7 @@ import (
 func BenchmarkPurchase(b *testing.B) {
 	rdb, keys := testenv.Redis(b)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	newItem(b, s, "bench", 1_000_000_000_000, 1_000_000_000)
 	var n atomic.Int64
 
@@ -71,7 +72,7 @@ func BenchmarkPurchase(b *testing.B) {
 func BenchmarkCallRecord(b *testing.B) {
 	rdb, keys, _ := testenv.PrivateRedis(b) // its own server: nobody else's commands in its CPU
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	newItem(b, s, "rec", 1_000_000_000_000, 1_000_000_000)
 	k := keys.Item("rec")
 	bare := exactlyonce.Bare("lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua")
@@ -171,7 +172,7 @@ func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 func BenchmarkPurchaseScriptParts(b *testing.B) {
 	rdb, keys, _ := testenv.PrivateRedis(b)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	type variant struct {
 		name string
 		src  string
@@ -345,7 +346,7 @@ func BenchmarkPurchaseMemory(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			rdb, keys, _ := testenv.PrivateRedis(b)
 			ctx := context.Background()
-			s := inventory.NewStore(rdb, keys, inventory.Options{})
+			s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 			newItem(b, s, "mem", 1_000_000_000_000, 1_000_000_000)
 			k := keys.Item("mem")
 			const batch, batches = 25, 400

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -18,8 +19,8 @@ import (
 func TestSnapshotSurvivesAClockThatWentBack(t *testing.T) {
 	rdb, keys, _ := testenv.PrivateRedis(t)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{})                            // changes
-	r := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Hour}) // reads
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))                            // changes
+	r := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: time.Hour})) // reads
 	if _, _, err := s.Upsert(ctx, inventory.Input{ID: "a", Name: "A", Stock: unitsOf(5), PerUserLimit: 1}); err != nil {
 		t.Fatal(err)
 	}

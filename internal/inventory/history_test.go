@@ -11,6 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -26,7 +27,7 @@ func TestPromotedReplicaNeverReusesOrderIDs(t *testing.T) {
 	if err := exactlyonce.Load(ctx, deposed); err != nil {
 		t.Fatal(err)
 	}
-	old := inventory.NewStore(deposed, keys, inventory.Options{})
+	old := inventory.NewStore(deposed, keys, options.Inventory(inventory.Options{}))
 	newItem(t, old, "hot", 100_000, 100_000)
 	before := buy(t, old, "before", 5)
 	r.WaitInSync(t, r.Primary, 1)
@@ -36,7 +37,7 @@ func TestPromotedReplicaNeverReusesOrderIDs(t *testing.T) {
 	if err := exactlyonce.Load(ctx, promoted); err != nil {
 		t.Fatal(err)
 	}
-	cur := inventory.NewStore(promoted, keys, inventory.Options{})
+	cur := inventory.NewStore(promoted, keys, options.Inventory(inventory.Options{}))
 
 	var wg sync.WaitGroup
 	var onOld, onNew []string

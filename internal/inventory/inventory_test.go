@@ -19,12 +19,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -60,7 +62,7 @@ func TestNoOversell(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("S=%d,limit=%d", tc.stock, tc.limit), func(t *testing.T) {
 			rdb, keys := testenv.Redis(t)
-			s := inventory.NewStore(rdb, keys, inventory.Options{})
+			s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 			ctx := context.Background()
 			newItem(t, s, "hot", tc.stock, tc.limit)
 
@@ -192,7 +194,7 @@ func TestNoOversell(t *testing.T) {
 // TestIdempotentConcurrentReplay sends the same key 50 times at once: one order, stock taken once.
 func TestIdempotentConcurrentReplay(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ctx := context.Background()
 	newItem(t, s, "idem", 100, 5)
 
@@ -237,7 +239,7 @@ func TestIdempotentConcurrentReplay(t *testing.T) {
 // TestReplayAfterSellOut: a retry after the item sold out gets its order back, not sold_out.
 func TestReplayAfterSellOut(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ctx := context.Background()
 	newItem(t, s, "last", 1, 1)
 	first, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: "last", UserID: "a", Quantity: 1, IdempotencyKey: "k"})
@@ -256,7 +258,7 @@ func TestReplayAfterSellOut(t *testing.T) {
 // TestRestockRacingPurchases: concurrent stock deltas and purchases; every unit is accounted for.
 func TestRestockRacingPurchases(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ctx := context.Background()
 	newItem(t, s, "rs", 50, 1000)
 
@@ -312,7 +314,7 @@ func TestRestockRacingPurchases(t *testing.T) {
 // changes keep working through the EVAL fallback, with no restart of the caller.
 func TestScriptCacheFlushed(t *testing.T) {
 	rdb, keys, _ := testenv.PrivateRedis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ctx := context.Background()
 	newItem(t, s, "fl", 10, 10)
 	for i := range 6 {
@@ -399,7 +401,7 @@ func TestPurchaseIsOneRoundTrip(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	counter := &commandCounter{names: map[string]int{}}
 	rdb.AddHook(counter)
-	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 100, Period: time.Second, Burst: 100}})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{PurchaseLimit: limits.Policy{Rate: 100, Period: time.Second, Burst: 100}}))
 	ctx := context.Background()
 	newItem(t, s, "rt", 1000, 1000)
 
@@ -434,7 +436,7 @@ func TestPurchaseIsOneRoundTrip(t *testing.T) {
 // TestPurchaseRefusals: every refusal of the purchase script, in a table.
 func TestPurchaseRefusals(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 1, Period: time.Hour, Burst: 2}})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{PurchaseLimit: limits.Policy{Rate: 1, Period: time.Hour, Burst: 2}}))
 	ctx := context.Background()
 	future := time.Now().Add(time.Hour)
 	past := time.Now().Add(-time.Hour)
@@ -499,7 +501,7 @@ func TestPurchaseRefusals(t *testing.T) {
 // writing anything.
 func TestScriptRejectsMalformedBatch(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ctx := context.Background()
 	newItem(t, s, "m", 5, 5)
 	k := keys.Item("m")
@@ -563,7 +565,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 // first one moved. The limiter's state is one hash per item whose TTL covers every TAT in it.
 func TestBatchSeesItsOwnWrites(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ctx := context.Background()
 	newItem(t, s, "b", 10, 1)
 	k := keys.Item("b")
@@ -646,7 +648,7 @@ func TestBatchSeesItsOwnWrites(t *testing.T) {
 // no item may hold ('inf', a fraction, an explicit negative stock) and write nothing.
 func TestItemScriptsRejectBadNumbers(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ctx := context.Background()
 	newItem(t, s, "n", 5, 5)
 	k := keys.Item("n")
@@ -697,7 +699,7 @@ func TestItemScriptsRejectBadNumbers(t *testing.T) {
 // one up to it lands exactly.
 func TestAdjustStockStaysExact(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ctx := context.Background()
 	newItem(t, s, "big", 5, 5)
 	k := keys.Item("big")
@@ -732,7 +734,7 @@ func TestAdjustStockStaysExact(t *testing.T) {
 // pipelines (UpsertMany) reach every master.
 func TestCluster(t *testing.T) {
 	rdb, keys := testenv.Cluster(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 100, Period: time.Second, Burst: 100}})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{PurchaseLimit: limits.Policy{Rate: 100, Period: time.Second, Burst: 100}}))
 	ord := orders.NewStore(rdb, keys)
 	ctx := context.Background()
 	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
@@ -800,8 +802,8 @@ var _ = keyspace.ValidID
 func TestQueued(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 20 * time.Millisecond})
-	other := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 20 * time.Millisecond})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: 20 * time.Millisecond}))
+	other := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: 20 * time.Millisecond}))
 	room := &inventory.QueueSettings{AdmitPerSecond: 10, MaxActive: 10, PassTTLSeconds: 60}
 	put := func(st *inventory.Store, id string, q *inventory.QueueSettings) {
 		t.Helper()
@@ -874,8 +876,8 @@ func TestSnapshotNeverGoesBack(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Millisecond})
-	other := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Hour})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: time.Millisecond}))
+	other := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: time.Hour}))
 	const items = 20
 	for i := range items {
 		newItem(t, s, fmt.Sprintf("v%02d", i), 1, 1)
@@ -956,7 +958,7 @@ func TestReadsDoNotWaitForTheLoopsRefresh(t *testing.T) {
 	rdb, keys, addr := testenv.PrivateRedis(t, "--enable-debug-command", "yes")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 20 * time.Millisecond})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: 20 * time.Millisecond}))
 	newItem(t, s, "a", 1, 1)
 	if _, err := s.List(ctx); err != nil {
 		t.Fatal(err)
@@ -994,7 +996,7 @@ func TestReadsDoNotWaitForTheLoopsRefresh(t *testing.T) {
 func TestAdmitRefusal(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	refusal := errors.New("the outbox is full; nothing was changed")
-	s := inventory.NewStore(rdb, keys, inventory.Options{Admit: func() error { return refusal }})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{Admit: func() error { return refusal }}))
 	newItem(t, s, "a", 5, 2)
 	ctx := context.Background()
 	for _, key := range []string{"", "k1"} {
@@ -1016,7 +1018,7 @@ func TestPurchaseLimitWholeMilliseconds(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
 	p := limits.Policy{Rate: 3, Period: time.Second, Burst: 2}
-	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: p})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{PurchaseLimit: p}))
 	newItem(t, s, "w", 10, 10)
 	start := rdb.Time(ctx).Val()
 	for i, remaining := range []int{1, 0} {
@@ -1056,7 +1058,7 @@ func TestPurchaseLimitWholeMilliseconds(t *testing.T) {
 func TestPurchaseLimitReadsTextTAT(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 1, Period: time.Second, Burst: 1}})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{PurchaseLimit: limits.Policy{Rate: 1, Period: time.Second, Burst: 1}}))
 	newItem(t, s, "old", 10, 10)
 	ahead := float64(rdb.Time(ctx).Val().UnixMilli()) + 60000.5
 	rdb.HSet(ctx, keys.Item("old").PurchaseLimits(), "u", strconv.FormatFloat(ahead, 'f', -1, 64))
@@ -1082,7 +1084,7 @@ func TestPurchaseLimitReadsTextTAT(t *testing.T) {
 func TestReplayReturnsTheWholeOrder(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: limits.Policy{Rate: 5, Period: time.Second, Burst: 5}})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{PurchaseLimit: limits.Policy{Rate: 5, Period: time.Second, Burst: 5}}))
 	newItem(t, s, "r", 10, 5)
 	req := inventory.PurchaseRequest{ItemID: "r", UserID: "alice", Quantity: 2, IdempotencyKey: "k1"}
 	made, err := s.Purchase(ctx, req)
@@ -1092,7 +1094,7 @@ func TestReplayReturnsTheWholeOrder(t *testing.T) {
 	stored, err := orders.Unpack(made.Order.ID, "r", rdb.HGet(ctx, keys.Item("r").Orders(), made.Order.ID).Val())
 	if err != nil || made.Order != stored || made.Order.UserID != "alice" || made.Order.Quantity != 2 ||
 		made.Order.PriceCents != 999 || made.Order.Status != orders.Reserved ||
-		made.Order.ExpiresAt.Sub(made.Order.CreatedAt) != inventory.DefaultReservationTTL {
+		made.Order.ExpiresAt.Sub(made.Order.CreatedAt) != config.Defaults().ReservationTTL {
 		t.Fatalf("created order %+v, the record holds %+v (%v)", made.Order, stored, err)
 	}
 	req.Quantity = 3 // a retry that says otherwise gets the order as it was made
@@ -1185,7 +1187,7 @@ func endSale(t *testing.T, rdb redis.UniversalClient, keys keyspace.Space, s *in
 // writes nothing; an unchanged past ends_at is accepted (the admin may still fix a name).
 func TestPastEndRefused(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ctx := context.Background()
 	past, long := time.Now().Add(-time.Minute), time.Now().Add(-time.Hour)
 	in := inventory.Input{ID: "p", Name: "P", PriceCents: 1, Stock: ptr[int64](3), PerUserLimit: 1, StartsAt: &long, EndsAt: &past}

@@ -21,6 +21,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -101,7 +102,7 @@ func TestLateResendAppliesOnce(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			direct, keys, addr := testenv.PrivateRedis(t)
-			w := world{direct: direct, keys: keys, setup: inventory.NewStore(direct, keys, inventory.Options{})}
+			w := world{direct: direct, keys: keys, setup: inventory.NewStore(direct, keys, options.Inventory(inventory.Options{}))}
 			item := "late" + strconv.Itoa(i)
 			newItem(t, w.setup, item, 10, 5)
 			var order string
@@ -121,7 +122,7 @@ func TestLateResendAppliesOnce(t *testing.T) {
 			warmPool(t, rdb, 8)
 			hold := &holdResends{px: px}
 			rdb.AddHook(hold)
-			inv := inventory.NewStore(rdb, keys, inventory.Options{})
+			inv := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 			ord := orders.NewStore(rdb, keys)
 
 			// Every reply is dropped from here on; the first send still reaches Redis and runs.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -64,7 +65,7 @@ var stockModel = porcupine.Model{
 func TestStockIsLinearizable(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
-	inv := inventory.NewStore(rdb, keys, inventory.Options{})
+	inv := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ord := orders.NewStore(rdb, keys)
 	ord.Hooks.StockReturned = inv.ForgetSoldOut // as the api wires it
 	newItem(t, inv, "lin", 0, 1_000_000)        // starts empty: the model's Init

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -30,7 +31,7 @@ func BenchmarkOrderMemory(b *testing.B) {
 		if err := rdb.FlushDB(ctx).Err(); err != nil {
 			b.Fatal(err)
 		}
-		s := inventory.NewStore(rdb, keys, inventory.Options{})
+		s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 		newItem(b, s, "mem", 1_000_000_000_000, 1_000_000_000)
 		mem0 := usedMemory(b, rdb)
 		var n atomic.Int64

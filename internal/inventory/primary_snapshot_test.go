@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -41,7 +42,7 @@ func TestCatalogueFollowsThePrimaryOfRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
-	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 100 * time.Millisecond})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: 100 * time.Millisecond}))
 	loop, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -108,7 +109,7 @@ func lookup(t *testing.T, s *inventory.Store, id string) inventory.Item {
 func TestCatalogueCallsHaveDeadlines(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Millisecond})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: time.Millisecond}))
 	newItem(t, s, "a", 10, 5)
 	d := &deadlines{}
 	rdb.AddHook(d)

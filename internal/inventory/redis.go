@@ -19,25 +19,16 @@ import (
 	"github.com/flashsale/flashsale/internal/orders"
 )
 
-// The defaults of Options, stated once: config's FLASHSALE_* defaults are these.
-const (
-	DefaultReservationTTL   = 10 * time.Minute
-	DefaultIdempotencyTTL   = 24 * time.Hour
-	DefaultSnapshotInterval = 500 * time.Millisecond
-	DefaultPurchaseBatch    = 96
-	DefaultPurchaseInFlight = 2
-	DefaultPurchaseLinger   = 2 * time.Millisecond
-)
-
-// Options tune a Store; zero values take the defaults.
+// Options tune a Store. Every field is used as given: config states the defaults and fills
+// them (tests take them from config.Defaults).
 type Options struct {
-	ReservationTTL   time.Duration // default DefaultReservationTTL
-	IdempotencyTTL   time.Duration // default DefaultIdempotencyTTL
-	SnapshotInterval time.Duration // catalogue snapshot refresh, default DefaultSnapshotInterval
-	PurchaseBatch    int           // most purchases coalesced into one script call, default DefaultPurchaseBatch
-	PurchaseInFlight int           // most script calls of one item at once, default DefaultPurchaseInFlight
+	ReservationTTL   time.Duration
+	IdempotencyTTL   time.Duration
+	SnapshotInterval time.Duration // catalogue snapshot refresh
+	PurchaseBatch    int           // most purchases coalesced into one script call
+	PurchaseInFlight int           // most script calls of one item at once
 	// PurchaseLinger is how long a hot item's next script call may wait for half a batch
-	// (batch.Batcher), default DefaultPurchaseLinger; negative: it never waits.
+	// (batch.Batcher); 0: it never waits.
 	PurchaseLinger time.Duration
 	PurchaseLimit  limits.Policy // per-user-per-item purchase rate limit, folded into the script
 	// Admit, when set, may refuse a purchase before it reaches Redis with an error that says
@@ -84,24 +75,6 @@ type Store struct {
 
 // NewStore returns a Store over rdb with the given key space.
 func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Store {
-	if opt.ReservationTTL <= 0 {
-		opt.ReservationTTL = DefaultReservationTTL
-	}
-	if opt.IdempotencyTTL <= 0 {
-		opt.IdempotencyTTL = DefaultIdempotencyTTL
-	}
-	if opt.SnapshotInterval <= 0 {
-		opt.SnapshotInterval = DefaultSnapshotInterval
-	}
-	if opt.PurchaseBatch <= 0 {
-		opt.PurchaseBatch = DefaultPurchaseBatch
-	}
-	if opt.PurchaseInFlight <= 0 {
-		opt.PurchaseInFlight = DefaultPurchaseInFlight
-	}
-	if opt.PurchaseLinger == 0 {
-		opt.PurchaseLinger = DefaultPurchaseLinger
-	}
 	s := &Store{rdb: rdb, keys: keys, opt: opt, index: orders.NewIndex(rdb, keys), refusals: limits.NewRefusals(refusalsKept)}
 	s.batcher = batch.New(opt.PurchaseBatch, opt.PurchaseInFlight, opt.PurchaseLinger, s.runBatch)
 	return s

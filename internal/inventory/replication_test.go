@@ -15,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -32,7 +33,7 @@ func replicated(t *testing.T, ackTimeout time.Duration) (*testenv.Replicated, re
 		t.Fatal(err)
 	}
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
-	return r, rdb, keys, inventory.NewStore(rdb, keys, inventory.Options{})
+	return r, rdb, keys, inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 }
 
 func waitReady(t *testing.T, rdb redis.UniversalClient) {
@@ -51,7 +52,7 @@ func TestAcknowledgedPurchaseIsOnTheReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	replica := r.Replicas[0].Client()
-	it, err := inventory.NewStore(replica, keys, inventory.Options{}).Get(ctx, "hot")
+	it, err := inventory.NewStore(replica, keys, options.Inventory(inventory.Options{})).Get(ctx, "hot")
 	if err != nil || it.StockLeft != 8 {
 		t.Fatalf("the replica's item right after the answer: %+v, %v", it, err)
 	}
@@ -158,7 +159,7 @@ func BenchmarkPurchaseWithReplica(b *testing.B) {
 			}
 			testenv.WaitFor(b, "a live replica", 30*time.Second, func() bool { return redisconn.Ready(rdb) == nil })
 			keys := keyspace.Space{Prefix: "b" + testenv.Token(4) + ":"}
-			s := inventory.NewStore(rdb, keys, inventory.Options{})
+			s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 			stock := int64(1_000_000_000_000)
 			if _, _, err := s.Upsert(ctx, inventory.Input{ID: "hot", Name: "Hot", Category: "c", PriceCents: 1, Stock: &stock, PerUserLimit: 1_000_000}); err != nil {
 				b.Fatal(err)

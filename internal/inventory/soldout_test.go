@@ -14,6 +14,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/limits"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -57,9 +58,9 @@ func TestSoldOutShortCut(t *testing.T) {
 	ctx := context.Background()
 	counter := &soldOutCounter{}
 	rdb.AddHook(counter)
-	s := inventory.NewStore(rdb, keys, inventory.Options{
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{
 		PurchaseLimit: limits.Policy{Rate: 1000, Period: time.Second, Burst: 1000},
-	})
+	}))
 	if _, _, err := s.Upsert(ctx, inventory.Input{ID: "hot", Name: "Hot", PriceCents: 100, Stock: unitsOf(3), PerUserLimit: 5}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +128,8 @@ func TestSoldOutLearnsFromSnapshot(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: 100 * time.Millisecond})
-	other := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: 100 * time.Millisecond}))
+	other := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	if _, _, err := other.Upsert(ctx, inventory.Input{ID: "empty", Name: "Empty", Stock: unitsOf(0), PerUserLimit: 5}); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestSoldOutLearnsFromSnapshot(t *testing.T) {
 func TestSoldOutRespectsSaleWindow(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	soon := time.Now().Add(time.Hour)
 	if _, _, err := s.Upsert(ctx, inventory.Input{ID: "soon", Name: "Soon", Stock: unitsOf(0), PerUserLimit: 1, StartsAt: &soon}); err != nil {
 		t.Fatal(err)

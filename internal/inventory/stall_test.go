@@ -12,6 +12,7 @@ import (
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -23,7 +24,7 @@ import (
 func TestRedisStallChangesOnce(t *testing.T) {
 	rdb, keys, addr := testenv.PrivateRedis(t, "--enable-debug-command", "yes")
 	ctx := context.Background()
-	inv := inventory.NewStore(rdb, keys, inventory.Options{})
+	inv := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	ord := orders.NewStore(rdb, keys)
 	// The stall must overlap the calls; a round where it did not (the calls ran first) proves
 	// nothing, so rounds repeat until one saw a re-send.
@@ -136,7 +137,7 @@ func stallRedis(t *testing.T, addr, secs string) <-chan struct{} {
 func TestLongestTTLsPurchase(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	const longest = time.Duration(1<<63 - 1)
-	s := inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: longest, IdempotencyTTL: longest})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{ReservationTTL: longest, IdempotencyTTL: longest}))
 	newItem(t, s, "forever", 5, 5)
 	res, err := s.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: "forever", UserID: "u", Quantity: 1, IdempotencyKey: "k"})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestSnapshotSweepsWhatNoScriptWrote(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Millisecond})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: time.Millisecond}))
 	const n = 40 // several sweep steps
 	for i := range n {
 		if _, _, err := s.Upsert(ctx, inventory.Input{ID: "it" + strconv.Itoa(i), Name: "Item", Stock: unitsOf(5), PerUserLimit: 1}); err != nil {

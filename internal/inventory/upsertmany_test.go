@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestUpsertMany(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Hour})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: time.Hour}))
 	newItem(t, s, "old", 5, 1)
 	_, gen, err := s.Catalogue(ctx)
 	if err != nil {
@@ -101,7 +102,7 @@ func TestUpsertMany(t *testing.T) {
 func TestUpsertManyRedisFailure(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()
-	s := inventory.NewStore(rdb, keys, inventory.Options{SnapshotInterval: time.Hour})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{SnapshotInterval: time.Hour}))
 	if _, err := s.List(ctx); err != nil {
 		t.Fatal(err)
 	}

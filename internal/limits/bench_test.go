@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/limits"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -37,7 +38,7 @@ func BenchmarkPurchaseLimit(b *testing.B) {
 	}
 	setup := func(name string, lim limits.Policy, separate bool) *variant {
 		rdb, keys := testenv.Redis(b)
-		s := inventory.NewStore(rdb, keys, inventory.Options{PurchaseLimit: lim})
+		s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{PurchaseLimit: lim}))
 		stock := int64(1_000_000_000_000)
 		if _, _, err := s.Upsert(ctx, inventory.Input{ID: "hot", Name: "Hot", PriceCents: 1, Stock: &stock, PerUserLimit: 1_000_000_000}); err != nil {
 			b.Fatal(err)

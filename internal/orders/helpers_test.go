@@ -15,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -35,7 +36,7 @@ func newEnv(t testing.TB, ttl time.Duration) *env {
 }
 
 func newEnvOn(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space, ttl time.Duration) *env {
-	inv := inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: ttl})
+	inv := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{ReservationTTL: ttl}))
 	ord := orders.NewStore(rdb, keys)
 	ord.Hooks.StockReturned = inv.ForgetSoldOut
 	return &env{t: t, rdb: rdb, keys: keys, inv: inv, ord: ord}

@@ -13,6 +13,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -41,7 +42,7 @@ func churn(t *testing.T, e *env, workers, ops int) {
 	}
 	users := []string{"u0", "u1", "u2", "u3", "u4", "u5"}
 	x := orders.NewExpirer(e.ord, time.Hour, 100)
-	lapsing := inventory.NewStore(e.rdb, e.keys, inventory.Options{ReservationTTL: time.Millisecond})
+	lapsing := inventory.NewStore(e.rdb, e.keys, options.Inventory(inventory.Options{ReservationTTL: time.Millisecond}))
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*ops)
 	for w := range workers {

@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/orders"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -108,7 +109,7 @@ func myOrdersCost(t *testing.T, rdb redis.UniversalClient, keys keyspace.Space) 
 	e.ord.SetUnlistGrace(time.Millisecond)
 	e.item("gone", 1, 1)
 	e.buy("gone", "two", 1)
-	fresh := inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: time.Hour})
+	fresh := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{ReservationTTL: time.Hour}))
 	if _, err := fresh.Purchase(ctx, inventory.PurchaseRequest{ItemID: "gone", UserID: "none", Quantity: 1}); !errors.Is(err, inventory.ErrSoldOut) {
 		t.Fatalf("purchase of a sold-out item: %v, want sold out", err)
 	}

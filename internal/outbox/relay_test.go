@@ -23,6 +23,7 @@ import (
 	"github.com/flashsale/flashsale/internal/kafkabroker"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/outbox"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -42,7 +43,7 @@ type env struct {
 func newEnv(t *testing.T, items ...string) *env {
 	rdb, keys := testenv.Redis(t)
 	e := &env{t: t, rdb: rdb, keys: keys, broker: testenv.Kafka(t, topic, 3), items: items,
-		inv: inventory.NewStore(rdb, keys, inventory.Options{})}
+		inv: inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))}
 	for _, id := range items {
 		stock := int64(1_000_000)
 		if _, _, err := e.inv.Upsert(context.Background(), inventory.Input{
@@ -403,7 +404,7 @@ func TestOutboxBound(t *testing.T) {
 	e := newEnv(t, "a", "b")
 	const bound = 50
 	r, _ := e.relay(outbox.Options{Max: bound})
-	guarded := inventory.NewStore(e.rdb, e.keys, inventory.Options{Admit: r.Admit})
+	guarded := inventory.NewStore(e.rdb, e.keys, options.Inventory(inventory.Options{Admit: r.Admit}))
 	stop, _ := start(t, r)
 	e.waitDrained()
 	// A purchase with a key before the bound, replayed over it: its order back.

@@ -11,6 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -33,7 +34,7 @@ func TestRelayPublishesOnlyWhatTheReplicasHold(t *testing.T) {
 	testenv.WaitFor(t, "a live replica", 30*time.Second, func() bool { return redisconn.Ready(rdb) == nil })
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
 	stock := int64(100)
-	if _, _, err := inventory.NewStore(rdb, keys, inventory.Options{}).Upsert(ctx, inventory.Input{
+	if _, _, err := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{})).Upsert(ctx, inventory.Input{
 		ID: "a", Name: "A", Category: "c", PriceCents: 100, Stock: &stock, PerUserLimit: 10}); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestRelayPublishesOnlyWhatTheReplicasHold(t *testing.T) {
 			r.Replicas[0].Resume()
 		}
 	}()
-	writer := inventory.NewStore(plain, keys, inventory.Options{})
+	writer := inventory.NewStore(plain, keys, options.Inventory(inventory.Options{}))
 	for i := range 5 {
 		if _, err := writer.Purchase(ctx, inventory.PurchaseRequest{ItemID: "a", UserID: fmt.Sprint("u", i), Quantity: 1}); err != nil {
 			t.Fatal(err)

@@ -50,9 +50,9 @@ type Ticket struct {
 	PassExpiresAt time.Time
 }
 
-// Options tune a Store; zero values take the defaults.
+// Options tune a Store; a zero JoinBatch takes the default.
 type Options struct {
-	Tick      time.Duration // admission step of every queued item, default 200ms
+	Tick      time.Duration // admission step of every queued item (used as given)
 	JoinBatch int           // most joins coalesced into one script call, default 64
 }
 
@@ -86,9 +86,6 @@ type Store struct {
 
 // NewStore returns the waiting rooms over rdb, signing with signer.
 func NewStore(rdb redis.UniversalClient, keys keyspace.Space, signer *Signer, cat Catalogue, opt Options) *Store {
-	if opt.Tick <= 0 {
-		opt.Tick = 200 * time.Millisecond
-	}
 	if opt.JoinBatch <= 0 {
 		opt.JoinBatch = 64
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/queue"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -44,8 +45,8 @@ func roomOn(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space) *room 
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv := inventory.NewStore(rdb, keys, inventory.Options{})
-	return &room{t: t, rdb: rdb, keys: keys, inv: inv, q: queue.NewStore(rdb, keys, signer, inv, queue.Options{})}
+	inv := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
+	return &room{t: t, rdb: rdb, keys: keys, inv: inv, q: queue.NewStore(rdb, keys, signer, inv, options.Queue(queue.Options{}))}
 }
 
 // item creates or updates an item with a waiting room; starts is relative to now (0: none).

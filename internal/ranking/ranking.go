@@ -33,9 +33,9 @@ const MaxCategory = 64
 
 // Options configure a Store.
 type Options struct {
-	// Size is the bound N of every board (default 100).
+	// Size is the bound N of every board.
 	Size int
-	// PriorMean (m, 1..5, default 3.5) and PriorWeight (C >= 0, 0 = plain mean) make the
+	// PriorMean (m, 1..5) and PriorWeight (C >= 0, 0 = plain mean) make the
 	// top-rated score the Bayesian average (C*m + sum) / (C + count): an item starts as C
 	// ratings of m stars, so a few high ratings cannot beat many slightly lower ones.
 	PriorMean   float64

@@ -24,25 +24,9 @@ type Store struct {
 	opt  Options
 }
 
-// The defaults of Options, stated once: config's FLASHSALE_* defaults are these.
-const (
-	DefaultSize        = 100 // N, the bound of every board
-	DefaultPriorMean   = 3.5 // m
-	DefaultPriorWeight = 10  // C
-)
-
-// NewStore returns a Store over rdb. Out-of-range options take the defaults (DefaultSize,
-// DefaultPriorMean, DefaultPriorWeight); a zero PriorWeight is kept and means the plain mean.
+// NewStore returns a Store over rdb. The options are used as given: config states their
+// defaults and checks their ranges.
 func NewStore(rdb redis.UniversalClient, keys keyspace.Space, opt Options) *Store {
-	if opt.Size < 1 {
-		opt.Size = DefaultSize
-	}
-	if !(opt.PriorMean >= MinStars && opt.PriorMean <= MaxStars) {
-		opt.PriorMean = DefaultPriorMean
-	}
-	if !(opt.PriorWeight >= 0 && opt.PriorWeight <= 1e6) {
-		opt.PriorWeight = DefaultPriorWeight
-	}
 	return &Store{rdb: rdb, keys: keys, opt: opt}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -111,7 +112,7 @@ func seed(b *testing.B, n int) seeded {
 // The baseline, BenchmarkReadBoth, only reads the same rows from both sides.
 func BenchmarkBatch(b *testing.B) {
 	s := seed(b, benchOrders())
-	r := reconcile.New(s.rdb, s.keys, s.rec, reconcile.Options{})
+	r := reconcile.New(s.rdb, s.keys, s.rec, options.Reconcile(reconcile.Options{}))
 	b.ResetTimer()
 	var rows int
 	for i := 0; i < b.N; i++ {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/reconcile"
@@ -22,7 +23,8 @@ func sentinelEnv(t *testing.T) (*testenv.Replicated, *env) {
 	r := testenv.ReplicatedRedis(t, 1)
 	sentinels := r.WithSentinels(t, 3)
 	ctx := context.Background()
-	rdb, err := redisconn.OpenWith(ctx, redisconn.Options{Sentinels: sentinels, MasterName: r.MasterName})
+	rdb, err := redisconn.OpenWith(ctx, redisconn.Options{Sentinels: sentinels, MasterName: r.MasterName,
+		SentinelLease: config.Defaults().RedisSentinelLease})
 	if err != nil {
 		t.Fatal(err)
 	}

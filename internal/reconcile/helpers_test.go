@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -60,7 +61,7 @@ func newEnvOn(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space) *env
 		t.Fatal(err)
 	}
 	t.Cleanup(e.rec.Close)
-	e.inv = inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: time.Hour})
+	e.inv = inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{ReservationTTL: time.Hour}))
 	e.ord = orders.NewStore(rdb, keys)
 	e.pipe = reconcile.NewKafkaPipeline(e.brokers, topic, "reconciler", nil)
 	e.startPipeline()
@@ -106,7 +107,7 @@ func (e *env) reconciler(opt reconcile.Options) *reconcile.Reconciler {
 	if opt.SettleTimeout == 0 {
 		opt.SettleTimeout = 30 * time.Second
 	}
-	return reconcile.New(e.rdb, e.keys, e.rec, opt)
+	return reconcile.New(e.rdb, e.keys, e.rec, options.Reconcile(opt))
 }
 
 func (e *env) item(id string, stock, limit int64) {

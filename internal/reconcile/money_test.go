@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/internal/paysim"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -63,7 +64,7 @@ func newMoneyEnv(t testing.TB, maxObjects int) *moneyEnv {
 	t.Cleanup(rec.Close)
 	rdb, keys := testenv.Redis(t)
 	st := payment.ProviderFor(payment.ProviderSim, sim.Addr(), moneyKey, "", "", nil)
-	r := reconcile.New(rdb, keys, rec, reconcile.Options{Money: moneyOf{st}, QuietFor: 10 * time.Millisecond})
+	r := reconcile.New(rdb, keys, rec, options.Reconcile(reconcile.Options{Money: moneyOf{st}, QuietFor: 10 * time.Millisecond}))
 	return &moneyEnv{t: t, sim: sim, st: st, db: db, rec: rec, r: r}
 }
 

@@ -31,8 +31,6 @@ const (
 	prunePage = 2000
 	// pruneChunk is how many orders of one item one prune.lua call takes (its bound).
 	pruneChunk = 500
-	// DefaultOrderRetention is how long a final order stays in Redis by default (30 days).
-	DefaultOrderRetention = 720 * time.Hour
 	// DefaultPruneMax bounds the orders one pass examines, so a first pass over a long history
 	// holds the lock for minutes at most; the next pass goes on.
 	DefaultPruneMax = 100_000

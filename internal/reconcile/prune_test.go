@@ -17,6 +17,7 @@ import (
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -229,7 +230,7 @@ func (e *env) expireNow(o orders.Order) {
 func TestPruneNeverWithinIdempotencyWindow(t *testing.T) {
 	e := newEnv(t)
 	e.item("A", 10, 5)
-	inv := inventory.NewStore(e.rdb, e.keys, inventory.Options{ReservationTTL: time.Hour, IdempotencyTTL: time.Hour})
+	inv := inventory.NewStore(e.rdb, e.keys, options.Inventory(inventory.Options{ReservationTTL: time.Hour, IdempotencyTTL: time.Hour}))
 	res, err := inv.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: "A", UserID: "u", Quantity: 1, IdempotencyKey: "k1"})
 	if err != nil {
 		t.Fatal(err)

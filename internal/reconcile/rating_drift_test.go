@@ -9,6 +9,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/testing/options"
 )
 
 // rate has each user buy, pay for and rate item (user -> stars).
@@ -28,7 +29,7 @@ func (e *env) rate(rank *ranking.Store, item string, stars map[string]int) {
 // drift, one per user; repair does not touch ratings and says so.
 func TestRatingDrift(t *testing.T) {
 	e := newEnv(t)
-	rank := ranking.NewStore(e.rdb, e.keys, ranking.Options{})
+	rank := ranking.NewStore(e.rdb, e.keys, options.Ranking(ranking.Options{}))
 	e.item("A", 100, 10)
 	e.item("B", 100, 10)
 	e.rate(rank, "A", map[string]int{"alice": 4, "bob": 2, "carol": 5})
@@ -61,7 +62,7 @@ func TestRatingDrift(t *testing.T) {
 // stopped throughout, they are unverified, never drift.
 func TestRatingsInFlightNoDrift(t *testing.T) {
 	e := newEnv(t)
-	rank := ranking.NewStore(e.rdb, e.keys, ranking.Options{})
+	rank := ranking.NewStore(e.rdb, e.keys, options.Ranking(ranking.Options{}))
 	e.item("A", 100, 10)
 	e.item("B", 100, 10)
 	e.rate(rank, "A", map[string]int{"alice": 4, "bob": 2})

@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/internal/datamark"
-	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/lock"
 	"github.com/flashsale/flashsale/internal/ranking"
@@ -51,7 +50,7 @@ type Options struct {
 	// Workers compare items in parallel (default 4).
 	Workers int
 	// ReservationTTL gives a restored reservation its expiry when the record has none (orders
-	// recorded before orders.expires_at): created_at + ReservationTTL; default inventory.DefaultReservationTTL.
+	// recorded before orders.expires_at): created_at + ReservationTTL.
 	ReservationTTL time.Duration
 	// QuietFor is how long restore watches an item for activity before it calls it idle
 	// (default 1s).
@@ -70,9 +69,8 @@ type Options struct {
 	// MoneyWindow is how far back the money check lists payments (DefaultMoneyWindow).
 	MoneyWindow time.Duration
 	// Retention is how long a final order stays in Redis after it became final
-	// (FLASHSALE_ORDER_RETENTION; default DefaultOrderRetention); IdempotencyTTL the window
-	// since its creation within which it never leaves (default
-	// inventory.DefaultIdempotencyTTL). Batch expects an order Postgres holds final for longer
+	// (FLASHSALE_ORDER_RETENTION); IdempotencyTTL the window since its creation within which it
+	// never leaves (both used as given). Batch expects an order Postgres holds final for longer
 	// than both to be absent from Redis.
 	Retention, IdempotencyTTL time.Duration
 	// PruneMax bounds the orders one pruning pass examines (default DefaultPruneMax).
@@ -128,17 +126,8 @@ func New(rdb redis.UniversalClient, keys keyspace.Space, db Record, opt Options)
 	if opt.Workers <= 0 {
 		opt.Workers = 4
 	}
-	if opt.ReservationTTL <= 0 {
-		opt.ReservationTTL = inventory.DefaultReservationTTL
-	}
 	if opt.QuietFor <= 0 {
 		opt.QuietFor = time.Second
-	}
-	if opt.Retention <= 0 {
-		opt.Retention = DefaultOrderRetention
-	}
-	if opt.IdempotencyTTL <= 0 {
-		opt.IdempotencyTTL = inventory.DefaultIdempotencyTTL
 	}
 	if opt.PruneMax <= 0 {
 		opt.PruneMax = DefaultPruneMax

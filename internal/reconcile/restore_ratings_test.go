@@ -9,6 +9,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -18,7 +19,7 @@ import (
 func ratedEnv(t *testing.T) (*env, *ranking.Store) {
 	rdb, keys, _ := testenv.PrivateRedis(t)
 	e := newEnvOn(t, rdb, keys)
-	rank := ranking.NewStore(rdb, keys, ranking.Options{PriorWeight: 0}) // score = plain mean
+	rank := ranking.NewStore(rdb, keys, options.Ranking(ranking.Options{PriorWeight: 0})) // score = plain mean
 	e.ord.Hooks.PaidChanged = rank.PaidChanged
 	e.item("A", 10, 4)
 	for _, u := range []string{"alice", "bob", "carol"} {

@@ -19,6 +19,7 @@ import (
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -97,7 +98,7 @@ func (e *env) sameState(item string, before, after state) {
 func TestRestoreAfterFlush(t *testing.T) {
 	rdb, keys, _ := testenv.PrivateRedis(t)
 	e := newEnvOn(t, rdb, keys)
-	rank := ranking.NewStore(rdb, keys, ranking.Options{})
+	rank := ranking.NewStore(rdb, keys, options.Ranking(ranking.Options{}))
 	e.ord.Hooks.PaidChanged = rank.PaidChanged
 	items := map[string]int64{"A": 60, "B": 40} // stock; per-user limit 4
 	for id, stock := range items {
@@ -133,7 +134,7 @@ func TestRestoreAfterFlush(t *testing.T) {
 	}
 	wg.Wait()
 	// One reservation per item lapses and the expirer takes it: every status is in the record.
-	short := inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: time.Millisecond})
+	short := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{ReservationTTL: time.Millisecond}))
 	users = append(users, "late")
 	for id := range items {
 		res, err := short.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: id, UserID: "late", Quantity: 1})
@@ -497,7 +498,7 @@ func TestRestoredPastReservationExpiresOnce(t *testing.T) {
 	rdb, keys, _ := testenv.PrivateRedis(t)
 	e := newEnvOn(t, rdb, keys)
 	e.item("A", 10, 4)
-	short := inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: time.Millisecond})
+	short := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{ReservationTTL: time.Millisecond}))
 	res, err := short.Purchase(e.ctx, inventory.PurchaseRequest{ItemID: "A", UserID: "alice", Quantity: 2})
 	if err != nil {
 		t.Fatal(err)

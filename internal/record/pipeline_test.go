@@ -24,6 +24,7 @@ import (
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/outbox"
 	"github.com/flashsale/flashsale/internal/record"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -47,7 +48,7 @@ func newPipeline(t testing.TB, ttl time.Duration, items ...string) *pipeline {
 	rdb, keys := testenv.Redis(t)
 	p := &pipeline{
 		t: t, rdb: rdb, keys: keys, items: items,
-		inv:    inventory.NewStore(rdb, keys, inventory.Options{ReservationTTL: ttl}),
+		inv:    inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{ReservationTTL: ttl})),
 		ord:    orders.NewStore(rdb, keys),
 		broker: testenv.Kafka(t, topic, 3),
 		db:     openDB(t),

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -29,7 +31,7 @@ func TestAcknowledgedByEveryPromotableReplica(t *testing.T) {
 		t.Fatalf("a 3s lease with a 3s down-after: %v, want an invalid setting", err)
 	}
 	rdb, err := redisconn.OpenWith(ctx, redisconn.Options{Sentinels: sentinels, MasterName: r.MasterName,
-		AckReplicas: redisconn.AckAuto, AckTimeout: time.Second})
+		AckReplicas: redisconn.AckAuto, AckTimeout: time.Second, SentinelLease: config.Defaults().RedisSentinelLease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func TestAcknowledgedByEveryPromotableReplica(t *testing.T) {
 	}
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
 	key := keys.Item("hot").Hash()
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	stock := int64(1000)
 	if _, _, err := s.Upsert(ctx, inventory.Input{ID: "hot", Name: "Hot", Category: "c", PriceCents: 100, Stock: &stock, PerUserLimit: 1000}); err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ type Options struct {
 	AckReplicas int
 	AckTimeout  time.Duration
 	// SentinelLease is how long changes go on without a majority of the Sentinels confirming
-	// the primary (0: DefaultSentinelLease); it must be shorter than their down-after time.
+	// the primary; it must be shorter than their down-after time.
 	SentinelLease time.Duration
 	// PoolSize is the connections per node (0: go-redis's default).
 	PoolSize int

@@ -10,10 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/internal/config"
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/inventory"
 	"github.com/flashsale/flashsale/internal/keyspace"
 	"github.com/flashsale/flashsale/internal/redisconn"
+	"github.com/flashsale/flashsale/internal/testing/options"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
@@ -25,7 +27,7 @@ func TestFollowsASentinelFailover(t *testing.T) {
 	sentinels := r.WithSentinels(t, 1)
 	ctx := context.Background()
 	rdb, err := redisconn.OpenWith(ctx, redisconn.Options{Sentinels: sentinels, MasterName: r.MasterName,
-		AckReplicas: 1, AckTimeout: time.Second})
+		AckReplicas: 1, AckTimeout: time.Second, SentinelLease: config.Defaults().RedisSentinelLease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func TestFollowsASentinelFailover(t *testing.T) {
 	}
 	testenv.WaitFor(t, "a live replica", 30*time.Second, func() bool { return redisconn.Ready(rdb) == nil })
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	stock := int64(10)
 	if _, _, err := s.Upsert(ctx, inventory.Input{ID: "hot", Name: "Hot", Category: "c", PriceCents: 100, Stock: &stock, PerUserLimit: 5}); err != nil {
 		t.Fatal(err)
@@ -77,7 +79,7 @@ func TestFollowsASentinelFailover(t *testing.T) {
 	if again := buy("before"); again != first || second == first {
 		t.Fatalf("orders %s, %s; the first again: %s", first, second, again)
 	}
-	it, err := inventory.NewStore(promoted.Client(), keys, inventory.Options{}).Get(ctx, "hot")
+	it, err := inventory.NewStore(promoted.Client(), keys, options.Inventory(inventory.Options{})).Get(ctx, "hot")
 	if err != nil || it.StockLeft != 8 {
 		t.Fatalf("the new primary's item: %+v, %v", it, err)
 	}
@@ -106,7 +108,7 @@ func TestClusterConfirmsAndFollowsAFailover(t *testing.T) {
 	}
 	testenv.WaitFor(t, "every master with a live replica", 30*time.Second, func() bool { return redisconn.Ready(rdb) == nil })
 	keys := keyspace.Space{Prefix: "t" + testenv.Token(4) + ":"}
-	s := inventory.NewStore(rdb, keys, inventory.Options{})
+	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
 	const items = 16
 	sold := map[string]int64{}
 	stock := int64(1000)

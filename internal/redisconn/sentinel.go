@@ -22,9 +22,6 @@ import (
 // not shorter than the Sentinels' down-after time): the binaries exit 2 on it, without retrying.
 var ErrInvalidSetting = errors.New("invalid setting")
 
-// DefaultSentinelLease is FLASHSALE_REDIS_SENTINEL_LEASE's default.
-const DefaultSentinelLease = 2 * time.Second
-
 // sentinels is the Sentinels' side of a watch: which node a majority of them names primary,
 // when they last did, and what they say of its replicas. The majority is of every Sentinel
 // known: those configured and those any of them reported (a set that only grows, so a
@@ -64,9 +61,6 @@ type sentinelView struct {
 func newSentinels(o Options) *sentinels {
 	s := &sentinels{name: o.MasterName, password: o.SentinelPassword, tls: o.Security.TLS,
 		lease: o.SentinelLease, clients: map[string]*redis.SentinelClient{}, conns: map[*trackedConn]struct{}{}}
-	if s.lease <= 0 {
-		s.lease = DefaultSentinelLease
-	}
 	for _, a := range o.Sentinels {
 		if !slices.Contains(s.known, a) {
 			s.known = append(s.known, a)
