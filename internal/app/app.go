@@ -1,9 +1,7 @@
-// Package app wires both binaries. The api: Redis, the stores, the HTTP server, the expirer,
-// the catalogue snapshot, the outbox relay and (when KAFKA_BROKERS is unset) the embedded
-// Kafka broker; the tests (HTTP harness, fault matrix) build it with the same constructor, so
-// they run production's wiring. The reconciler: the migrated record, the consumer, the
-// scheduled jobs and the Reconciler its commands use. cmd/api and cmd/reconciler parse
-// commands and settings around it; the start-up waits for Redis and Postgres are shared.
+// Package app wires both binaries: the api (Redis, the stores, the HTTP server, the background
+// loops, the relay, the embedded broker), which the tests build with the same constructor, and
+// the reconciler (the record, the consumer, the jobs, the Reconciler). cmd/api and
+// cmd/reconciler parse commands and settings around it.
 package app
 
 import (

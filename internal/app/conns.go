@@ -9,11 +9,8 @@ import (
 )
 
 // unusedConns tracks the api's connections that have not sent a byte yet (http.StateNew), so
-// a shutdown can close them. http.Server.Shutdown waits for such a connection as if a request
-// were running on it, for up to 5 s (net/http treats it as idle only after that): a client's
-// spare connection (Go's http.Transport keeps the one it dialed for a request that went out on
-// another, and load balancers pre-open theirs) then holds the whole shutdown past its timeout,
-// and the requests really in flight are cut with it.
+// a shutdown can close them: http.Server.Shutdown waits for such a connection as if a request
+// ran on it, and a client's spare connection would hold the shutdown past its timeout.
 type unusedConns struct {
 	mu    sync.Mutex
 	since map[net.Conn]time.Time // accepted at; removed at its first byte or its close

@@ -7,17 +7,10 @@ import (
 	"time"
 )
 
-// CoarseDeadlines wraps a TCP listener so that the deadlines net/http sets on its connections
-// cost a store instead of re-arming a runtime timer. A server with read, write and idle
-// timeouts sets five deadlines per request (the whole request's, the answer's, clearing it, the
-// idle wait's, the next header's), and each re-arms the connection's poller timer under its
-// lock, a cost on every short answer. Here a deadline is only
-// remembered; one goroutine per listener looks every tick and makes the connection's reads or
-// writes fail (a real deadline in the past) when their deadline has passed. Timeouts keep
-// their meaning, at most one tick late; a deadline already past when set (net/http's way to
-// interrupt a blocked read) is applied at once.
-//
-// Connections that are not *net.TCPConn are passed through as they are.
+// CoarseDeadlines wraps a TCP listener so that a deadline net/http sets costs a store instead of
+// re-arming the poller's timer (five times per request). One goroutine per listener applies the
+// deadlines that passed every tick: timeouts keep their meaning, at most one tick late; a
+// deadline already past is applied at once. Other connections pass through as they are.
 func CoarseDeadlines(ln net.Listener, tick time.Duration) net.Listener {
 	l := &coarseListener{Listener: ln, tick: tick, conns: map[*coarseConn]struct{}{}}
 	l.now.Store(time.Now().UnixNano())

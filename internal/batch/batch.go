@@ -10,23 +10,13 @@ import (
 )
 
 // Batcher coalesces concurrent calls per key: while a run for a key is under way, newcomers
-// queue; the next run takes up to max of them. A lone call goes out at once, so batching adds
-// no latency when the shop is quiet. A further run (up to inFlight at once) starts only once
-// half a batch waits: it keeps a hot key's calls moving when a run takes long (a replica's
-// acknowledgement, a slow network), but a run is worth its cost (a script call costs Redis
-// about as much as several of its purchases) only when it carries many calls, so under a
-// steady load the calls wait for the running batch and ride in the next, big one.
+// queue and the next run takes up to max of them; a lone call goes out at once. A further run
+// (up to inFlight) starts only once half a batch waits, since a run is worth its cost only
+// when it carries many calls.
 //
-// With a linger, a drainer whose own last run was hot (it carried at least an eighth of a
-// batch) also gathers between runs: when fewer than half a batch wait as its run ends, it
-// waits for half a batch, or for the linger to pass, before it takes them. One drainer of a
-// key gathers at a time; another whose run ends meanwhile takes what waits at once (with
-// inFlight above 1 the gathering then ends with a smaller batch, which is correct, only less
-// coalesced). Each call waits at most one linger longer, and the runs of a hot key carry more
-// calls each. A key whose runs are small (a quiet shop) never waits.
-//
-// The caller's runs must be correct in either order (each script call is atomic and decides
-// its calls on their own).
+// With a linger, a drainer whose last run was hot (an eighth of a batch or more) waits for half
+// a batch, or the linger, before its next run: each call waits at most one linger longer, and
+// a quiet key never waits. Runs must be correct in either order (each script call is atomic).
 type Batcher[T any] struct {
 	max      int
 	inFlight int

@@ -1,9 +1,7 @@
-// Package crashpoint lets the fault tests kill a real process at a named point in its work,
-// as a power cut would: FLASHSALE_CRASH_POINT=<name>[:<n>] makes the process SIGKILL itself
-// at that point once n events (default 1) have passed it, counting the events of each batch.
-// It is a test hook; unset (always, in production) a point costs one comparison. Points:
-// relay-after-publish (Kafka acknowledged a batch, Redis not yet), consumer-after-commit
-// (Postgres committed a batch, Kafka offsets not yet).
+// Package crashpoint lets the fault tests kill a real process at a named point, as a power cut
+// would: FLASHSALE_CRASH_POINT=<name>[:<n>] SIGKILLs it once n events (default 1) passed there.
+// Unset, a point costs one comparison. Points: relay-after-publish (Kafka has the batch, Redis
+// not yet), consumer-after-commit (Postgres has it, Kafka offsets not yet).
 package crashpoint
 
 import (

@@ -1,16 +1,11 @@
-// Package datamark notices that Redis lost its data. Every slot of record (each shard's, and
-// the ranking slot) carries a marker hash beside the data it vouches for (lua/datamark/datamark.lua):
-// a random generation written when the marker is adopted or after a restore, and per observer
-// a count that only that observer raises, once per check, and that it takes as seen only once
-// the replicas hold it (so a failover is not a loss). A Redis that comes back empty has no
-// marker; one that comes back from an older copy has an observer's count below what it saw.
+// Package datamark notices that Redis lost its data. Each slot of record carries a marker beside
+// its data (lua/datamark/datamark.lua): a generation, and per observer a count only it raises
+// and takes as seen once the replicas hold it. An empty Redis has no marker; an older copy has
+// a count below what its observer saw.
 //
-// Two kinds of observers compare the marker with what they saw: each api (Watch, from
-// memory) and the reconciler (Keeper, from the Postgres record, so a loss is noticed even
-// after every api restarted). Whoever notices writes the loss into the marker, so every
-// observer reports it until `reconciler restore --all` writes fresh markers (Keeper.Restored).
-// On a Redis Cluster each marker lives in its shard's slot, so each master carries the
-// markers of the shards it holds and a master that loses its data loses exactly those.
+// Each api (Watch, from memory) and the reconciler (Keeper, from Postgres, so a loss is seen
+// after every api restarted) compare; whoever notices writes the loss into the marker, so all
+// report it until `reconciler restore --all` writes fresh markers (Keeper.Restored).
 package datamark
 
 import (

@@ -139,15 +139,9 @@ func ParseEntryID(id string) (Position, error) {
 	return Position{ms, seq}, nil
 }
 
-// FromEntry builds the event of one outbox entry. eventID is ItemEventID or RatingEventID of
-// the entry; values are the entry's flat fields as the scripts wrote them.
-//
-// A purchase batch's entry holds several events: FromBatch (EntryEvents) reads it. A compact
-// order.reserved entry (type, order and o, the packed order as the orders hash holds it:
-// "user|quantity|price_cents|status|created_ms|expires_ms"; its item is the order id's and its
-// time the order's creation) is what purchase.lua wrote before it wrote one entry per batch:
-// still read, for entries an older api left in a stream. Every other entry (and an
-// order.reserved written by reconcile/reemit.lua) has one field per attribute.
+// FromEntry builds the event of one outbox entry (eventID: ItemEventID or RatingEventID of it)
+// from its flat fields. A batch's entry goes to FromBatch; a compact order.reserved entry
+// (type, order, and o: the packed order) is still read for streams an older api wrote.
 func FromEntry(eventID string, values map[string]any) (Event, error) {
 	if packed, ok := values["o"].(string); ok && values["type"] == OrderReserved {
 		order, _ := values["order"].(string)
@@ -215,12 +209,9 @@ func EntryEvents(entryID string, values map[string]any) ([]Event, error) {
 	return []Event{e}, nil
 }
 
-// FromBatch builds the order.reserved events of a purchase batch's entry, one per order in
-// the order they were made. purchase.lua writes one entry per batch (not per order) with what
-// the batch's orders share written once: type, item, seq (the first order's sequence number:
-// the others follow it one by one), p (price_cents), c (created, unix ms: the event's at), e
-// (expires, unix ms) and b, each order's "user|quantity" joined by '|'. Each event's id is
-// OrderEventID(order, entryID).
+// FromBatch builds the order.reserved events of a purchase batch's entry, in order. The entry
+// writes what the orders share once: type, item, seq (the first order's; the others follow),
+// p (price_cents), c and e (created and expires, unix ms) and b ("user|quantity" of each).
 func FromBatch(entryID string, values map[string]any) ([]Event, error) {
 	f := fields{values: values}
 	item := f.str("item")

@@ -54,14 +54,10 @@ func (s *Script) Name() string { return s.name }
 // Hash is the SHA1 the server knows the script by.
 func (s *Script) Hash() string { return s.rs.Hash() }
 
-// Run sends the script with a fresh call id and returns its reply (Cmd's Err is the script's
-// error reply, if any). After a timeout or a dropped connection it re-sends the same call, so
-// the reply is the one the single run gave. When the deadline (ctx's, at most CallDeadline)
-// passes without a reply, Err is ErrOutcomeUnknown. A first send that provably never reached
-// Redis (no connection) returns its error at once: nothing was changed. Every key must carry
-// the same hash tag. A state change (NewChange) through a client that requires replicas is
-// refused with ErrTooFewReplicas before it is sent while too few are live, and answers
-// ErrNotReplicated when WAIT does not confirm it in time (replicas.go).
+// Run sends the script with a fresh call id, re-sending the same call after a timeout or a
+// dropped connection (a first send that never reached Redis errs at once); past the deadline
+// (at most CallDeadline) Err is ErrOutcomeUnknown. Keys share one hash tag. A change needing
+// replicas answers ErrTooFewReplicas before sending, or ErrNotReplicated unconfirmed by WAIT.
 func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, args ...any) *redis.Cmd {
 	return s.run(ctx, rdb, keys, nil, args)
 }
@@ -148,15 +144,10 @@ type Call struct {
 	Args []any
 }
 
-// RunEach is Run for many calls at once (an import): they go out in one pipeline, one round
-// trip for them all, and each is still its own script run, once in effect. Each call keeps its
-// call id across re-sends, so a call that may have run is re-sent until it has its reply or
-// the deadline passes (ErrOutcomeUnknown), and one that provably never reached Redis answers
-// its error at once, as with Run. The script need not be loaded (a NOSCRIPT re-sends with its
-// body). The replies are in the order of calls. Calls must not depend on one another's order:
-// one re-sent after a refusal (BUSY, a dropped connection) runs after later ones that were not
-// refused. Keep a batch small enough that Redis answers it well within AttemptTimeout (it also
-// holds other clients back while it runs).
+// RunEach is Run for many calls in one pipeline, each still its own run, once in effect, with
+// Run's re-sends and errors; replies are in the order of calls. Calls must not depend on one
+// another's order (a re-sent one runs after later ones), and a batch must be small enough for
+// Redis to answer well within AttemptTimeout.
 func (s *Script) RunEach(ctx context.Context, rdb redis.UniversalClient, calls []Call) []*redis.Cmd {
 	out := make([]*redis.Cmd, len(calls))
 	keys := make([][]string, len(calls))
@@ -235,11 +226,9 @@ func (s *Script) RunEach(ctx context.Context, rdb redis.UniversalClient, calls [
 	return out
 }
 
-// confirmEach waits until the required replicas hold the runs of RunEach that succeeded: per
-// primary, it re-sends the last of them (its call record answers, and is touched, so the
-// connection's replication offset covers every earlier run) with a WAIT behind it. The runs of
-// a primary not confirmed answer ErrNotReplicated (or a transport error, also an unknown
-// outcome).
+// confirmEach waits until the required replicas hold RunEach's successful runs: per primary it
+// re-sends the last (its record answers and is touched) with a WAIT behind it. Runs of a
+// primary not confirmed answer ErrNotReplicated (or a transport error).
 func (s *Script) confirmEach(ctx context.Context, rdb redis.UniversalClient, timeout time.Duration, need []int, keys [][]string, args [][]any, out []*redis.Cmd) {
 	last := map[pipeliner]int{}
 	byNode := map[pipeliner][]int{}

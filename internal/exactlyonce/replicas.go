@@ -171,17 +171,10 @@ func (s *Script) sendAcked(ctx context.Context, node pipeliner, n int, timeout t
 	return cmd, wait
 }
 
-// WaitBehind sends the commands add puts on a pipeline and, behind them on the same connection
-// (that of the primary serving key), a WAIT for the replicas rdb's state changes require: one
-// round trip. WAIT counts from the connection's last write, and a primary replicates in the
-// order it applied, so when the commands wrote (an XREADGROUP that delivered entries records
-// them in its group) confirmed means the replicas hold that write and everything applied
-// before it, such as the entries delivered. Not for a blocking command: Redis 7.0 leaves the
-// connection's WAIT offset where it was when the command blocked, so a WAIT behind a blocking
-// read served by a later write returns at once (checked against a stopped replica). With no
-// replicas required the commands go alone and confirmed is true; with too few live replicas
-// (Admit) they go alone and confirmed is false. Each command holds its own reply or error; err
-// is a failure before anything was sent.
+// WaitBehind sends the commands add puts and, behind them on the primary's connection, a WAIT
+// for the replicas rdb requires: confirmed means they hold the commands' write and all before
+// it (true with none required, false with too few live). Not for a blocking command: its WAIT
+// offset stays where it blocked. err is a failure before anything was sent.
 func WaitBehind(ctx context.Context, rdb redis.Scripter, key string, add func(redis.Pipeliner)) (confirmed bool, err error) {
 	v, ok := required.Load(rdb)
 	n, timeout, admitted := 0, time.Duration(0), true

@@ -48,15 +48,10 @@ func NewAuth(secret, adminToken string, ttl time.Duration) *Auth {
 	return a.WithPolicy(TokenPolicy{})
 }
 
-// WithPolicy sets the token policy (call before serving). The parser is golang-jwt's, with its
-// own checks: the algorithms allowed (so "none" and algorithm swaps are refused before any key
-// is looked at), `exp` required, and `iss`/`aud` when set. Every token passes them before the
-// token cache may hold it, and the cache is emptied here, so it holds only tokens the current
-// policy passed and a cached token never skips a check.
-//
-// With a key file, HS256 is not accepted at all: the shop's identity provider signs, and a
-// token signed with the shared secret (or minted by dev login) is not its. The iss/aud checks
-// are made in User, where a dev-login token is told apart from the others.
+// WithPolicy sets the token policy (call before serving): golang-jwt's checks (allowed
+// algorithms, so "none" and swaps are refused; `exp` required; `iss`/`aud` when set) pass before
+// a token is cached, and the cache is emptied here, so no cached token skips a check. With a
+// key file HS256 is refused: only the identity provider signs.
 func (a *Auth) WithPolicy(p TokenPolicy) *Auth {
 	methods := []string{"HS256"}
 	if p.Keys != nil {

@@ -15,12 +15,9 @@ import (
 )
 
 // boardReplies keeps each leaderboard reply (board, category, limit) encoded for one snapshot
-// interval (500 ms by default): during a sale every open shopper page polls the boards about
-// once a second, so Redis sees one read per board per interval per instance, not one per
-// shopper. One loader per board at a time (singleflight); a rating on this instance drops
-// the cache so its author sees it at once. Bounded: the keys come from query strings, so only
-// categories the catalogue has are cached (others are read through), and a full cache keeps
-// what it holds (store).
+// interval, so Redis sees one read per board per interval per instance, not one per polling
+// shopper; a rating on this instance drops the cache so its author sees it at once. Bounded:
+// only the catalogue's categories are cached, and a full cache keeps what it holds (store).
 type boardReplies struct {
 	mu    sync.Mutex
 	m     map[string]encodedBoard

@@ -184,12 +184,9 @@ func (r *catalogueReplies) get(ctx context.Context, inv *inventory.Store) (*enco
 	return e, nil
 }
 
-// encodeCatalogue encodes snap (generation gen) as seen at now. An item that encodes as it did
-// in prev (the previous generation's encoding) keeps its bytes, and the list is the items'
-// bodies joined, so a change to a few of 10,000 items costs a few marshals and a copy, not
-// 10,000 marshals. The bytes are exactly encoding/json's for {"items": [...]} and {"item": ...}.
-// An archived item is off sale for good: it has a body of its own (status ended) but no place
-// in the list, its pages or the stream.
+// encodeCatalogue encodes snap (generation gen) as seen at now, byte for byte as encoding/json
+// would. An item unchanged since prev keeps its bytes, so a change to a few items costs a few
+// marshals and a copy. An archived item keeps a body (status ended) but leaves the list.
 func encodeCatalogue(snap map[string]inventory.Item, gen uint64, now time.Time, prev *encodedCatalogue) (*encodedCatalogue, error) {
 	e := &encodedCatalogue{gen: gen, src: snap, at: now, one: make(map[string][]byte, len(snap)),
 		cat: make(map[string]string, len(snap)), categories: map[string]struct{}{}, ids: sortedIDs(snap, prev)}
@@ -308,12 +305,10 @@ var (
 	gzipEncoding          = []string{"gzip"}
 )
 
-// listItems answers the whole catalogue, or with ?limit= (1..1000), ?cursor= (the
-// next_cursor of the previous page) and ?category= one page or one category of it, with the
-// catalogue's ETag: a client (or a CDN) that holds the current one gets 304 without a body.
-// A list of gzipMin bytes or more goes gzip-compressed to a client that accepts it (every
-// browser does): a page of 50 items is ~9 KB plain, ~1 KB compressed; its ETag is then the
-// weak form of the same tag, as the bytes differ (RFC 9110 8.8.1).
+// listItems answers the catalogue, or one page (?limit= 1..1000, ?cursor=) or category of it,
+// with the catalogue's ETag (304 to a client holding it). A list of gzipMin bytes or more goes
+// gzip-compressed to a client that accepts it, under the weak form of the tag, as the bytes
+// differ (RFC 9110 8.8.1).
 func (s *Server) listItems(c *gin.Context) {
 	q, err := readPageQuery(c)
 	if err != nil {

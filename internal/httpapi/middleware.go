@@ -321,14 +321,10 @@ func RatePolicies(l RateLimits) map[string]limits.Policy {
 	}
 }
 
-// limit returns middleware applying the named policy to the caller: the user id from the
-// token (requireUser runs first), else the client IP. Client IPs come from X-Forwarded-For only
-// when the direct peer is a trusted proxy (FLASHSALE_TRUSTED_PROXIES, none by default), so a
-// client cannot pick its own key by sending the header.
-//
-// It fails closed: when Redis cannot decide, the request is answered 503 unavailable and never
-// reaches the handler. A flash sale would rather turn buyers away for a moment than let bots
-// through unlimited while the limiter is blind.
+// limit returns middleware applying the named policy to the caller: the token's user, else the
+// client IP (X-Forwarded-For only from a trusted proxy, so a client cannot pick its key). It
+// fails closed: when Redis cannot decide, the answer is 503, since a sale would rather turn
+// buyers away for a moment than let bots through unlimited.
 func (s *Server) limit(policy string) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		subject := userOf(c)

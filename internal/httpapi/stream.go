@@ -352,17 +352,9 @@ func (s *Server) streamItems(c *gin.Context) {
 }
 
 // openStream starts the stream's answer and returns how to write to it. Over HTTP/1.1 the
-// connection is taken over (hijacked): the answer's head is written by hand with
-// "Connection: close" and the events follow as the body until the connection closes. That
-// frees what net/http keeps per request and is no use to a stream held for minutes (its
-// buffered reader and writers, its background read goroutine): about half of a stream's
-// memory. The server's read and write timeouts bound whole requests, and a stream is
-// open-ended, so the read deadline is cleared and each write gets its own deadline instead: a
-// stuck client costs at most WriteWait before its handler returns. A taken-over connection is
-// no longer watched by net/http, so one goroutine per stream reads it: a client that goes is
-// seen at once (done closes), and its connection and place are freed without waiting for a
-// write to fail. Where the connection cannot be taken over (HTTP/2), the answer streams through
-// the ResponseWriter and the request's context says when the client has gone.
+// connection is hijacked (freeing what net/http keeps per request): each write has its own
+// deadline (WriteWait) and a reader goroutine sees a client go at once (done). Over HTTP/2 it
+// streams through the ResponseWriter and the request's context says when the client has gone.
 func (s *Server) openStream(c *gin.Context) (write func(b ...[]byte) bool, end func(), done <-chan struct{}) {
 	wait := s.stream.opt.WriteWait
 	rc := http.NewResponseController(c.Writer)

@@ -1,8 +1,6 @@
-// Package keyspace owns flashsale's Redis key layout (see docs/design.md). Items are grouped
-// into a fixed number of virtual shards; every key of an item and its shard's shared keys (the
-// outbox stream, the expiry index, the users' order indexes, the change log) carry the shard's
-// hash tag, so each script runs in one Redis Cluster slot while the number of keys anyone has
-// to watch is the number of shards, not of items.
+// Package keyspace owns flashsale's Redis key layout (docs/design.md). Items fall into a fixed
+// number of virtual shards whose hash tag every key of the item and the shard's shared keys
+// carry: each script runs in one Cluster slot, and watchers watch shards, not items.
 package keyspace
 
 import (

@@ -78,14 +78,9 @@ func (p Policy) validate() error {
 	return nil
 }
 
-// Limiter evaluates named GCRA policies in Redis. Its state lives only in Redis, so every api
-// instance shares one budget per subject. Policies can be replaced while it serves.
-//
-// It fails closed: when Redis does not answer, Allow returns an error and the caller refuses
-// the request (the HTTP layer answers 503 unavailable) rather than letting it through unlimited.
-//
-// A subject it refused is answered from this process's memory until it may try again
-// (Refusals), so a flood of refused requests costs Redis nothing.
+// Limiter evaluates named GCRA policies in Redis, so every api instance shares one budget per
+// subject; policies can be replaced while it serves. It fails closed (Allow errs, the caller
+// refuses), and a refused subject is answered from memory until it may try again (Refusals).
 type Limiter struct {
 	rdb      redis.UniversalClient
 	keys     keyspace.Space

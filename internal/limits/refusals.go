@@ -6,12 +6,10 @@ import (
 	"time"
 )
 
-// Refusals remembers, per subject, a refusal the shared limiter in Redis gave and until when
-// it holds: GCRA lets a refused subject through no sooner than its retry time, and other
-// instances' requests can only push that later, so until then this api answers the subject's
-// requests 429 from memory, with the same figures, at no Redis cost. It asks Redis at most
-// once per subject and window. Memory is bounded: past max subjects, expired refusals are
-// dropped, and while every one is live a new refusal is not remembered (it costs a call).
+// Refusals remembers, per subject, a refusal the shared limiter gave and until when it holds
+// (GCRA lets it through no sooner, whatever other instances do), so this api answers the
+// subject 429 from memory until then. Bounded: past max subjects, expired refusals go, and a
+// new one is not remembered while every one is live.
 type Refusals struct {
 	max     int
 	mu      sync.Mutex

@@ -1,11 +1,7 @@
-// Package lock owns cluster-wide job locks in Redis: one holder at a time for jobs such as
-// batch reconciliation and restore, whichever instance starts them.
-//
-// A lock is SET NX PX with a value random per holder, obtained together with a fencing number
-// from a counter that only grows. It is refreshed while the job runs and released only by its
-// owner. A holder that stalls (GC pause, stopped VM) past its TTL loses the lock without knowing
-// it; writes that matter therefore carry the fencing number, and the store that receives them
-// refuses a number lower than the newest it has seen.
+// Package lock owns cluster-wide job locks in Redis (batch reconciliation, restore): SET NX PX
+// with a value per holder, taken with a fencing number that only grows, refreshed while the job
+// runs and released only by its owner. A holder stalled past its TTL loses the lock unaware, so
+// writes that matter carry the fencing number and their store refuses an older one.
 package lock
 
 import (

@@ -1,8 +1,6 @@
-// Package metrics owns flashsale's Prometheus metrics: one registry with the Go runtime and
-// process collectors, and every metric the api and the reconciler export. The metrics are
-// package variables so the code that does the work (HTTP layer, relay, consumer, expirer,
-// reconciler) records them with one line and no plumbing; each process serves the registry
-// on /metrics (the api's router, or the admin listener).
+// Package metrics owns flashsale's Prometheus registry and every metric the api and the
+// reconciler export, as package variables so the code doing the work records them in one line;
+// each process serves the registry on /metrics.
 package metrics
 
 import (

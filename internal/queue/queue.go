@@ -1,8 +1,6 @@
-// Package queue owns the waiting room of items that have one (docs/waiting-room.md): joining
-// the line, admitting shoppers from it in a fair order at a bounded rate, the tickets and
-// passes (signed, checked without Redis), and answering polls from memory. The purchase
-// script (internal/inventory, lua/inventory/purchase.lua) checks and spends a pass in the same step as
-// the order; everything else about the line is here and in lua/queue_*.lua.
+// Package queue owns the waiting rooms (docs/waiting-room.md): joining the line, admitting in a
+// fair order at a bounded rate, signed tickets and passes checked without Redis, and polls
+// answered from memory. The purchase script spends a pass; the rest is here and in lua/queue/.
 package queue
 
 import (

@@ -14,13 +14,9 @@ import (
 	"sync"
 )
 
-// Signer signs and checks the waiting room's tokens (a ticket's token, a pass) with HMAC-SHA256,
-// so the api checks them without a Redis call. Each token names the key that signed it
-// ("<key id>.<payload>.<mac>", base64url): the first key signs, every key verifies, so a new
-// secret can be put first while tokens signed with the old one still verify until it is
-// dropped. A token is bound to its item and user, both signed: a pass carries them, a ticket's
-// token does not (every poll names them already, in its path and bearer token), so the MAC
-// covers them without their bytes crossing the wire twice on every poll.
+// Signer signs and checks the waiting room's tokens with HMAC-SHA256, without Redis. A token
+// ("<key id>.<payload>.<mac>") names its key: the first signs, all verify, so secrets rotate.
+// The MAC covers item and user; a ticket's token omits them, as every poll names them already.
 type Signer struct {
 	keys []signingKey // keys[0] signs
 }

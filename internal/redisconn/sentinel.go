@@ -22,15 +22,10 @@ import (
 // not shorter than the Sentinels' down-after time): the binaries exit 2 on it, without retrying.
 var ErrInvalidSetting = errors.New("invalid setting")
 
-// sentinels is the Sentinels' side of a watch: which node a majority of them names primary,
-// when they last did, and what they say of its replicas. The majority is of every Sentinel
-// known: those configured and those any of them reported (a set that only grows, so a
-// partition cannot shrink the majority).
-//
-// go-redis's failover client is not used for the data path: it takes the primary from the
-// first Sentinel that answers, and a Sentinel cut off with a deposed primary still names it.
-// The data client dials the node the majority names (dial), and its connections to any other
-// node are closed when the majority names another (follow).
+// sentinels is the Sentinels' side of a watch: which node a majority of every Sentinel known
+// (a set that only grows, so a partition cannot shrink it) names primary, when, and what they
+// say of its replicas. The data client dials the node the majority names, not the first
+// Sentinel's answer (go-redis's failover client), which a cut-off Sentinel may get wrong.
 type sentinels struct {
 	name     string
 	password string

@@ -1,8 +1,6 @@
-// Package shutdown owns how a process answers SIGINT and SIGTERM. The first one starts a
-// graceful shutdown: the context ends, its cause naming the signal. A second one, while that
-// shutdown runs, ends the process at once (exit status 1) for an operator who will not wait;
-// what the drain would have finished is then left as after a crash (events wait in the Redis
-// outbox, offsets stay uncommitted, a batch run stays running until the next one).
+// Package shutdown owns how a process answers SIGINT and SIGTERM: the first ends the context
+// (its cause names the signal) for a graceful shutdown; a second exits at once (status 1),
+// leaving what the drain would have finished as a crash would.
 package shutdown
 
 import (

@@ -1,9 +1,6 @@
-// Package stats owns the sale monitor's time series: each api instance counts its requests,
-// purchases by outcome, latency and expired reservations per second and adds them, once a
-// second in one pipelined call, to a Redis hash per wall-clock second that every instance
-// shares; shared gauges (stock left, outbox backlog, consumer lag) are set in the same call.
-// Read sums nothing itself: Redis already holds the cluster's totals, so any instance answers
-// for all of them.
+// Package stats owns the sale monitor's time series: each api instance adds its per-second
+// counts (requests, purchases by outcome, latency, expiries) once a second to a Redis hash per
+// wall-clock second that all share, with the shared gauges, so any instance reads the totals.
 package stats
 
 import (

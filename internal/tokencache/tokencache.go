@@ -1,19 +1,10 @@
-// Package tokencache remembers tokens that passed a signature check, with what the check found,
-// so a client's repeated requests skip the check: a shopper's bearer token on every click of a
-// sale (internal/httpapi), a waiting ticket's token on every poll (internal/queue). Only tokens
-// whose signature held are stored, and a hit compares the whole token string, so an altered or
-// forged token never matches an entry.
+// Package tokencache remembers tokens that passed a signature check, with what it found, so
+// repeated requests (bearer tokens, waiting tickets) skip the check. A hit compares the whole
+// token, so an altered or forged one never matches.
 //
-// A Cache is a fixed table of 8-way sets of atomic pointers rather than a sync.Map: a lookup is
-// one short hash, the set's 64 bytes of hashes and the one pointer whose hash matches,
-// with no lock, no interface boxing and no trie walk, on the path of every authenticated
-// answer. The set is chosen by hashing only the token's last bytes, which for our tokens are
-// the signature and so already spread evenly; whatever a client sends there, it can only land
-// in a set, never match an entry it does not hold the whole token of.
-//
-// 16,384 sets of 8 hold 131,072 tokens. A full set evicts a round-robin victim, which then
-// simply checks again. Eight ways keep a set from overflowing until about 100,000 live tokens,
-// so shoppers polling in turn do not evict one another into the full check.
+// A Cache is a fixed table of 8-way sets of atomic pointers, lock-free on the path of every
+// authenticated answer. The set is chosen by the token's last bytes (its signature, already
+// spread evenly); a full set evicts a round-robin victim, which then simply checks again.
 package tokencache
 
 import (
@@ -28,12 +19,9 @@ type Cache[V any] struct {
 	clock atomic.Uint32 // victim choice when a set is full
 }
 
-// set keeps its ways' hashes apart from their entries, so a lookup reads 64 bytes of hashes and
-// follows only the pointer whose hash matches. A set is 128 bytes and the table, a large
-// allocation of its own, starts on a page: the hashes fill one cache line and the entries the
-// next, which the CPU fetches as a pair (embedded in another struct, the table started anywhere
-// and a set spanned three lines). A reader may see a hash from an older entry than the pointer beside it: the hash
-// only filters, the entry's own hash and token decide.
+// set keeps its ways' hashes (one cache line) apart from their entries (the next), so a lookup
+// follows only the pointer whose hash matches; the table is allocated on its own to stay
+// aligned. A hash may be older than its pointer: it only filters, the entry decides.
 type set[V any] struct {
 	hash  [ways]atomic.Uint64
 	entry [ways]atomic.Pointer[Entry[V]]

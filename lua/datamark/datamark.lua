@@ -1,13 +1,7 @@
--- datamark.lua: the marker of the data one Redis slot holds (internal/datamark). Each shard's
--- slot (and the ranking slot) has one marker hash: gen, a random id written when the marker is
--- adopted or after a restore, and per observer (each api process, and the reconciler's record)
--- a field o:<observer> = "<count>:<ms>" that only that observer raises, once per check. The
--- marker lives in the same slot as the data it vouches for, so it is lost, replicated and
--- snapshotted with it: a Redis that comes back empty has no marker, one that comes back from
--- an older copy has an observer's count below what that observer saw confirmed (other
--- observers' checks since do not hide it: they raise only their own counts). A loss, once
--- seen, is written down as the field lost, so every observer sees it until a restore writes a
--- fresh marker. One script so each check and its write are atomic.
+-- datamark.lua: the marker of the data one Redis slot holds (internal/datamark): gen, and per
+-- observer o:<observer> = "<count>:<ms>", raised only by that observer. It lives in the data's
+-- slot, so it is lost and copied with it; a loss seen is written as the field lost until a
+-- restore. One script so each check and its write are atomic.
 --
 -- Go caller: datamark.call (internal/datamark/datamark.go).
 -- KEYS[1] the marker hash

@@ -6,12 +6,9 @@
 -- where T = period/rate is the emission interval. Allowed requests over a window E number at
 -- most burst + rate*E/period. A refusal writes nothing.
 --
--- No string.format on the way: gcra() hands the TAT to redis.call as the Lua number it is
--- (Redis prints it with 17 significant digits, which read back as the same number, so the
--- TAT keeps its exact fraction and no rounding adds up over a burst; purchase.lua stores the
--- double's 8 bytes instead, exact too and cheaper), and the reply's times
--- are whole milliseconds, rounded up (waiting that long always suffices), which a Lua
--- concatenation prints exactly.
+-- No string.format: the TAT goes to redis.call as the Lua number it is (17 significant digits
+-- read back exactly, so no rounding adds up over a burst), and the reply's times are whole
+-- milliseconds rounded up (waiting that long always suffices).
 --
 -- gcra_step(tat, now_ms, rate, period_ms, burst, cost) ->
 --   allowed (true/false), remaining (integer), retry_after_ms, reset_ms (integers, rounded

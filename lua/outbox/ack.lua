@@ -1,9 +1,6 @@
--- outbox/ack.lua: acknowledge outbox entries Kafka has taken and drop them from the stream, in
--- one step, so the stream holds exactly the entries no relay has acknowledged: its length is
--- the backlog (the outbox bound, the metric) and its memory follows what is unpublished. The
--- relay calls it after each publish. Most entries go by XTRIM MINID, which frees whole stream
--- nodes; XDEL of each id (which looks every id up) was most of the relay's Redis time, so only
--- the ids the trim cannot reach yet are deleted one by one.
+-- outbox/ack.lua: acknowledge outbox entries Kafka has taken and drop them from the stream in
+-- one step, so the stream's length is the backlog. Most go by XTRIM MINID, which frees whole
+-- stream nodes; only the ids the trim cannot reach yet are deleted one by one (XDEL is costly).
 --
 -- Go caller: outbox.Relay.publish (internal/outbox/relay.go).
 -- KEYS[1] the outbox stream
@@ -11,13 +8,10 @@
 --         (as XREADGROUP and XAUTOCLAIM return them)
 -- Reply: {entries acknowledged, entries trimmed, entries deleted beyond the trim}
 --
--- What is trimmed: every entry below the group's oldest pending entry or, with none pending,
--- up to the last entry delivered to the group. XREADGROUP hands new entries out in id order,
--- so every entry below either was delivered, and is no longer pending: it was acknowledged,
--- i.e. published. What is deleted: the ids of this call above the group's oldest pending
--- entry (another relay still holds an older one); without it they would stay until that
--- relay acknowledges, unbounded while it cannot publish. They were acknowledged just now, so
--- none is pending: nothing unpublished goes. Running it twice is harmless.
+-- Trimmed: every entry below the group's oldest pending one (or up to the last delivered):
+-- entries go out in id order, so each was delivered and acknowledged. Deleted: this call's ids
+-- above that point, just acknowledged, which would otherwise wait for a stuck relay. Running
+-- it twice is harmless.
 
 -- id_less: stream id a sorts before b (as numbers: "9-0" sorts after "10-0" as strings).
 local function id_less(a, b)

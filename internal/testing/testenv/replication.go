@@ -210,12 +210,9 @@ func (r *Replicated) WaitInSync(t testing.TB, primary *Server, n int) {
 }
 
 // WithSentinels starts count Sentinels (quorum: a majority) monitoring the primary as
-// r.MasterName, with a 3 s down-after and a 3 s failover timeout (a failover that found no
-// replica fit to promote, one that sleeps, is tried again 6 s later), and waits until each of
-// them knows every replica and the other Sentinels. It returns their addresses.
-// The down-after is three of Sentinel's 1 s pings: with 1 s a single PING answered late (a
-// just promoted primary busy with the sale's retries and its old primary's full sync) made the
-// Sentinels fail the new primary over again, back to the old one, a second after promoting it.
+// r.MasterName, with a 3 s down-after (three pings, so one late PING from a busy new primary
+// does not fail it over again) and a 3 s failover timeout, waits until each knows every
+// replica and the other Sentinels, and returns their addresses.
 func (r *Replicated) WithSentinels(t testing.TB, count int) []string {
 	t.Helper()
 	host, port := hostPort(r.Primary.Addr)

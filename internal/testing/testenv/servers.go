@@ -26,12 +26,9 @@ func freePort(t testing.TB) int {
 	return FreePort(t)
 }
 
-// Ports handed out by FreePort come from below the kernel's ephemeral range (32768 and up on
-// Linux), chosen at random and once per process: a port the kernel hands out for :0 may be
-// taken, between the check and the server's bind, as the local port of any outgoing
-// connection (a busy test makes thousands), and then a server started on it fails to bind.
-// The port 10000 above is free too, and never handed out: a cluster node's bus port unless
-// it is given.
+// Ports handed out by FreePort come from below the kernel's ephemeral range, at random and once
+// per process: a port from :0 may be taken as the local port of an outgoing connection before
+// the server binds it. The port 10000 above each is kept free too (a cluster node's bus port).
 const (
 	portLow, portHigh = 10000, 20000
 	busOffset         = 10000
