@@ -68,7 +68,7 @@ func TestUnconfirmedPurchaseIsUnknownAndItsRetryReturnsTheOrder(t *testing.T) {
 	ctx := context.Background()
 	waitReady(t, rdb)
 	// The item is made through a patient client: only the purchases below must miss the stall.
-	newItem(t, inventory.NewStore(r.AckClient(t, 1, 5*time.Second), keys, inventory.Options{}), "hot", 10, 5)
+	newItem(t, inventory.NewStore(r.AckClient(t, 1, 5*time.Second), keys, options.Inventory(inventory.Options{})), "hot", 10, 5)
 	replica := r.Replicas[0]
 	key := ""
 	// The stall must meet a purchase before the watch notices it (then the purchase is refused
