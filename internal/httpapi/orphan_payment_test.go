@@ -2,18 +2,23 @@ package httpapi_test
 
 import (
 	"context"
+	"crypto/rand"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	stripe "github.com/stripe/stripe-go/v85"
 
+	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/paysim"
 )
 
-// forgetPayment wipes what links the order to its checkout (its payment record and the
-// session's and attempt's index), as losing Redis's data and a restore do while the
-// shopper's checkout page stays open.
+// forgetPayment wipes what links the order to its checkout session (its payment record and
+// the session's index), as losing them does while the shopper's checkout page stays open.
+// The attempt's index stays: it is this deployment's record that the payment is the shop's
+// (a restore brings it back from the record).
 func (a *payAPI) forgetPayment(item, order, session string) {
 	a.t.Helper()
 	ctx := context.Background()
@@ -29,8 +34,11 @@ func (a *payAPI) forgetPayment(item, order, session string) {
 	if err := a.rdb.HDel(ctx, a.keys.Item(item).Payments(), order).Err(); err != nil {
 		a.t.Fatal(err)
 	}
-	if err := a.rdb.Del(ctx, a.keys.PaymentOrder(session), a.keys.PaymentOrder(att)).Err(); err != nil {
+	if err := a.rdb.Del(ctx, a.keys.PaymentOrder(session)).Err(); err != nil {
 		a.t.Fatal(err)
+	}
+	if oid, err := a.rdb.Get(ctx, a.keys.PaymentOrder(att)).Result(); err != nil || oid != order {
+		a.t.Fatalf("attempt %s indexed to %q (%v), want %s", att, oid, err, order)
 	}
 }
 
@@ -130,5 +138,86 @@ func TestLostLinkOldSessionRefunded(t *testing.T) {
 	n, pay := a.outboxTypes("or")
 	if n["order.paid"] != 1 || pay[now["id"].(string)] != "order.paid" {
 		t.Fatalf("events %v, payments %v", n, pay)
+	}
+}
+
+// foreignPayment pays, on the shop's own account, a Checkout Session the shop never made whose
+// metadata names order of user with an attempt this deployment never recorded (as another
+// deployment's, or the shop's other sales', may), for cents; it returns the session.
+func (a *payAPI) foreignPayment(order, user string, cents int64) *stripe.CheckoutSession {
+	a.t.Helper()
+	md := map[string]string{"order_id": order, "user_id": user, "flashsale_attempt": "fsa_" + rand.Text()}
+	p := &stripe.CheckoutSessionCreateParams{
+		Mode: stripe.String(string(stripe.CheckoutSessionModePayment)),
+		LineItems: []*stripe.CheckoutSessionCreateLineItemParams{{
+			Quantity: stripe.Int64(1),
+			PriceData: &stripe.CheckoutSessionCreateLineItemPriceDataParams{
+				Currency: stripe.String("usd"), UnitAmount: stripe.Int64(cents),
+				ProductData: &stripe.CheckoutSessionCreateLineItemPriceDataProductDataParams{Name: stripe.String("elsewhere")},
+			},
+		}},
+		SuccessURL:        stripe.String("http://elsewhere.test/ok"),
+		CancelURL:         stripe.String("http://elsewhere.test/no"),
+		Metadata:          md,
+		PaymentIntentData: &stripe.CheckoutSessionCreatePaymentIntentDataParams{Metadata: md},
+	}
+	cs, err := a.stripe.V1CheckoutSessions.Create(context.Background(), p)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	a.pay(cs.URL, paysim.CardVisa)
+	return a.session(cs.ID)
+}
+
+// TestForeignPaymentLeftAlone: succeeded payments on the shop's account whose metadata names a
+// real reservation of this shop (same order id, user and amount) but an attempt this
+// deployment never recorded are not the shop's: answered 200 and counted unknown, never paid
+// onto the order nor refunded, whether the order has no checkout yet or one open; the shop's
+// own checkout still pays its order afterwards.
+func TestForeignPaymentLeftAlone(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{Chaos: paysim.Chaos{Duplicates: 2}}, nil)
+	a.item("fp", 10, 5)
+	bare := a.reserve("fp", "alice")
+	open := a.reserve("fp", "bob")
+	mine := a.checkout("bob", open)
+	unknown := func() float64 {
+		return testutil.ToFloat64(metrics.PaymentWebhooks.WithLabelValues(payment.WebhookUnknown))
+	}
+	before := unknown()
+
+	foreign := []*stripe.CheckoutSession{a.foreignPayment(bare, "alice", 1999), a.foreignPayment(open, "bob", 1999)}
+	a.delivered()
+	for _, cs := range foreign {
+		if cs.PaymentIntent == nil || cs.PaymentIntent.ID == "" {
+			t.Fatalf("foreign session %s has no payment", cs.ID)
+		}
+		if n := a.refundsOf(cs.PaymentIntent.ID, 1999); n != 0 {
+			t.Errorf("%d refunds of another deployment's payment %s", n, cs.PaymentIntent.ID)
+		}
+	}
+	if st := a.status("alice", bare); st != "reserved" {
+		t.Errorf("order without checkout %s after a foreign payment, want reserved", st)
+	}
+	if st := a.status("bob", open); st != "reserved" {
+		t.Errorf("order with an open checkout %s after a foreign payment, want reserved", st)
+	}
+	// Each foreign payment's success events (the session's and its PaymentIntent's).
+	if got := unknown() - before; got < 2 {
+		t.Errorf("%v deliveries counted unknown, want at least 2", got)
+	}
+	if n, _ := a.outboxTypes("fp"); n["order.paid"] != 0 || n["payment.refunded"] != 0 {
+		t.Fatalf("events %v after foreign payments", n)
+	}
+
+	a.pay(mine["checkout_url"].(string), paysim.CardVisa)
+	waitFor(t, "the shop's own payment", 30*time.Second, func() bool { return a.status("bob", open) == "paid" })
+	a.delivered()
+	if n := a.refundsOf(a.session(mine["id"].(string)).PaymentIntent.ID, 1999); n != 0 {
+		t.Fatalf("%d refunds of the payment that paid the order", n)
+	}
+	for _, cs := range foreign {
+		if n := a.refundsOf(cs.PaymentIntent.ID, 1999); n != 0 {
+			t.Fatalf("%d refunds of another deployment's payment %s", n, cs.PaymentIntent.ID)
+		}
 	}
 }

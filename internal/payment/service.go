@@ -451,8 +451,14 @@ func (s *Service) intentStatus(ctx context.Context, paymentIntent string) (strin
 // is not the order's in force) to the order its metadata names, when that order is still a
 // reservation inside its time, of the payment's amount and currency, with no other attempt in
 // force. adopted false (and no error): the payment can pay no order and is to be refunded.
-// ErrUnknownPayment: a payment without the shop's metadata. errSettledElsewhere: the event
-// is left to another (see below).
+// ErrUnknownPayment: not this shop's payment (left alone: answered 200, counted, never
+// refunded). errSettledElsewhere: the event is left to another (see below).
+//
+// A payment is this shop's only when its flashsale_attempt is one this deployment indexed to
+// the order its metadata names (a checkout indexes it first; a restore indexes the record's).
+// The shop's other sales on the same account, or another deployment's, may carry the same
+// order id, user and amount: paying or refunding them on their metadata alone would take or
+// give back money that is not this shop's.
 //
 // A Checkout payment's success comes as its session's event and its PaymentIntent's. The
 // session's event decides; the PaymentIntent's refunds only what no session event can pay:
@@ -462,6 +468,11 @@ func (s *Service) adopt(ctx context.Context, ev Event) (oid, sid string, adopted
 	oid, user, att := ev.Metadata[MetaOrder], ev.Metadata[MetaUser], ev.Metadata[MetaAttempt]
 	if oid == "" || user == "" || att == "" {
 		return "", "", false, orders.ErrUnknownPayment
+	}
+	if known, err := s.Orders.OrderOfPayment(ctx, att); errors.Is(err, orders.ErrUnknownPayment) || (err == nil && known != oid) {
+		return "", "", false, orders.ErrUnknownPayment
+	} else if err != nil {
+		return "", "", false, err
 	}
 	o, err := s.Orders.Get(ctx, user, oid)
 	if errors.Is(err, orders.ErrNotFound) {
@@ -487,9 +498,6 @@ func (s *Service) adopt(ctx context.Context, ev Event) (oid, sid string, adopted
 	}
 	if payable(o) != nil || !fits {
 		return "", "", false, nil
-	}
-	if err := s.Orders.IndexPayment(ctx, att, oid); err != nil {
-		return "", "", false, err
 	}
 	if err := s.Orders.IndexPayment(ctx, ev.SessionID, oid); err != nil {
 		return "", "", false, err
