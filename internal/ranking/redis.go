@@ -185,9 +185,9 @@ func (s *Store) SetCategories(ctx context.Context, categories map[string]string)
 // readsPerPipeline bounds the commands of one pipeline of reads (SetCategories).
 const readsPerPipeline = 1000
 
-// SetSold puts an item's paid units on the best-sellers board as a restore reads them from
-// the record: it only raises the figure, so it never undoes a newer report of the live shop
-// (see SetSoldAt). Calls are idempotent in any order.
+// SetSold puts an item's units on the best-sellers board without a number: it only raises
+// the figure, so it never undoes a newer numbered report of the live shop (see SetSoldAt; a
+// restore numbers its figure). Calls are idempotent in any order.
 func (s *Store) SetSold(ctx context.Context, item string, units int64) error {
 	return s.SetSoldAt(ctx, item, units, 0)
 }

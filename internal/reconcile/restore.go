@@ -152,11 +152,11 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	if err != nil {
 		return out, err
 	}
-	if err := r.restoreWrite(ctx, id, n, it, expected, pos, st, &out); err != nil {
+	if err := r.restoreWrite(ctx, id, n, it, expected, pos, &st, &out); err != nil {
 		return out, err
 	}
 	if r.opt.Ranking != nil {
-		if out.Ratings, err = r.restoreRatings(ctx, id, it.Category, out.Paid); err != nil {
+		if out.Ratings, err = r.restoreRatings(ctx, id, it.Category, out.Paid-st.refundedKept, st.soldSeq); err != nil {
 			return out, err
 		}
 	}
@@ -186,11 +186,15 @@ func (r *Reconciler) restoreQuiet(ctx context.Context, id string, force bool) (e
 	return expected, pos, nil
 }
 
-// itemState is an item's Redis state as the record holds it: the entries to put, and the
-// highest order sequence and change time the record shows.
+// itemState is an item's Redis state as the record holds it: the entries to put, the
+// highest order sequence and change time the record shows, and the units of refunded orders
+// that stayed sold (counted in paid, not on best sellers). soldSeq is the number
+// restore_finish.lua gave the item's best-sellers figure.
 type itemState struct {
 	puts          []entry
 	maxSeq, maxMs int64
+	refundedKept  int64
+	soldSeq       int64
 }
 
 // restoreState derives item id's Redis state from its record it, counting the units into out.
@@ -221,6 +225,7 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 	held := map[string]int64{}
 	paidBy := map[string]int64{}
 	var maxSeq, maxMs int64 = 0, max(it.AttrMs, it.StMs)
+	var refundedKept int64
 	ttl := r.opt.ReservationTTL.Milliseconds()
 	for _, o := range orders {
 		created := o.Created.UnixMilli()
@@ -269,6 +274,7 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 			// allowance; a refunded buyer is no buyer.
 			out.Paid += o.SoldUnits()
 			held[o.User] += o.SoldUnits()
+			refundedKept += o.SoldUnits()
 		}
 	}
 	for user, u := range byUser {
@@ -284,6 +290,9 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 			entry{kind: "uitem", a: id, b: strconv.FormatInt(u.first, 10), key: k.UserItems(user)})
 	}
 	for u, q := range held {
+		if q <= 0 {
+			continue // only refunds put back on sale: the user holds nothing (no entry, as live)
+		}
 		puts = append(puts, entry{kind: "held", a: u, b: strconv.FormatInt(q, 10)})
 	}
 	for u, q := range paidBy {
@@ -296,7 +305,7 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 		out.Note = fmt.Sprintf("record holds %d units more than stock_total; stock_left set to 0", -out.StockLeft)
 		out.StockLeft = 0
 	}
-	return itemState{puts: puts, maxSeq: maxSeq, maxMs: maxMs}, nil
+	return itemState{puts: puts, maxSeq: maxSeq, maxMs: maxMs, refundedKept: refundedKept}, nil
 }
 
 // paymentRecord is the payments-hash record ("payment id|state|event id|attempt", as the
@@ -355,7 +364,7 @@ func (r *Reconciler) indexRestored(ctx context.Context, it record.ItemRecord) er
 
 // restoreWrite writes st behind the fence: begin (fence, re-check idle, clear; the item hash
 // goes), the entries in chunks, finish (the item hash last).
-func (r *Reconciler) restoreWrite(ctx context.Context, id string, n int64, it record.ItemRecord, expected, pos string, st itemState, out *RestoredItem) error {
+func (r *Reconciler) restoreWrite(ctx context.Context, id string, n int64, it record.ItemRecord, expected, pos string, st *itemState, out *RestoredItem) error {
 	k := r.keys.Item(id)
 	puts, maxSeq, maxMs := st.puts, st.maxSeq, st.maxMs
 	if r.opt.beforeBegin != nil {
@@ -406,6 +415,7 @@ func (r *Reconciler) restoreWrite(ctx context.Context, id string, n int64, it re
 	args := []any{n, floor, id,
 		"name", it.Name, "category", it.Category, "price_cents", it.Price,
 		"stock_total", it.Total, "stock_left", out.StockLeft, "reserved", out.Reserved, "paid", out.Paid,
+		"refunded_kept", st.refundedKept,
 		"per_user_limit", it.PerUser, "starts_at", ms(it.StartsAt), "ends_at", ms(it.EndsAt),
 		"archived_at", ms(it.ArchivedAt), "image_url", it.ImageURL, "seq", out.Seq, "version", version + 1}
 	reply, err = restoreFinish.Run(ctx, r.rdb, []string{k.RestoreFence(), k.Hash(), k.Outbox(), k.Changed(), k.Clock(), k.Restoring()}, args...).Slice()
@@ -415,6 +425,10 @@ func (r *Reconciler) restoreWrite(ctx context.Context, id string, n int64, it re
 	if reply[0] == "fenced" {
 		return refuse("%w: a newer restore (fencing %v) wrote this item", ErrFenced, reply[1])
 	}
+	if len(reply) < 2 {
+		return fmt.Errorf("restore %s: restore_finish replied %v", id, reply)
+	}
+	st.soldSeq, _ = reply[1].(int64)
 	return nil
 }
 
@@ -508,17 +522,19 @@ func (r *Reconciler) checkIdle(ctx context.Context, id string) (version, pos str
 }
 
 // restoreRatings replays the record's ratings of an item through the ranking store (which
-// rebuilds the boards) and puts its paid units on best sellers. The item is on sale again, so
+// rebuilds the boards) and puts its units on best sellers: sold (paid, less refunded orders'
+// units) as numbered seq by restore_finish.lua, so the figure is set exactly, down as well as
+// up, while a live payment or refund since (numbered above it) stands. The item is on sale again, so
 // shoppers may rate it meanwhile: each recorded rating is written only if its user has none in
 // Redis now (ranking.Store.Restore, one script), so a newer live rating stands and a live rating
 // of one user does not keep the others' from coming back; ratings Redis kept are left as they
 // are. The replay emits no events: the record already holds what it writes. It returns the
 // number of ratings written.
-func (r *Reconciler) restoreRatings(ctx context.Context, id, category string, paid int64) (int, error) {
+func (r *Reconciler) restoreRatings(ctx context.Context, id, category string, sold, seq int64) (int, error) {
 	if r.opt.beforeRatings != nil {
 		r.opt.beforeRatings(ctx, id)
 	}
-	if err := r.opt.Ranking.SetSold(ctx, id, paid); err != nil {
+	if err := r.opt.Ranking.SetSoldAt(ctx, id, sold, seq); err != nil {
 		return 0, err
 	}
 	ratings, err := r.db.Ratings(ctx, id)

@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/internal/orders"
 	"github.com/flashsale/flashsale/internal/payment"
 	"github.com/flashsale/flashsale/internal/paysim"
+	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
@@ -255,4 +256,99 @@ func openAttempt(t *testing.T, p *payEnv, sessionID string) string {
 		t.Fatalf("session %s carries no attempt", sessionID)
 	}
 	return att
+}
+
+// TestRestoreBestSellersLeaveRefunds: alice's 2 units are refunded without restock (they stay
+// sold, so paid counts them, but a refunded buyer is no buyer), bob's 1 with restock, carol's
+// 1 stays paid: best sellers shows 1. Redis loses its data and `restore --all` runs: the item's
+// refunded_kept comes back from the record (2) and best sellers is set to paid - refunded_kept
+// exactly (restore used to put paid, 3, there), and a payment after the restore counts on top.
+func TestRestoreBestSellersLeaveRefunds(t *testing.T) {
+	p := newPayEnv(t)
+	e := p.env
+	rank := ranking.NewStore(p.rdb, e.keys, ranking.Options{Size: 10})
+	e.ord.Hooks.PaidChanged = rank.PaidChanged
+	e.item("B", 10, 4)
+	deadline := time.Now().Add(60 * time.Second)
+	paid := func(user string, qty int64) orders.Order {
+		t.Helper()
+		o := e.buy("B", user, qty)
+		_, pay, err := p.svc.Checkout(e.ctx, user, o.ID, "http://shop.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := paysim.PaySession(e.ctx, pay.CheckoutURL, paysim.CardVisa); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			got, err := e.ord.Get(e.ctx, user, o.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status == orders.Paid {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("order %s of %s: %s, want paid", o.ID, user, got.Status)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	best := func() int64 {
+		t.Helper()
+		b, err := rank.BestSellers(e.ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range b {
+			if x.ItemID == "B" {
+				return int64(x.Score)
+			}
+		}
+		return 0
+	}
+	settled := func() {
+		t.Helper()
+		for s := p.sim.Stats(); s.Pending != 0 || s.Delivered < s.Events; s = p.sim.Stats() {
+			if time.Now().After(deadline) {
+				t.Fatalf("webhooks not delivered: %+v", s)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		e.drain()
+	}
+
+	alice, bob := paid("alice", 2), paid("bob", 1)
+	paid("carol", 1)
+	if _, err := p.svc.RefundOrder(e.ctx, alice.ID, "refund-alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.svc.RefundOrder(e.ctx, bob.ID, "refund-bob", true); err != nil {
+		t.Fatal(err)
+	}
+	if got := best(); got != 1 {
+		t.Fatalf("best sellers before the loss: %d, want 1 (carol's)", got)
+	}
+	settled()
+
+	if err := p.rdb.FlushDB(e.ctx).Err(); err != nil { // a private server: losing it is the test
+		t.Fatal(err)
+	}
+	rec := e.reconciler(reconcile.Options{Ranking: rank, QuietFor: 10 * time.Millisecond, ReservationTTL: time.Hour})
+	res, err := rec.Restore(e.ctx, reconcile.RestoreOptions{All: true})
+	if err != nil || len(res.Restored) != 1 || res.Restored[0].Paid != 3 {
+		t.Fatalf("restore: %+v %v, want B restored with 3 units paid", res, err)
+	}
+	if kept := num(p.rdb.HGet(e.ctx, e.keys.Item("B").Hash(), "refunded_kept").Val()); kept != 2 {
+		t.Errorf("restored refunded_kept %d, want 2 (alice's)", kept)
+	}
+	if got := best(); got != 1 {
+		t.Fatalf("best sellers after the restore: %d, want 1 (paid 3, refunded and kept 2)", got)
+	}
+
+	// The live shop's reports after the restore are numbered above the restore's figure.
+	paid("dave", 1)
+	if got := best(); got != 2 {
+		t.Fatalf("best sellers after a payment since the restore: %d, want 2", got)
+	}
 }

@@ -5,8 +5,8 @@
 -- (two payments' hooks, a payment's and a refund's), so each carries the figure's number from
 -- the item's own script, which grows with every change: a report numbered at or below the one
 -- applied is late and changes nothing. Calls are idempotent and commute.
--- A report without a number (0: a restore's figure from the record) only raises the figure and
--- leaves the number alone, so it never undoes a newer numbered report.
+-- A report without a number (0) only raises the figure and leaves the number alone, so it
+-- never undoes a newer numbered report. (A restore numbers its figure: restore_finish.lua.)
 -- An item whose figure falls to 0 leaves the board.
 -- Equal units: the smaller item id first (the member is the item id, the score is -units).
 --

@@ -10,7 +10,10 @@
 -- KEYS[4] shard change log   KEYS[5] shard clock   KEYS[6] the item's restoring mark (deleted)
 -- ARGV[1] fencing number   ARGV[2] lowest stream id for new events ("<ms>-<seq>", > 0-0)
 -- ARGV[3] item id   then field, value pairs of the item hash
--- Reply: {'ok'} | {'fenced', the fencing number stored}
+-- Reply: {'ok', sold_seq} | {'fenced', the fencing number stored}
+--   sold_seq: the number of the item's best-sellers figure as written (see best_sellers in
+--   lua/orders/release.lua): started afresh from Redis TIME in microseconds, above any number
+--   the item's lost state gave, and below any the live scripts give it after this call.
 -- Bad arguments: an error reply, nothing written.
 
 local n = tonumber(ARGV[1])
@@ -27,6 +30,9 @@ for i = 4, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call('HSET', KEYS[2], unpack(fields))
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[2], 'sold_seq', t[1] .. string.format('%06d', tonumber(t[2])))
+local sold_seq = redis.call('HINCRBY', KEYS[2], 'sold_seq', 1)
 redis.call('DEL', KEYS[6])
 mark_changed(KEYS[4], KEYS[5], ARGV[3])
 -- An entry added and deleted in the same script is never seen by a reader; the stream keeps
@@ -37,4 +43,4 @@ local id = redis.pcall('XADD', KEYS[3], ARGV[2], 'type', 'restore.position')
 if type(id) == 'string' then
   redis.call('XDEL', KEYS[3], id)
 end
-return {'ok'}
+return {'ok', sold_seq}
