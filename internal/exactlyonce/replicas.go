@@ -106,14 +106,14 @@ var errNotSent = errors.New("not sent")
 func (s *Script) runAcked(ctx context.Context, rdb redis.Scripter, n int, timeout time.Duration, keys []string, args []any, ride func(context.Context, redis.Pipeliner)) *redis.Cmd {
 	if c, ok := rdb.(*redis.ClusterClient); ok && ride != nil {
 		done := make(chan struct{})
-		go func() {
+		go func(ride func(context.Context, redis.Pipeliner)) {
 			defer close(done)
 			pipe := c.Pipeline()
 			ride(ctx, pipe)
 			_, _ = pipe.Exec(ctx) // blind: each command holds its own reply or error
-		}()
+		}(ride)
 		defer func() { <-done }()
-		ride = nil
+		ride = nil // the riders went in their own pipeline, not behind the script
 	}
 	for moved := 0; ; moved++ {
 		node, err := primaryFor(ctx, rdb, keys[0])
