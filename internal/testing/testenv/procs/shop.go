@@ -62,6 +62,9 @@ func (sh *Shop) base(api int) string {
 			live = append(live, p)
 		}
 	}
+	if len(live) == 0 { // every api has exited: the request fails and is recorded as such
+		return apis[0].URL
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.next++
