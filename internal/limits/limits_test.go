@@ -453,7 +453,8 @@ func TestTATsAndWholeMilliseconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	retry, _ := strconv.ParseFloat(r[2], 64)
-	if r[0] != "0" || retry < 60000 || retry > 60002 || rdb.Get(ctx, legacy).Val() != old {
+	// The lower bound allows for the time between TIME and the script on a busy machine.
+	if r[0] != "0" || retry < 59000 || retry > 60002 || rdb.Get(ctx, legacy).Val() != old {
 		t.Fatalf("legacy TAT %s: reply %q, stored now %s", old, r, rdb.Get(ctx, legacy).Val())
 	}
 }

@@ -66,8 +66,10 @@ func TestAcknowledgedByEveryPromotableReplica(t *testing.T) {
 	if err := buy(); !errors.Is(err, exactlyonce.ErrNotReplicated) && !errors.Is(err, exactlyonce.ErrTooFewReplicas) {
 		t.Fatalf("a purchase with a replica of the set stalled: %v, want not confirmed or refused", err)
 	}
+	// Refused up front until the Sentinels list the replica down; on a busy machine that window
+	// can close between two polls, and the replica then has left the set (checked next).
 	testenv.WaitFor(t, "changes refused up front", 30*time.Second, func() bool {
-		return errors.Is(buy(), exactlyonce.ErrTooFewReplicas) && redisconn.Ready(rdb) != nil
+		return (errors.Is(buy(), exactlyonce.ErrTooFewReplicas) && redisconn.Ready(rdb) != nil) || waits(1)()
 	})
 	testenv.WaitFor(t, "the Sentinels list it down: it leaves the set, changes go on", 60*time.Second, waits(1))
 	if err := buy(); err != nil {
