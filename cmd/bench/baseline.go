@@ -17,7 +17,7 @@ import (
 	"github.com/flashsale/flashsale/internal/redisconn"
 )
 
-// The baselines are the naive ceilings the issue measures against, each served by a child
+// The baselines are the naive ceilings the api is measured against, each served by a child
 // process of this binary (FLASHSALE_BENCH_SERVE selects which), so that each server, like the
 // real api, has a process of its own beside the load generator.
 const (

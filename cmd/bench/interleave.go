@@ -12,12 +12,9 @@ import (
 	"time"
 )
 
-// interleaveRounds is how many turns the api and its baselines take in a full run (the
-// default of -rounds). The machine is shared (other builds and tests come and go within
-// seconds), so a baseline measured a minute before its row can meet a different machine; in
-// turns of dur/rounds each, a change in the machine's load falls on both sides alike and the
-// ratio holds. Each row's turn-by-turn ratios are printed, so a reader sees how much of a
-// ratio is the machine's moment.
+// interleaveRounds is how many turns the api and its baselines take in a full run (the default
+// of -rounds). The machine is shared, so a baseline measured a minute apart may meet another
+// machine; in turns, a change in its load falls on both sides alike and the ratio holds.
 const interleaveRounds = 4
 
 // measure runs the api's load and each baseline's load in turns (the order rotating every

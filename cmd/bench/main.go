@@ -1,37 +1,7 @@
-// Command bench measures flashsale against naive ceilings on this machine, in one run, and
-// prints a table of rates, latencies and ratios:
-//
-//   - purchase attempts/s through the real api (auth, rate limit, coalescing, outbox relay to
-//     the embedded Kafka broker) beside a bare Gin handler doing one EVALSHA of the same
-//     purchase script per request;
-//   - purchase attempts/s with two replicas behind Sentinels and the default
-//     FLASHSALE_REDIS_ACK_REPLICAS (auto: both replicas) beside a primary without replicas
-//     (replica.go: two apis, in turns), and each primary's CPU time per purchase;
-//   - the purchase row beside the minimal service (minimal.go) turn by turn, and Redis's CPU
-//     time and memory per order made, the api's beside the minimal service's;
-//   - sold-out answers/s and catalogue/leaderboard reads/s beside a bare Gin hello handler,
-//     and the sold-out answer and GET /api/items beside a bare Gin handler writing the api's
-//     very reply, recorded once, to the same request bytes (replay.go);
-//   - the reconciler's write path (internal/record) in rows/s beside pgx CopyFrom of the same
-//     rows;
-//   - purchase -> Postgres latency (request sent to row committed) at 75% of the purchase
-//     row's rate with cmd/reconciler running;
-//   - the scale rows (scale.go): idle Redis commands/s per api instance with 10 / 1,000 /
-//     10,000 items and 1 or 3 apis, Redis commands per GET /api/orders, and GET /api/items
-//     with 10,000 items, against a private redis-server (`-only scale` runs them alone).
-//   - 10,000 catalogue streams (GET /api/items/stream) on one api: a stock change's arrival on
-//     every stream, the api's memory, and its CPU per second streaming vs the same shoppers
-//     polling GET /api/items once a second.
-//
-// Every server is a child process of its own (the api and reconciler binaries are built from
-// this module; the baselines are this binary re-executed), and one load generator (load.go)
-// drives them all. The api and its baseline servers are measured in turns (interleave.go),
-// so a shared machine's changing load falls on both sides of each ratio, and each row also
-// shows the servers' CPU time per request. `-short` runs every row tiny: CI checks that every
-// row appears with a measurement, not the numbers.
-//
-//	go run ./cmd/bench            # full run (about three minutes)
-//	go run ./cmd/bench -short     # seconds
+// Command bench measures flashsale against naive ceilings on this machine in one run
+// (`go run ./cmd/bench`; `-short` runs every row tiny) and prints a table of rates, latencies
+// and ratios. Each row runs the api and its baselines as child processes, in turns
+// (interleave.go); docs/performance.md, "What each row measures", defines every row.
 package main
 
 import (

@@ -13,10 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The minimal service is the purchase baseline a shop choosing between flashsale and
-// a simple service would compare with: Gin binding the JSON body, one EVALSHA per request of a
-// four-write script (minimal_purchase.lua), a JSON reply. No auth, no rate limit, no outbox, no
-// idempotency, no reservation expiry, no call record, go-redis with its default options.
+// The minimal service is the purchase baseline a shop might write instead: Gin binding the JSON
+// body, one EVALSHA of a four-write script (minimal_purchase.lua), a JSON reply; no auth, rate
+// limit, outbox, idempotency, expiry or call record, and go-redis with its default options.
 //
 //go:embed minimal_purchase.lua
 var minimalPurchaseSrc string

@@ -20,12 +20,9 @@ import (
 // recordBatch is how many events the reconciler row hands the writer per transaction.
 const recordBatch = 1000
 
-// reconciler measures the reconciler's write path (record.Writer over the reconciler's own
-// gorm pool: processed_events, orders and stock movements in one transaction per batch)
-// against pgx CopyFrom of the same rows into copies of those three tables, batch for batch.
-// The two take turns batch by batch, each going first every other batch, so a shared
-// machine's changing load falls on both; beside the rates, each side's CPU per row is this
-// process's CPU during its turns (parsing, encoding) plus its Postgres backend's.
+// reconciler measures the reconciler's write path (record.Writer on its own pool, one
+// transaction per batch) against pgx CopyFrom of the same rows, the two taking turns batch by
+// batch. A side's CPU per row is this process's CPU during its turns plus its Postgres backend's.
 func (b *bench) reconciler(ctx context.Context) error {
 	progress(b.out, "reconciler write path vs CopyFrom (%d rows)", b.opt.rows)
 	db, err := record.Open(b.pgDSN)
@@ -224,8 +221,8 @@ func (b *bench) latency(ctx context.Context) error {
 		reqs = append(reqs, shoppers[i])
 	}
 	l := b.load(b.api.addr, reqs)
-	// At 75% of the purchase row's peak (when it ran): the goal is the latency of a
-	// busy sale, not of a saturated api.
+	// At 75% of the purchase row's peak (when it ran): the goal is the latency of a busy sale,
+	// not of a saturated api.
 	peak := b.peakPurchaseRate()
 	l.pace = 0.75 * peak
 	l.onReply = func(i, status int, body []byte, at time.Time) {

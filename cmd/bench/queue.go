@@ -66,7 +66,7 @@ func (b *bench) queueRows(ctx context.Context) error {
 	}
 	b.rows = append(b.rows, row{name: "waiting-room poll answers/s (20,000 waiting)", res: &res, base: baseAt(bases, 0),
 		baseName: "bare Gin hello", target: 0.8, want: 200, note: note},
-		// Not the target: the hello handler fed the polls' exact bytes (a bearer JWT and
+		// Not a target: the hello handler fed the polls' exact bytes (a bearer JWT and
 		// a ticket token), so net/http's parsing of the larger request is on both sides.
 		row{name: "waiting-room poll answers/s (hello fed the same GET bytes)", res: &res, base: baseAt(bases, 1),
 			baseName: "bare Gin hello, same request bytes", want: 200})

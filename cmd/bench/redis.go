@@ -49,11 +49,9 @@ func (b *bench) privateRedis(ctx context.Context) (stop func(), err error) {
 	}, nil
 }
 
-// redisSample is what the private redis-server has done so far: CPU time (INFO cpu:
-// used_cpu_sys + used_cpu_user), calls and time by command (INFO commandstats, which counts
-// the commands scripts call too) and the memory it holds (INFO memory: used_memory). minus and
-// plus make it a window's and add windows up (mem then is the window's growth, which may be
-// negative).
+// redisSample is what the private redis-server has done so far: CPU time (INFO cpu), calls and
+// time by command (INFO commandstats, scripts' commands included) and used_memory. minus and
+// plus make it a window's and add windows up (mem is then the window's growth, maybe negative).
 type redisSample struct {
 	cpu time.Duration
 	// replicaCPU is the CPU time of the server's replicas, when sampled with it (the replica

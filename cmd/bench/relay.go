@@ -19,17 +19,10 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 )
 
-// The relay rows: purchase → Kafka latency with a small and a large catalogue,
-// measured in turns like every other comparison of the bench: while the largest catalogue is
-// loaded, a second api with the smallest one (its own key prefix, item ids of their own) runs
-// beside it, and the two take alternating turns of paced purchases (an open loop, not a
-// saturating one) over their items on sale, so the machine's changing load falls on both.
-// Each purchase is timed from the moment the bench has read its 201 answer to the moment its
-// order.reserved event is read back from the broker over TCP by a plain consumer of every
-// partition (kafka-go, no group, positioned at the log end before the first purchase). The
-// relay's path is all inside: XREADGROUP wake-up on the shard's stream, the Kafka produce
-// with acks=all, XACK+XDEL; the consumer's fetch is parked on the broker (MinBytes 1), so it
-// returns when the batch lands.
+// The relay rows: purchase → Kafka latency with a small and a large catalogue, two apis taking
+// alternating turns of paced purchases (an open loop). Each purchase is timed from its 201 answer
+// read by the bench to its order.reserved event read back from the broker by a plain consumer of
+// every partition (no group, from the log end), its fetch parked on the broker (MinBytes 1).
 
 // relayRowName is the rows' common name; each adds the catalogue in brackets.
 const relayRowName = "purchase → Kafka latency"

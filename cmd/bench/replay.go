@@ -14,11 +14,9 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// The same-reply baselines: a bare Gin handler that answers exactly what the api
-// answered, the same status, headers and body, recorded once from the api. Beside it the
-// api's row compares flashsale's work with writing the same bytes: net/http's costs of the
-// request and of the reply (a catalogue past its 4 KB buffer is two write syscalls) are on
-// both sides, and what is left is what the api does to find its answer.
+// The same-reply baselines: a bare Gin handler answering exactly what the api answered (status,
+// headers and body, recorded once). net/http's costs of the request and the reply are then on
+// both sides, and the ratio is what the api does to find its answer.
 
 // repliesEnv holds the replay server's replies, as JSON (a list of recordedReply).
 const repliesEnv = "FLASHSALE_BENCH_REPLIES"

@@ -45,15 +45,10 @@ type replicaSide struct {
 	prefix   string
 }
 
-// replicas measures what acknowledging only changes every replica that could be promoted holds
-// costs: a private primary with two replicas behind three Sentinels, with an api on the
-// Sentinels and the default FLASHSALE_REDIS_ACK_REPLICAS (auto: every coalesced batch of
-// purchases waits for both replicas with WAIT), against an api on a private primary with no
-// replica (nothing to wait for, nothing to replicate), and against an api on the same
-// replicated primary with FLASHSALE_REDIS_ACK_REPLICAS=0 (replicated, never waited for: what
-// the WAIT costs apart from the replication), all measured in turns. With FLASHSALE_BENCH_BASE_API
-// another build runs as a fourth side with the default acknowledgement. The rows give the rate
-// ratios and the Redis CPU time per purchase, the replicas' included.
+// replicas measures what waiting for every promotable replica costs, in turns: an api with the
+// default ACK_REPLICAS (auto) on two replicas behind Sentinels, one with 0 on the same (replicated,
+// never waited for), one on a primary without replicas, and FLASHSALE_BENCH_BASE_API's build
+// when set. docs/performance.md, "Every promotable replica, behind Sentinels", has the rows.
 func (b *bench) replicas(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "flashsale-bench-replica-")
 	if err != nil {
@@ -267,20 +262,17 @@ func (b *bench) startSentinels(ctx context.Context, dir, primary string) ([]stri
 	return addrs, stop, nil
 }
 
-// The goals of the replica rows: the rate with ACK_REPLICAS=1 at least this share
-// of the rate with 0, and the primary's CPU per purchase unchanged (within what a shared
-// machine's noise moves it).
+// The goals of the replica rows: the auto side's rate at least this share of each base's,
+// and the primary's CPU per purchase unchanged (within what a shared machine's noise moves it).
 const (
 	replicaRateGoal = 0.85
 	replicaCPUGoal  = 1.10
 )
 
-// replicaTurns measures the loads in turns like measure (interleave.go), with what a fair
-// comparison of apis on shared primaries and replicas needs besides: all are warmed up alike
-// before the first measured turn (so none pays for another's first keys, token checks and
-// pools), the order rotates from round to round, and every turn starts only once the
-// primaries are quiet (quiet: the replicas have caught up and the other apis' relays have
-// drained their outboxes), so no turn carries the one before it. It returns each load's turns.
+// replicaTurns measures the loads in turns like measure (interleave.go), fair to apis sharing
+// primaries: all are warmed up alike first, the order rotates each round, and each turn starts
+// only once the primaries are quiet (replicas caught up, outboxes drained), so no turn carries
+// the one before it. It returns each load's turns.
 func (b *bench) replicaTurns(ctx context.Context, quiet func(context.Context) error, loads []load) ([][]result, error) {
 	turns := make([][]result, len(loads))
 	rounds := max(1, b.opt.rounds)
@@ -311,11 +303,9 @@ func (b *bench) replicaTurns(ctx context.Context, quiet func(context.Context) er
 	return turns, nil
 }
 
-// warmEvery runs l unmeasured until every one of its requests (one per shopper) has been
-// answered once, at least for warm: every shopper's token verified and cached and its keys
-// made, by both apis alike, before anything is measured. A turn's load starts again at the
-// first request, so a warm-up by time alone would leave the same tail of shoppers cold for
-// the first measured turn of each side (one that runs slower warms fewer of them).
+// warmEvery runs l unmeasured until each of its requests (one per shopper) was answered once,
+// for at least warm. A turn's load starts again at its first request, so a warm-up by time
+// alone would leave the same tail of shoppers cold for each side's first measured turn.
 func warmEvery(ctx context.Context, l load, warm time.Duration) error {
 	n := len(l.reqs)
 	seen := make([]atomic.Bool, n)
@@ -402,17 +392,15 @@ func waitQuiet(ctx context.Context, primary *redis.Client, prefixes []string, re
 	}
 }
 
-// replicaCaughtUp reports whether every replica of primary acknowledged what the primary had
-// written when it was asked (INFO replication: each slave's offset at least the
-// master_repl_offset read first). Not the whole stream: the apis on the Sentinels write now
-// and then (sweeps, markers), and a WAIT's own REPLCONF GETACK moves the primary's offset past
-// what the replicas' answer to it reports, so "equal" is rarely seen. Replicas acknowledge
-// every second on their own; a WAIT asks them at once.
+// replicaCaughtUp reports whether every replica acknowledged the master_repl_offset read first.
+// Not equality: the apis write now and then, and a WAIT's own REPLCONF GETACK moves the
+// primary's offset past what the replicas report.
 func replicaCaughtUp(ctx context.Context, primary *redis.Client) (bool, error) {
 	master, _, err := replicationOffsets(ctx, primary)
 	if err != nil {
 		return false, err
 	}
+	// Replicas acknowledge every second on their own; a WAIT asks them at once.
 	if err := primary.Do(ctx, "WAIT", 2, 100).Err(); err != nil {
 		return false, err
 	}

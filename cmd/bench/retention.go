@@ -18,11 +18,10 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 )
 
-// The retention row: Redis memory is bounded in time. A sale of N orders through an
-// api of its own, all of them made final (half paid, half left to expire) and relayed to
-// Postgres by a reconciler of its own with a short FLASHSALE_ORDER_RETENTION; once the
-// reconciler has pruned them, Redis's used_memory must be back at its start. What stays by
-// design is the paid users' allowances (the item's held and paidby fields).
+// The retention row: Redis memory is bounded in time. A sale of N orders, all made final (half
+// paid, half expired) and pruned by a reconciler with a short FLASHSALE_ORDER_RETENTION, leaves
+// used_memory back at its start; only the paid users' allowances (the item's held and paidby
+// fields) stay, by design.
 const (
 	retentionRowName = "Redis memory after retention"
 	retentionItem    = "retained"

@@ -401,7 +401,7 @@ func (b *bench) soldOut(ctx context.Context) error {
 	progress(b.out, "sold-out purchases")
 	bases := b.helloLoads()
 	if bases != nil {
-		// The baseline: a bare Gin handler answering the api's very 409 (status,
+		// The target's baseline: a bare Gin handler answering the api's very 409 (status,
 		// headers, body, recorded once) to the sold-out row's very requests (same tokens,
 		// headers and body; only the Host header's port differs).
 		replay, err := b.startReplay(ctx, "replay-soldout",

@@ -19,22 +19,12 @@ import (
 	"github.com/flashsale/flashsale/internal/metrics"
 )
 
-// The scale rows: what flashsale costs Redis with a large catalogue and several api
-// instances. They run against a private redis-server of the bench's own, so nobody else's
-// traffic counts in its INFO stats (and the shared server is spared the load):
-//
-//   - idle Redis commands/s per api instance, with N items loaded and 1 or 3 apis running and
-//     no traffic: the delta of total_commands_processed over a window, divided by instances;
-//   - Redis commands for one GET /api/orders (a caller with 3 orders) at the smallest and the
-//     largest catalogue: calls back to back, their window's commands minus the idle rate;
-//   - GET /api/items?limit=50 reads/s at the largest catalogue, plain and with
-//     Accept-Encoding: gzip, beside the bare hello server (and the plain one beside a bare Gin
-//     answering as many bytes);
-//   - purchase → Kafka latency of the smallest and the largest catalogue, in turns (relay.go).
-//
-// `go run ./cmd/bench -only scale` runs them alone.
+// The scale rows: what flashsale costs Redis with a large catalogue and several apis (idle
+// commands/s, commands per GET /api/orders, large-catalogue reads, purchase → Kafka latency),
+// on a private redis-server so nobody else's traffic counts in its INFO stats.
+// docs/performance.md, "What each row measures", defines them; `-only scale` runs them alone.
 
-// scaleIdleTarget is the issue's goal: idle commands/s per api instance, whatever the items.
+// scaleIdleTarget is the goal: idle commands/s per api instance, whatever the items.
 const scaleIdleTarget = 200
 
 // relaySelling is how many items the relay rows sell (all of them when the catalogue is smaller).
@@ -415,10 +405,9 @@ func (s *scaleRun) idleRow(ctx context.Context, note string) error {
 }
 
 // ordersRow measures the Redis commands of one GET /api/orders by a caller with 3 orders. The
-// apis' background loops keep Redis busy meanwhile (at 10,000 items they saturate it, and the
-// calls then displace their commands), so the count is taken per command name (INFO
-// commandstats): for each name, the window's calls beyond its idle rate over the same time
-// (measured just before and after), never below zero, summed and divided by the calls.
+// apis' loops may saturate Redis meanwhile and the calls displace theirs, so each command
+// (INFO commandstats) counts its calls beyond its idle rate (taken just before and after),
+// never below zero; the sum is divided by the calls.
 func (s *scaleRun) ordersRow(ctx context.Context, addr string) error {
 	progress(s.b.out, "scale: GET /api/orders with %d items", s.items)
 	hc := &http.Client{Timeout: time.Minute}

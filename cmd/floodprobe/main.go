@@ -1,15 +1,7 @@
-// Command floodprobe measures how fast /healthz answers during a connection flood: it opens
-// half-open connections (one header line each, never finished) from a few loopback source
-// addresses at a steady pace, holds each until the api closes it (or, with -redial, dials
-// again at once), and times GET /healthz on fresh connections every 20 ms, on the api's
-// listener and on FLASHSALE_OPS_ADDR's when -ops is given, then prints p50/p99/max.
-//
-// Run the flood and the probe as two processes: in one process the probe's goroutine waits
-// behind the flood's thousands of dialling goroutines, and that wait, not the api's, is what
-// it would measure.
-//
-//	floodprobe -addr 127.0.0.1:8080 -probe -10s &                     # the flood, for 10 s
-//	floodprobe -addr 127.0.0.1:8080 -ops 127.0.0.1:8081 -conns 0       # the probe, 6 s
+// Command floodprobe measures how fast /healthz answers during a connection flood: it holds
+// half-open connections from a few loopback addresses and times GET /healthz on fresh ones (on
+// -addr, and -ops when given), then prints p50/p99/max. Run the flood (-probe -10s) and the
+// probe (-conns 0) as two processes: in one, the probe would time its own goroutines' wait.
 package main
 
 import (

@@ -1,12 +1,6 @@
 // Command reconciler keeps the PostgreSQL record of the sale: it consumes the event topic in a
-// consumer group and writes every event exactly once (by event_id).
-//
-//	reconciler            consume events into Postgres (applies migrations first), prune final
-//	                      orders from Redis after FLASHSALE_ORDER_RETENTION, and run a batch
-//	                      reconciliation every FLASHSALE_RECONCILE_INTERVAL (when set)
-//	reconciler migrate    apply the migrations and exit
-//	reconciler batch      one reconciliation run of Redis against Postgres (see reconcile)
-//	reconciler restore    rebuild Redis from Postgres (see reconcile)
+// consumer group and writes every event exactly once (by event_id). Its other commands
+// (migrate, batch, restore, report) are in usage below; `reconciler --help` prints it.
 package main
 
 import (
