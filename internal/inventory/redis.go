@@ -100,14 +100,10 @@ type UpsertResult struct {
 // them all, while a pipeline's hold on Redis stays short.
 const upsertsPerPipeline = 128
 
-// UpsertMany is Upsert of every input in turn (an import), one result per input in their
-// order, at a cost that grows with the inputs alone. Each input is still its own
-// upsert_item.lua call in its item's slot, writing its outbox event in the same step, but the
-// calls go out in pipelines of upsertsPerPipeline, one pipeline at a time, and the snapshot
-// takes all the saved items in one copy, not one copy of the catalogue per item. A pipeline
-// never holds two inputs of one item, so a later row of an item runs after the earlier one,
-// as one by one. A non-nil error is Redis failing (no result is reported then): the inputs
-// before the failed pipeline are saved, those in it may be, and none after it is sent.
+// UpsertMany is Upsert of every input in turn (an import), one result per input, in pipelines
+// of upsertsPerPipeline and one snapshot copy for all. A pipeline never holds two inputs of one
+// item, so rows apply in order. A non-nil error is Redis failing: the inputs before the failed
+// pipeline are saved, those in it may be, none after it is sent.
 func (s *Store) UpsertMany(ctx context.Context, ins []Input) ([]UpsertResult, error) {
 	res := make([]UpsertResult, len(ins))
 	var batch []int              // the next pipeline's inputs (indexes into ins)

@@ -9,11 +9,9 @@ import (
 	"github.com/flashsale/flashsale/internal/orders"
 )
 
-// What a refusal or a replay may cost: a shopper over the purchase limit for an item is
-// answered from memory until she may try again (limits.Refusals), and a replay of a key whose
-// order this api has already answered reads only that order (one command), not the purchase
-// script, and at most once per ReplayFresh: in between the order read last is answered (a
-// replay may show a status up to ReplayFresh old; the first replay always reads). Both memories are bounded.
+// A shopper over an item's purchase limit is answered from memory until she may try again
+// (limits.Refusals). A replay of a key this api has answered reads only its order, not the
+// script: the first replay always, then at most once per ReplayFresh. Both memories are bounded.
 
 // ReplayFresh is how long a settled key's order, as read last, answers its replays.
 const ReplayFresh = time.Second

@@ -21,11 +21,10 @@ import (
 // and, while RunSnapshot runs, without refreshing it themselves (or two intervals if longer).
 const maxStale = 2 * time.Second
 
-// Every call the catalogue makes to Redis has a deadline, whatever its caller's context: a
-// refresh stuck on a primary that was cut off (a connection that never completes) would
-// otherwise hold every purchase that looks its item up. A refresh is given loadTimeout; a
-// reader waits for one at most refreshWait, then serves the snapshot it has (up to maxStale)
-// or fails, so a purchase is answered 503 at once rather than after the connection's timeouts.
+// Every catalogue call to Redis has a deadline whatever its caller's, so a refresh stuck on a
+// cut-off primary answers purchases 503 at once instead of holding them: a refresh gets
+// loadTimeout; a reader waits at most refreshWait for one, then serves what it has (up to
+// maxStale) or fails.
 const (
 	loadTimeout = 5 * time.Second
 	refreshWait = time.Second
@@ -73,12 +72,10 @@ func (s *Store) orderOf(snap map[string]Item, gen uint64) *snapOrder {
 	return o
 }
 
-// Known reports whether id may name an item, without Redis for any id the catalogue snapshot
-// holds (the snapshot as it is: Known never refreshes it). An id it lacks may be an item
-// another api created a moment ago: it is looked up in Redis before it is called unknown, and
-// one Redis lacks is answered unknown from memory for UnknownFor (unknown.go). Without a
-// snapshot (none loaded yet) or on a failed look-up it answers true: the script that follows
-// has the last word.
+// Known reports whether id may name an item: from the snapshot as it is (never refreshed), else
+// from Redis, since another api may have just created it; an id Redis lacks is answered unknown
+// from memory for UnknownFor. With no snapshot yet or a failed look-up it answers true: the
+// script that follows has the last word.
 func (s *Store) Known(ctx context.Context, id string) bool {
 	s.snapMu.RLock()
 	snap := s.snap
@@ -226,16 +223,10 @@ func (s *Store) Catalogue(ctx context.Context) (map[string]Item, uint64, error) 
 	return s.snap, s.snapGen, nil
 }
 
-// refresh brings the snapshot up to date, by one loader at a time. The first call loads the
-// whole catalogue; later calls read only what changed: one ZRANGE of each shard's change log
-// (lua/lib/changed.lua) past the clock last seen, then one HGETALL per changed item. So an idle
-// catalogue costs one command per shard per refresh, whatever its size.
-//
-// The snapshot follows the primary of record: each refresh first asks the nodes it reads which
-// history they hold (their replication ids, nodeHistories). When one changed (a failover, a
-// restart) the whole catalogue is read again and replaces the snapshot, without the rule that
-// an older version never replaces a newer one: a promoted replica's versions may be behind
-// the deposed primary's, whose figures must not be served on.
+// refresh brings the snapshot up to date, one loader at a time: the whole catalogue first,
+// then only what each shard's change log shows past the clock last seen. When a node's
+// replication id changed, the whole catalogue is read again and replaces the snapshot,
+// versions notwithstanding (docs/design.md, "The primary of record").
 func (s *Store) refresh(ctx context.Context) error {
 	done := s.snapLoad.DoChan("snap", func() (any, error) {
 		ctx, cancel := context.WithTimeout(ctx, loadTimeout)
@@ -447,13 +438,10 @@ func (s *Store) loadChanged(ctx context.Context, seen time.Time) error {
 // few HGETALLs a refresh whatever the catalogue's size (also SSCAN's COUNT hint).
 const sweepStep = 8
 
-// sweepState is the slow full pass behind the change logs. The change logs are written in the
-// same script as every change, so they miss nothing a script does; the sweep is the safety net
-// for what no script does: a FLUSHDB, a key deleted by hand, a failover to a replica that lost
-// the last writes. Each refresh re-reads the next sweepStep items of the catalogue set (SSCAN),
-// and when a pass ends, the snapshot's items the pass never met (gone from Redis) are re-read
-// too, and so dropped. At the defaults (500 ms, 8 items) a pass over 10,000 items takes about
-// ten minutes and adds about 18 commands a second.
+// sweepState is the slow full pass behind the change logs, the safety net for what no script
+// writes (a FLUSHDB, a key deleted by hand, a failover that lost writes): each refresh re-reads
+// the next sweepStep items (SSCAN), and a finished pass re-reads, and so drops, the items it
+// never met (docs/design.md, "The slow sweep").
 type sweepState struct {
 	cursor  uint64
 	pending []string            // scanned, not read yet
@@ -537,11 +525,10 @@ func (s *Store) current(id string) (Item, bool) {
 	return it, ok
 }
 
-// install publishes a new snapshot: all (a full load) or the current one with changes applied
-// (nil: the item is gone). A write that finished while the reads ran may have put a newer
-// version of an item into the snapshot (update): it is never replaced with an older one,
-// unless reset says all is the primary of record's after a change of primary. The
-// generation moves only when something changed, so what readers derive from it stays cached.
+// install publishes all (a full load) or the current snapshot with changes applied (nil: the
+// item is gone). An item is never replaced with an older version, unless reset says all is the
+// new primary of record's. The generation moves only when something changed, so what readers
+// derive from it stays cached.
 func (s *Store) install(all map[string]Item, changes map[string]*Item, reset bool) {
 	if all == nil && len(changes) == 0 {
 		s.snapMu.Lock()
@@ -576,11 +563,10 @@ func (s *Store) install(all map[string]Item, changes map[string]*Item, reset boo
 	})
 }
 
-// swap replaces the snapshot with build(current snapshot); build returns nil for no change
-// and must not modify its argument. The new map is built outside the lock, so readers (every
-// purchase looks its item up) never wait for the copy of a large catalogue (~8 ms at 10,000
-// items here); only when another swap landed meanwhile is it built again, under the lock.
-// refreshed marks the snapshot as just read from Redis.
+// swap replaces the snapshot with build(current snapshot); build returns nil for no change and
+// must not modify its argument. It builds outside the lock, so purchases never wait for the copy
+// of a large catalogue, and again under it only if another swap landed meanwhile. refreshed
+// marks the snapshot as just read from Redis.
 func (s *Store) swap(refreshed bool, build func(base map[string]Item) map[string]Item) {
 	s.snapMu.RLock()
 	base, gen := s.snap, s.snapGen

@@ -3,11 +3,9 @@ package inventory
 import "time"
 
 // soldOutTrust is how long one observation of "no stock left" may answer purchases from
-// memory. Each mark carries the time Redis was asked, not the time the answer arrived, so
-// stock that comes back at T (a cancel, an expiry, a restock on any instance) is sold again
-// by T+soldOutTrust at the latest, even when the snapshot loop stalls or Redis is away.
-// The snapshot (every SnapshotInterval, 500ms by default) renews marks of items that stay
-// sold out and drops the others sooner; this instance's own writes drop them at once.
+// memory. Each mark carries the time Redis was asked, so stock that comes back at T on any
+// instance is sold again by T+soldOutTrust at the latest, even when the snapshot stalls.
+// Each snapshot renews or drops the marks; this instance's own writes drop them at once.
 const soldOutTrust = time.Second
 
 // The sold-out short cut: s.soldOut maps item id -> time.Time until which the item may be

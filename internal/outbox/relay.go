@@ -1,8 +1,7 @@
-// Package outbox owns the relay from the Redis outbox streams to Kafka. Every Lua script that
-// changes state appends its event to its shard's outbox stream in the same atomic call; the
-// relay publishes those entries and removes them only after Kafka acknowledged them (acks=all),
-// so an event is never lost between Redis and Kafka: it is published at least once, and the
-// consumer de-duplicates on event_id.
+// Package outbox owns the relay from the Redis outbox streams to Kafka. Every script that
+// changes state appends its event to its shard's stream in the same call; the relay removes an
+// entry only after Kafka acknowledged it (acks=all), so each event is published at least once
+// and the consumer de-duplicates on event_id.
 package outbox
 
 import (
@@ -221,11 +220,10 @@ func (r *Relay) Stats() Stats {
 	return Stats{Published: r.published.Load(), Failures: r.failures.Load(), Claimed: r.claimed.Load()}
 }
 
-// Run relays until ctx ends (then it returns nil after the batches in flight, if any, were
-// acknowledged or left pending, within PublishTimeout or until Abort; entries it had not
-// read stay in the streams for any relay). Redis and Kafka errors are logged and retried with backoff:
-// entries wait in Redis meanwhile, and the api keeps selling. Only AfterPublish's error stops it.
-// The blocking reads hold one connection each, on the relay's own pool (see ownPool).
+// Run relays until ctx ends, then returns nil once the batches in flight are acknowledged or
+// left pending (within PublishTimeout or until Abort). Redis and Kafka errors are logged and
+// retried with backoff while entries wait in Redis; only AfterPublish's error stops it. Its
+// blocking reads use the relay's own pool (ownPool).
 func (r *Relay) Run(ctx context.Context) error {
 	slog.Info("outbox relay started", "consumer", r.opt.Consumer, "group", r.opt.Group, "streams", len(r.streams))
 	defer r.rdb.Close()
@@ -334,11 +332,10 @@ type entry struct {
 	evs []events.Event
 }
 
-// pollStream does one round on one stream: make sure the group exists, take the entries of a
-// failed publish or read (blocking up to Block for new entries; every ClaimInterval also
-// claiming stalled consumers' entries), then publish in writes of at most MaxBatchBytes,
-// acknowledging and deleting each write's entries before the next, so a long backlog drains
-// in order in bounded steps. It returns how many entries it published.
+// pollStream does one round on one stream: retry a failed publish's entries or read new ones
+// (claiming stalled consumers' every ClaimInterval), then publish in writes of at most
+// MaxBatchBytes, each acknowledged before the next, so a backlog drains in order in bounded
+// steps. It returns how many entries it published.
 func (r *Relay) pollStream(ctx context.Context, st *stream) (int, error) {
 	if !st.grouped {
 		// From "0": entries written before any relay ran are relayed too.
@@ -559,13 +556,10 @@ func (r *Relay) read(ctx context.Context, st *stream) (batch []entry, confirmed 
 	return batch, false, err
 }
 
-// readConfirmed takes the new entries there are without blocking, with a WAIT behind the read
-// on its connection (exactlyonce.WaitBehind): the read delivers the entries to this consumer, a write
-// replicated after theirs, so when WAIT confirms it the replicas hold them, and publish needs
-// no confirming round trip of its own. While entries keep coming, batches come this way: the
-// entries written while the last batch was published. (Behind a blocking read WAIT would not
-// count what the read delivered on Redis 7.0, so a blocking read's entries are confirmed by
-// publish.)
+// readConfirmed reads new entries without blocking, with a WAIT behind the read
+// (exactlyonce.WaitBehind): the delivery is a write replicated after the entries, so a confirmed
+// WAIT means the replicas hold them and publish needs no round trip of its own. A blocking
+// read's entries are confirmed by publish (docs/design.md, "Replication and failover").
 func (r *Relay) readConfirmed(ctx context.Context, st *stream) ([]entry, bool, error) {
 	var cmd *redis.XStreamSliceCmd
 	confirmed, err := exactlyonce.WaitBehind(ctx, r.rdb, st.key, func(pipe redis.Pipeliner) {
@@ -642,11 +636,10 @@ func (r *Relay) claim(ctx context.Context, st *stream) ([]entry, error) {
 	return out, nil
 }
 
-// entry turns a stream entry into its Kafka messages, all keyed by the entry's item: one
-// event, or a purchase batch's events, one per order (events.FromBatch), each with an
-// event_id of its own that is the same whenever the entry is read again. A malformed entry (a
-// script bug) is still published, as one envelope the consumer will park in its dead
-// letters: it is never dropped silently, and it cannot block the stream behind it.
+// entry turns a stream entry into its Kafka messages, keyed by the entry's item: one event, or
+// one per order of a purchase batch, each with an event_id stable across re-reads. A malformed
+// entry is published as one envelope the consumer parks in dead letters, so it is never dropped
+// silently and never blocks the stream.
 func (r *Relay) entry(st *stream, m redis.XMessage) entry {
 	key := []byte(events.EntryItem(m.Values))
 	var eventID string
