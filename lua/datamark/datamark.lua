@@ -1,21 +1,18 @@
--- datamark.lua: the marker of the data one Redis slot holds (internal/datamark): gen, and per
--- observer o:<observer> = "<count>:<ms>", raised only by that observer. It lives in the data's
--- slot, so it is lost and copied with it; a loss seen is written as the field lost until a
--- restore. One script so each check and its write are atomic.
---
+-- datamark.lua: the marker of the data one Redis slot holds: gen, and per observer
+-- o:<observer> = "<count>:<ms>", raised only by that observer. It lives in the data's slot, so
+-- it is lost and copied with it; a loss seen is written as the field lost until a restore.
+-- One script so each check and its write are atomic.
 -- Go caller: datamark.call (internal/datamark/datamark.go).
--- KEYS[1] the marker hash
--- ARGV[1] mode:
---   'check'    ARGV[2] gen the observer saw ('' for none), ARGV[3] observer id, ARGV[4] the
---              count the observer saw confirmed by the replicas (integer >= 0), ARGV[5] '1'
---              when another gen is a loss too (the reconciler, which records every gen a
---              restore writes), '0' when it is a restore to follow (an api)
---   'adopt'    ARGV[2] a fresh gen: written only when the slot has no marker at all
---   'restored' ARGV[2] a fresh gen: replaces the marker (and its lost field) after a restore
---   'lose'     ARGV[2] the reason: written as lost
+-- KEYS[1] the marker hash.  ARGV[1] the mode, then:
+--   'check'    [2] gen the observer saw ('' none)  [3] observer id  [4] the count it saw the
+--              replicas confirm (integer >= 0)  [5] '1' when another gen is a loss too (the
+--              reconciler, which records every gen a restore writes), '0' when it is a restore
+--              to follow (an api)
+--   'adopt'    [2] a fresh gen: written only when the slot has no marker at all
+--   'restored' [2] a fresh gen: replaces the marker (and its lost field) after a restore
+--   'lose'     [2] the reason: written as lost
 -- Reply: {'ok', gen, the observer's new count} | {'absent'} (check: no marker, none seen)
---        | {'lost', reason} | {'exists', gen or '', lost or ''} (adopt: left as it was)
--- Observer fields untouched for a day are removed (their api is gone).
+--   | {'lost', reason} | {'exists', gen or '', lost or ''} (adopt: left as it was).
 -- Bad arguments: an error reply, nothing written.
 
 local function word(s)
@@ -56,6 +53,7 @@ if mode == 'check' then
   end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  -- Observer fields untouched for a day are removed: their api is gone.
   local all = redis.call('HGETALL', KEYS[1])
   for i = 1, #all, 2 do
     local ms = tonumber(string.match(all[i + 1], ':(%d+)$'))

@@ -1,22 +1,15 @@
--- adjust_stock.lua: add (delta > 0) or withdraw (delta < 0) unsold stock, atomically with its
--- outbox event. Runs in the item's slot like purchase.lua, so it serialises with purchases:
--- stock_left never goes below zero and stock_total always equals everything loaded.
--- stock_total never goes above 2^53 - 1: Lua numbers are doubles, and above that a sum drops
--- units (2^53 - 2 plus 3 reads back 2^53) while the event still says the full delta.
---
--- An optional Idempotency-Key: a change applied under a key records its reply
--- there, and a retry with the key gets that reply back ('replayed') and changes nothing, so an
--- admin who got "outcome unknown" can retry safely. A refused change records nothing.
---
+-- adjust_stock.lua: add (delta > 0) or withdraw (delta < 0) unsold stock with its outbox
+-- event. One script in the item's slot, so it serialises with purchases: stock_left never goes
+-- below zero and stock_total always equals everything loaded. changed.lua is prepended.
 -- Go caller: inventory.Store.AdjustStockOnce (internal/inventory/redis.go).
--- KEYS[1] item hash   KEYS[2] shard outbox stream   KEYS[3] shard change log   KEYS[4] shard clock
--- KEYS[5] the change's idempotency key (any key of the item when it has none: not touched)
--- ARGV[1] item id   ARGV[2] delta (non-zero integer)   ARGV[3] idempotency key ('' none)
--- ARGV[4] how long a key is kept, ms (integer 1..1e13)
--- Reply: {'ok'|'replayed'|'not_found'|'invalid_state'|'too_large', HGETALL of the item};
---        replayed: the reply first recorded under the key, its item as that change left it;
---        invalid_state: stock_left would go below zero or the item is archived, too_large: stock_total would go above
---        2^53 - 1 (both write nothing); an error reply for a malformed argument (nothing written).
+-- KEYS[1] item hash  [2] shard outbox stream  [3] shard change log  [4] shard clock
+--   [5] the change's idempotency key (none: any key of the item, untouched)
+-- ARGV[1] item id  [2] delta (non-zero integer)  [3] idempotency key ('' none)
+--   [4] how long a key is kept, ms (integer 1..1e13)
+-- Reply: {outcome, HGETALL of the item}: 'ok'; 'replayed' (the reply first recorded under the
+--   key, its item as that change left it); 'not_found' ({}); 'invalid_state' (stock_left would
+--   go below zero, or archived); 'too_large' (stock_total would pass 2^53 - 1). Only 'ok'
+--   writes; bad arguments are an error reply.
 
 local delta = tonumber(ARGV[2])
 local idem, idem_ttl = ARGV[3], tonumber(ARGV[4])
@@ -27,6 +20,8 @@ end
 if idem == nil or not idem_ttl or idem_ttl < 1 or idem_ttl > 1e13 or idem_ttl ~= math.floor(idem_ttl) then
   return redis.error_reply('ERR adjust_stock: bad idempotency key or ttl')
 end
+-- A change applied under a key records its reply there; a retry with the key gets it back and
+-- changes nothing, so an admin told "outcome unknown" can retry safely.
 if idem ~= '' then
   local prev = redis.call('GET', KEYS[5])
   if prev then
@@ -42,6 +37,7 @@ end
 if left + delta < 0 or (tonumber(f[3]) or 0) > 0 then
   return {'invalid_state', redis.call('HGETALL', KEYS[1])}
 end
+-- Lua numbers are doubles: above 2^53 - 1 a sum drops units while the event says the full delta.
 if delta > 0 and total + delta > 9007199254740991 then
   return {'too_large', redis.call('HGETALL', KEYS[1])}
 end

@@ -1,13 +1,12 @@
--- archive.lua: take an item off sale for good, atomically with its outbox event. It runs
--- in the item's slot like purchase.lua, so once it has run no purchase of the item succeeds:
--- purchase.lua reads archived_at in the same step as the stock. Archiving again changes
--- nothing and answers the item as it is. Orders, reservations and the record stay; the
--- item's fields stay too, so reports and boards still name it. (changed.lua is prepended.)
---
+-- archive.lua: take an item off sale for good, with its outbox event. One script in the item's
+-- slot: purchase.lua reads archived_at in the same step as the stock, so once this has run no
+-- purchase of the item succeeds. Orders, reservations, the record and the item's fields stay
+-- (reports and boards still name it). changed.lua is prepended.
 -- Go caller: inventory.Store.Archive (internal/inventory/redis.go).
--- KEYS[1] item hash   KEYS[2] shard outbox stream   KEYS[3] shard change log   KEYS[4] shard clock
+-- KEYS[1] item hash  [2] shard outbox stream  [3] shard change log  [4] shard clock
 -- ARGV[1] item id
--- Reply: {'archived', HGETALL of the item} (archived now or before) | {'not_found', {}}
+-- Reply: {'archived', HGETALL of the item} (now, or before: then nothing changes)
+--   | {'not_found', {}}
 
 if ARGV[1] == nil or ARGV[1] == '' then
   return redis.error_reply('ERR archive: item id required')

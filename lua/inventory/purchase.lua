@@ -1,67 +1,26 @@
--- purchase.lua: reserve stock for a batch of purchase attempts on ONE item, atomically.
--- (gcra.lua and changed.lua are prepended.) A batch is how the api coalesces concurrent purchases of the same
--- item into one round trip; a single purchase is a batch of one. Each attempt is decided in
--- order and independently: idempotent replay, sale window, waiting room, rate limit, per-user
--- limit, stock. Everything an attempt changes (stock, order, allowance, rate-limit state, user
--- index, expiry index, idempotency key, outbox event) is written by this one script, so
--- nothing is half-done. The batch's orders share one outbox entry (the relay publishes one
--- order.reserved event per order).
---
--- The writes to keys the whole batch shares (orders, allowances, the users' order lists,
--- rate-limit state, the expiry index, the outbox, the item) are gathered in tables and sent as
--- one command each at the end: a command called from Lua costs about as much as the work of a
--- field, so only the idempotency key, the waiting-room pass and a user's first order of the
--- item, when they occur, cost a command per attempt. Later attempts of the batch read earlier
--- ones' effects from the tables.
--- The batch's orders are created in this millisecond, expire together and have consecutive
--- sequence numbers, so the expiry index gets ONE member for all of them, "<item>.<first>-<last>"
--- ("<item>.<seq>" for a single order), not one per order (docs/design.md, "Per-batch index
--- entries"); expire.lua expands it.
---
+-- purchase.lua: decide a batch of purchase attempts on ONE item (a single purchase is a batch
+-- of one) and write everything they change in one atomic step, so nothing is half-done
+-- (docs/design.md, "The purchase script"). gcra.lua and changed.lua are prepended.
 -- Go caller: inventory.Store.runBatch (internal/inventory/purchase.go).
--- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
--- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
--- KEYS[8] the item's purchase rate-limit hash (user -> GCRA TAT, 8 bytes: a little-endian double)
--- KEYS[9] the item's queue tickets hash (the waiting room)
--- KEYS[10] the item's user orders hash (user -> the user's order seqs, "3,17,42")
--- then for attempt i (1-based): KEYS[9+2i] user's item index zset (the shard's: item -> created
---   ms of the user's first order of it), KEYS[10+2i] idempotency key (any key of the item when
---   the attempt has none: not touched)
--- ARGV[1] reservation ttl ms (integer 1..1e13)   ARGV[2] idempotency ttl ms (integer 1..1e13)
--- ARGV[3] rate per period (0 = no limit)   ARGV[4] period ms   ARGV[5] burst
--- ARGV[6] item id (for order ids and events)
--- then for attempt i: ARGV[3+4i] user id, ARGV[4+4i] quantity, ARGV[5+4i] idempotency key
---   ('' none), ARGV[6+4i] the waiting-room pass id the api verified ('' none)
--- At most 256 attempts (the api's FLASHSALE_PURCHASE_BATCH bound), so every gathered write
--- stays well within unpack's limits.
---
--- Waiting room: an item with a waiting room (item field q_rate > 0) sells only to an
--- attempt whose pass is this user's current, admitted, unexpired one; a created order spends it
--- (ticket 's', and '#spent' counts it until queue/admit.lua sees its expiry). A refused attempt
--- spends nothing.
--- Rate limit: one field per user in the item's hash, no key of its own. Every TAT stored is at
--- most now + burst * period / rate (gcra_step), so the hash expires that long after its last
--- write (never sooner than a TTL it already has): it then holds only TATs in the past, which
--- read as none. A refusal writes nothing. A TAT is stored as the 8 bytes of its double
--- (struct.pack '<d'), exact and neither printed nor parsed (printf and strtod cost Redis CPU
--- on every purchase). A TAT stored as text (13 or more characters) still reads.
---
--- Reply: four values per attempt, then one string for the batch. Numbers stay numbers (an
--- integer reply; once.lua records them as such): the script formats nothing for the reply,
--- since formatting is paid per attempt. The api knows each attempt's item,
--- user and quantity, and the orders of a batch share price, creation and expiry, so a created
--- order is only its sequence number. Attempt i is out[4i-3 .. 4i]: letter, value, a, b:
---     C  seq          created: order <item>.<seq> of the attempt's user and quantity, status
---                     reserved, price, creation and expiry as in the batch's string
---     R  order_id     replayed: a is the earlier order, packed ("user|quantity|price_cents|
---                     status|created_ms|expires_ms"); the limiter is not reached (b is -1)
---     N not_found  I invalid_request  S sale_not_started  E sale_ended (also: archived)
---     Q queue_required
---     L rate_limited  X limit_exceeded  O sold_out: value 0
---   a, b: the rate limiter's figures when it ran, whole ms rounded up: for L the retry and
---   reset times (nothing remains), for C, X and O the requests remaining and the reset time;
---   -1, -1 when it did not run.
---   4n+1: stock_left|price_cents|created_ms|expires_ms (the stock left after the batch)
+-- KEYS[1] item hash  [2] orders hash  [3] held hash  [4] shard expiry zset  [5] shard outbox
+--   stream  [6] shard change log  [7] shard clock  [8] purchase rate-limit hash (user -> TAT)
+--   [9] queue tickets hash (the waiting room)  [10] user orders hash (user -> seqs "3,17,42");
+--   then per attempt i (1-based): [9+2i] the shard's user item index zset (item -> created ms
+--   of the user's first order of it)  [10+2i] idempotency key (none: any item key, untouched)
+-- ARGV[1] reservation ttl ms  [2] idempotency ttl ms (both integers 1..1e13)  [3] rate per
+--   period (0 = no limit)  [4] period ms  [5] burst  [6] item id; then per attempt i:
+--   [3+4i] user id  [4+4i] quantity  [5+4i] idempotency key ('' none)  [6+4i] the waiting-room
+--   pass id the api verified ('' none). At most 256 attempts (FLASHSALE_PURCHASE_BATCH).
+-- Reply: attempt i is out[4i-3 .. 4i] = letter, value, a, b (numbers stay integer replies);
+--   then out[4n+1] = "stock_left|price_cents|created_ms|expires_ms" for the whole batch.
+--     C seq       created order <item>.<seq>: the attempt's user and quantity, reserved, price,
+--                 creation and expiry as in the batch's string
+--     R order_id  replayed: a = the earlier order packed "user|quantity|price_cents|status|
+--                 created_ms|expires_ms", b = -1 (the limiter is not reached)
+--     N not_found  I invalid_request  S sale_not_started  E sale_ended (or archived)
+--     Q queue_required  L rate_limited  X limit_exceeded  O sold_out: value 0
+--   a, b: the limiter's figures, whole ms rounded up: L retry and reset; C, X, O remaining and
+--   reset; -1, -1 when it did not run.
 -- A malformed batch (bad counts or shared ARGV) is an error reply and writes nothing.
 
 local ttl = tonumber(ARGV[1])
@@ -71,6 +30,7 @@ local period = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
 local item_id = ARGV[6]
 local n = (#KEYS - 10) / 2
+-- At most 256 attempts, so every gathered write stays within unpack's limits.
 if n < 1 or n > 256 or n ~= math.floor(n) or #ARGV ~= 6 + 4 * n then
   return redis.error_reply('ERR purchase: KEYS/ARGV do not describe a batch')
 end
@@ -116,6 +76,9 @@ local order_tail = '|' .. price .. '|reserved|' .. now_s .. '|' .. expires_s
 local oid_prefix = item_id .. '.'
 
 -- Waiting room ----------------------------------------------------------------------------
+-- An item with a waiting room (q_rate > 0) sells only to an attempt whose pass is the user's
+-- current, admitted, unexpired one. A created order spends it (ticket state 's'; '#spent'
+-- counts it until queue/admit.lua sees its expiry); a refused attempt spends nothing.
 local qkey = KEYS[9]
 local queued = (tonumber(f[8]) or 0) > 0
 -- pass_ticket returns the user's ticket fields when pass is their live, unspent pass.
@@ -144,19 +107,16 @@ local function quantity(s)
   return q
 end
 
--- sized(k): a table whose array part has k slots from the start. Lua 5.1 has no table.new,
--- and a table filled from empty is resized log2(k) times, each resize counting and moving
--- every entry, a cost the per-batch tables below would pay on every purchase. A table built
--- from k values is sized once (k is at most 4n + 1 <= 1025, within
--- #ARGV and unpack's limits). The slots hold ARGV's strings until written, so these tables are
--- read up to their own counters, never with #.
+-- sized(k): a table with k array slots from the start (Lua 5.1 has no table.new; one filled
+-- from empty is resized log2(k) times). k <= 4n + 1 <= 1025, within #ARGV and unpack's limits.
+-- The slots hold ARGV's strings until written: read up to the tables' own counters, never #.
 local function sized(k)
   return {unpack(ARGV, 1, k)}
 end
 
--- The batch's users, each once, in slot order: their allowances, order lists and rate-limit
--- TATs are read with one HMGET each, and the slots then carry every change the batch makes,
--- in attempt order.
+-- Writes to keys the whole batch shares are gathered here and sent as one command each at
+-- the end; later attempts read earlier ones' effects from these tables. The batch's users,
+-- each once, in slot order: allowances, order lists and TATs are read with one HMGET each.
 local slot = {} -- user -> slot
 local users, s_held, s_seqs, s_tat = sized(n), sized(n), sized(n), sized(n)
 local s_ordered, s_limited = sized(n), sized(n) -- the allowance and order list / the TAT changed
@@ -177,6 +137,8 @@ if exists then
     s_held[k] = tonumber(hv[k]) or 0
     s_seqs[k] = sv[k]
     local v = tv and tv[k]
+    -- A TAT is the 8 bytes of its double (struct '<d'): exact, neither printed nor parsed.
+    -- One stored as text (13 or more characters) still reads.
     s_tat[k] = v and (#v == 8 and struct.unpack('<d', v) or tonumber(v)) or false
     s_ordered[k], s_limited[k] = false, false
   end
@@ -190,9 +152,9 @@ local first_seq = seq + 1 -- the batch's orders are first_seq .. seq
 local batch_list, nb = sized(2 * n), 0
 local out = sized(4 * n + 1)
 
--- Each attempt's reply is four values, out[4i-3 .. 4i] (numbers stay numbers: nothing is
--- formatted for the reply):
---   letter, value, then the limiter's two figures (-1, -1 when it did not run)
+-- Each attempt is decided in order and on its own: replay, sale window, waiting room, rate
+-- limit, per-user limit, stock. Its reply is out[4i-3 .. 4i], numbers left unformatted
+-- (formatting is paid per attempt; once.lua records integers as they are).
 for i = 1, n do
   local a = 4 * i
   local user, qty_s, idem, pass = ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
@@ -268,6 +230,9 @@ end
 out[4 * n + 1] = string.format('%d', left) .. '|' .. price .. '|' .. now_s .. '|' .. expires_s
 
 -- The users' changed TATs, allowances and order lists, one HSET each.
+-- Every TAT stored is at most now + burst * period / rate (gcra_step), so the rate-limit hash
+-- expires that long after its last write (never sooner than a TTL it has): by then every TAT
+-- in it is past and reads as none. A refusal writes nothing.
 local args, na = sized(2 * n), 0
 for k = 1, nu do
   if s_limited[k] then
@@ -298,6 +263,8 @@ if no > 0 then
   redis.call('HSET', KEYS[2], unpack(orders_args, 1, no))
   redis.call('HSET', KEYS[3], unpack(args, 1, na))
   redis.call('HSET', KEYS[10], unpack(user_seqs, 1, na))
+  -- One expiry member for the batch's orders, "<item>.<first>-<last>" ("<item>.<seq>" for one
+  -- order): they share their expiry (docs/design.md, "Per-batch index entries").
   local member = item_id .. '.' .. first_seq
   if seq > first_seq then
     member = member .. '-' .. seq

@@ -1,26 +1,18 @@
--- upsert_item.lua: create an item or update its attributes, atomically with its outbox event.
--- Stock is only set on create; an update whose stock differs from the current total is
--- refused (stock moves through adjust_stock.lua, which races safely with purchases).
---
+-- upsert_item.lua: create an item or update its attributes, with its outbox event, in one step.
+-- Stock is set only on create; an update whose stock differs from the total is refused (stock
+-- moves through adjust_stock.lua, which races safely with purchases). changed.lua is prepended.
 -- Go caller: inventory.Store.upsertBatch (internal/inventory/redis.go).
--- KEYS[1] item hash   KEYS[2] shard outbox stream   KEYS[3] shard change log   KEYS[4] shard clock
--- KEYS[5] the item's restoring mark (restore_begin.lua): while it is set, the missing hash is
---         a restore's, not a new item's, and a create is refused
--- ARGV[1] item id  ARGV[2] name  ARGV[3] category  ARGV[4] price_cents (>=0)
--- ARGV[5] stock (>=0, '' = keep / 0 on create)  ARGV[6] per_user_limit (>=1)
--- ARGV[7] starts_at ms (>=0, 0 = live now)  ARGV[8] ends_at ms (0 = no end, else > starts_at)
--- ARGV[9] queue admit_per_second  ARGV[10] queue max_active  ARGV[11] queue pass_ttl_seconds:
---   all 0 = no waiting room, all '' = keep the current one, else each >= 1 (item fields
---   q_rate q_max q_ttl, read by the queue scripts and purchase.lua)
--- ARGV[12] image_url ('' = none; at most 2048 bytes, checked by the caller)
--- ARGV[13] '1' = keep the current image_url (ARGV[12] ignored), '0' = set ARGV[12]; both absent:
---   keep
--- An ends_at in the past (by Redis's clock) is refused on create and when it changes; an
--- unchanged past ends_at is accepted (an ended sale's name can still be corrected).
--- An archived item (archive.lua) is never changed again: {'invalid_state', HGETALL}.
--- Reply: {'created'|'updated', HGETALL of the item} or {'invalid_state', HGETALL} or
---        {'restoring', {}} or {'ends_past', {}} (nothing written) or
---        an error reply for malformed arguments (nothing written).
+-- KEYS[1] item hash  [2] shard outbox stream  [3] shard change log  [4] shard clock
+--   [5] the item's restoring mark (restore_begin.lua): while set, a missing hash is a restore's
+-- ARGV[1] item id  [2] name  [3] category  [4] price_cents (>= 0)  [5] stock (>= 0; '' = keep,
+--   0 on create)  [6] per_user_limit (>= 1)  [7] starts_at ms (>= 0, 0 = live now)  [8] ends_at
+--   ms (0 = no end, else > starts_at)  [9] queue admit_per_second  [10] queue max_active
+--   [11] queue pass_ttl_seconds (all three 0 = no waiting room, all '' = keep, else each >= 1;
+--   item fields q_rate q_max q_ttl)  [12] image_url ('' none, at most 2048 bytes)
+--   [13] '1' = keep the current image_url, '0' = set [12]; absent: keep
+-- Reply: {'created'|'updated', HGETALL of the item}; nothing written: {'invalid_state', HGETALL}
+--   (archived, or a stock change), {'restoring', {}} (create while the mark is set),
+--   {'ends_past', {}}, or an error reply for malformed arguments.
 
 local price = tonumber(ARGV[4])
 local stock = ARGV[5] == '' and -1 or tonumber(ARGV[5])
@@ -49,9 +41,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local total = tonumber(redis.call('HGET', KEYS[1], 'stock_total'))
 local outcome = 'updated'
+-- An archived item (archive.lua) is never changed again.
 if total ~= nil and (tonumber(redis.call('HGET', KEYS[1], 'archived_at')) or 0) > 0 then
   return {'invalid_state', redis.call('HGETALL', KEYS[1])}
 end
+-- A past ends_at (Redis's clock) is refused on create and when it changes; an unchanged one is
+-- accepted, so an ended sale's name can still be corrected.
 if ends > 0 and ends <= now and (total == nil or tonumber(redis.call('HGET', KEYS[1], 'ends_at')) ~= ends) then
   return {'ends_past', {}}
 end

@@ -1,23 +1,15 @@
--- gcra.lua: a library, not a script. It is prepended to every script that rate-limits
--- (limit.lua, purchase.lua), so the limiter has one implementation.
---
--- GCRA (generic cell rate algorithm): the key holds the theoretical arrival time (TAT, unix ms
--- with fractions). A request of `cost` cells is allowed when TAT + cost*T - now <= burst*T,
--- where T = period/rate is the emission interval. Allowed requests over a window E number at
--- most burst + rate*E/period. A refusal writes nothing.
---
--- No string.format: the TAT goes to redis.call as the Lua number it is (17 significant digits
--- read back exactly, so no rounding adds up over a burst), and the reply's times are whole
--- milliseconds rounded up (waiting that long always suffices).
---
--- gcra_step(tat, now_ms, rate, period_ms, burst, cost) ->
---   allowed (true/false), remaining (integer), retry_after_ms, reset_ms (integers, rounded
---   up), new TAT (a number)
--- The decision alone, for a TAT already read (nil: none); the caller stores the new TAT only
--- when allowed. Every stored TAT is at most now + burst * period / rate, so a store whose
--- entries all live that long after their write loses nothing by expiring.
--- Callers must validate rate, period, burst and cost as positive numbers first.
--- Included in front of inventory/purchase.lua and limits/limit.lua (their owners' scripts.go).
+-- gcra.lua: a library, not a script, prepended to inventory/purchase.lua and limits/limit.lua
+-- (their owners' scripts.go), so the limiter has one implementation. Callers validate rate,
+-- period, burst and cost as positive numbers first.
+
+-- GCRA: the TAT (theoretical arrival time, unix ms with fractions) allows a request of `cost`
+-- cells when TAT + cost*T - now <= burst*T, T = period/rate; over any window E at most
+-- burst + rate*E/period pass. A refusal writes nothing.
+
+-- gcra_step(tat, now_ms, rate, period_ms, burst, cost) -> allowed, remaining, retry_after_ms,
+-- reset_ms (whole ms rounded up: waiting that long suffices), new TAT; for a TAT already read
+-- (nil: none). The caller stores the new TAT only when allowed. A TAT is at most now +
+-- burst*period/rate, so a store keeping entries that long after their write loses nothing.
 local function gcra_step(tat, now, rate, period, burst, cost)
   local t = period / rate
   local tau = t * burst
@@ -34,10 +26,9 @@ local function gcra_step(tat, now, rate, period, burst, cost)
   return true, math.floor(diff / t), 0, math.ceil(new_tat - now), new_tat
 end
 
--- gcra(key, now_ms, rate, period_ms, burst, cost) ->
---   allowed (true/false), remaining (integer), retry_after_ms, reset_ms (integers, rounded up)
--- One decision on a string key holding the TAT, with a TTL of the time to refill.
--- Callers must validate rate, period, burst and cost as positive numbers first.
+-- gcra(key, now_ms, rate, period_ms, burst, cost) -> allowed, remaining, retry_after_ms,
+-- reset_ms: one decision on a string key holding the TAT, kept for the time to refill. The TAT
+-- goes to SET as a Lua number (17 digits, read back exact: no rounding adds up over a burst).
 local function gcra(key, now, rate, period, burst, cost)
   local ok, remaining, retry, reset, new_tat =
     gcra_step(tonumber(redis.call('GET', key)), now, rate, period, burst, cost)

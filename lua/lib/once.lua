@@ -1,23 +1,14 @@
--- once.lua: the call record every script runs inside (internal/exactlyonce/scripts.go puts the script where the marker
--- is). The api sends each call with an id it minted; the first run records its reply under
--- that id, in the script's own slot, and any re-send of the same call (after a timeout, a
--- dropped connection, a client or cluster retry) returns the recorded reply and changes nothing
--- but the record's lifetime.
--- So every state change happens once however often the transport delivers the call.
---
--- However late, too: each call carries its deadline, fixed when the api built it. A send that
--- finds no record after the deadline (by this server's clock) is refused and runs nothing, and
--- a record lives until a second past the deadline, so a re-send held back anywhere for any
--- time either finds the record or is refused. The deadline is the api's clock, so the api's
--- clock and this server's must agree within the margin the api adds (exactlyonce.ClockSkew).
---
--- KEYS: the script's own keys, then the call record key (same hash tag as the script's keys).
--- ARGV: the script's own arguments, then the call's deadline in Unix ms (an integer, at most
---       10 minutes ahead of the server's clock, which bounds how long a record lives).
--- Reply: the script's reply, recorded (msgpack keeps integers, strings and nesting); an error
--- reply is not recorded (scripts validate before their first write, so an error wrote nothing).
--- A send past its deadline without a record: the error reply 'LATE ...', nothing written.
--- Go caller: exactlyonce.Script.Run and RunEach (internal/exactlyonce/once.go), around every script.
+-- once.lua: the call record every script runs inside (exactlyonce puts the script at the marker
+-- below). A call's first run records its reply under the call's id, in the script's slot; a
+-- re-send (timeout, dropped connection, client or cluster retry) gets that reply back and
+-- changes nothing but the record's lifetime, so every change happens once.
+-- Go caller: exactlyonce.Script's Run, RunWith and RunEach (internal/exactlyonce/once.go).
+-- KEYS: the script's own, then the call record key (same hash tag).
+-- ARGV: the script's own, then the call's deadline, Unix ms (integer, at most 10 minutes ahead
+--   of the server's clock, which bounds a record's life).
+-- Reply: the script's, recorded (msgpack keeps integers, strings, nesting); an error reply is
+--   not recorded (scripts validate first, so it wrote nothing). A send past its deadline with
+--   no record: the error 'LATE ...', nothing run.
 
 local call_key = table.remove(KEYS)
 local call_deadline = tonumber(table.remove(ARGV))
@@ -36,6 +27,10 @@ if recorded then
   redis.call('PEXPIRE', call_key, math.max(call_deadline - call_now + 1000, 1000))
   return cmsgpack.unpack(recorded)
 end
+-- However late, too: a send that finds no record after its deadline runs nothing, and a record
+-- lives until a second past it, so a re-send held back for any time finds the record or is
+-- refused. The deadline is by the api's clock, which must agree with this server's within
+-- exactlyonce.ClockSkew.
 if call_now > call_deadline then
   return redis.error_reply('LATE once: the call arrived after its deadline; it did not run')
 end

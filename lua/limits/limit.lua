@@ -1,17 +1,12 @@
 -- limit.lua: one GCRA rate-limit decision for one subject of one policy (gcra.lua is
--- prepended). It is one script because the read of the theoretical arrival time, the
--- comparison with Redis TIME and the write of the new time must be atomic: two api instances
--- deciding on the same key at once would otherwise both let a request through on one cell.
---
+-- prepended). One script so reading the TAT, comparing it with Redis TIME and writing the new
+-- one are atomic: two api instances deciding at once cannot both pass on one cell.
 -- Go caller: limits.Limiter.AllowN (internal/limits/limits.go).
--- KEYS[1] the limiter key (one key, so its own hash tag: <prefix>{rl:<policy>:<subject>})
--- ARGV[1] rate: requests per period (> 0)   ARGV[2] period ms (> 0)
--- ARGV[3] burst: requests allowed at once (integer >= 1)
--- ARGV[4] cost: cells this request takes (integer, 1..burst)
---
--- Reply: {allowed, remaining, retry_after_ms, reset_ms}, all strings:
---   allowed '1' or '0'; remaining an integer; retry_after_ms ('0.000' when allowed) and
---   reset_ms (until the limiter is back to a full burst) with fractions.
+-- KEYS[1] the limiter key (its own hash tag: <prefix>{rl:<policy>:<subject>})
+-- ARGV[1] rate: requests per period (0 < rate <= 1e9)  [2] period ms (1..1e12)
+--   [3] burst: requests allowed at once (integer 1..1e9)  [4] cost: cells taken (integer 1..burst)
+-- Reply: {allowed '1'|'0', remaining (integer), retry_after_ms ('0.000' when allowed), reset_ms
+--   (until a full burst again)}, all strings, the times with fractions.
 -- A refusal writes nothing, so hammering a closed limiter does not push its reopening back.
 -- Bad ARGV is an error reply and writes nothing.
 

@@ -1,16 +1,11 @@
--- lock/obtain.lua: take a job lock and, only when taken, the next fencing number.
--- One script so the lock and its fencing number cannot part: a holder always has a number
--- larger than every earlier holder's, and a refused caller never consumes one.
---
+-- lock/obtain.lua: take a job lock and, only when taken, the next fencing number. One script
+-- so the two cannot part: a holder's number is above every earlier holder's, and a refused
+-- caller consumes none.
 -- Go caller: lock.Locker.ObtainAbove (internal/lock/lock.go).
--- KEYS[1] lock key   KEYS[2] fencing counter (same hash tag)
--- ARGV[1] owner value (random per holder, non-empty)   ARGV[2] ttl ms (integer 1..1e13)
--- ARGV[3] floor (integer >= 0, optional): the number handed out is above it. Redis can lose
---         the counter (a flush, a restart without persistence) while the holders' writes
---         remember their numbers (Postgres): the caller passes the largest it has seen, so a
---         new holder is never refused as "older" by its own predecessors' records.
--- Reply: {'obtained', fencing number, ttl ms}
---        {'held', the holder's value, the holder's remaining ms}
+-- KEYS[1] lock key  [2] fencing counter (same hash tag)
+-- ARGV[1] owner value (random per holder, non-empty)  [2] ttl ms (integer 1..1e13)
+--   [3] floor (integer 0..9e15, optional): the number handed out is above it
+-- Reply: {'obtained', fencing number, ttl ms} | {'held', the holder's value, its remaining ms}
 -- Bad arguments: an error reply, nothing written.
 
 local owner, ttl, floor = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3] or '0')
@@ -26,6 +21,9 @@ local holder = redis.call('GET', KEYS[1])
 if holder then
   return {'held', holder, redis.call('PTTL', KEYS[1])}
 end
+-- Redis can lose the counter (a flush, a restart without persistence) while the holders'
+-- writes (Postgres) remember their numbers: the caller passes the largest it has seen as the
+-- floor, so a new holder is never refused as "older" by its predecessors' records.
 local fence = redis.call('INCR', KEYS[2])
 if fence <= floor then
   fence = floor + 1

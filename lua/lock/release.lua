@@ -1,11 +1,9 @@
--- lock/release.lua: give a job lock back, only for its owner.
--- One script because comparing the value and deleting must be atomic: a plain DEL after a GET
--- could delete the lock of the next holder, taken in between after ours expired.
---
+-- lock/release.lua: give a job lock back, only for its owner. One script because comparing the
+-- value and deleting must be atomic: a plain DEL after a GET could delete the lock of the next
+-- holder, taken in between after ours expired.
 -- Go caller: lock.Lock.Release (internal/lock/lock.go).
--- KEYS[1] lock key
--- ARGV[1] owner value
--- Reply: 'released' | 'not_held' (no lock: it expired) | 'other' (another holder has it)
+-- KEYS[1] lock key   ARGV[1] owner value
+-- Reply: 'released' | 'not_held' (no lock: it expired) | 'other' (another holder has it).
 -- Bad arguments: an error reply, nothing written.
 
 local owner = ARGV[1]

@@ -1,17 +1,12 @@
 -- outbox/ack.lua: acknowledge outbox entries Kafka has taken and drop them from the stream in
 -- one step, so the stream's length is the backlog. Most go by XTRIM MINID, which frees whole
--- stream nodes; only the ids the trim cannot reach yet are deleted one by one (XDEL is costly).
---
+-- stream nodes; only ids the trim cannot reach yet are deleted one by one (XDEL is costly).
 -- Go caller: outbox.Relay.publish (internal/outbox/relay.go).
 -- KEYS[1] the outbox stream
--- ARGV[1] the relay's consumer group   ARGV[2..] the ids published (1 to 10,000), ascending
---         (as XREADGROUP and XAUTOCLAIM return them)
--- Reply: {entries acknowledged, entries trimmed, entries deleted beyond the trim}
---
--- Trimmed: every entry below the group's oldest pending one (or up to the last delivered):
--- entries go out in id order, so each was delivered and acknowledged. Deleted: this call's ids
--- above that point, just acknowledged, which would otherwise wait for a stuck relay. Running
--- it twice is harmless.
+-- ARGV[1] the relay's consumer group  [2..] the ids published (1 to 10,000), ascending (as
+--   XREADGROUP and XAUTOCLAIM return them)
+-- Reply: {entries acknowledged, entries trimmed, entries deleted beyond the trim}. Running it
+--   twice is harmless.
 
 -- id_less: stream id a sorts before b (as numbers: "9-0" sorts after "10-0" as strings).
 local function id_less(a, b)
@@ -34,6 +29,8 @@ local acked = 0
 for i = 2, #ARGV, 1000 do
   acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
+-- The trim's floor: the group's oldest pending entry, or just past its last delivered one.
+-- Entries go out in id order, so each one below it was delivered and acknowledged.
 local floor
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1])
 if pending[1] > 0 then
@@ -58,7 +55,8 @@ if not floor then
   return {acked, 0, 0}
 end
 local trimmed = redis.call('XTRIM', KEYS[1], 'MINID', floor)
--- The ids above the floor are this call's tail (ARGV ascends): usually none, so one comparison.
+-- The ids above the floor are this call's tail (ARGV ascends), usually none: just acknowledged,
+-- they are deleted now rather than wait for a stuck relay.
 local first = #ARGV + 1
 while first > 2 and id_less(floor, ARGV[first - 1]) do
   first = first - 1
