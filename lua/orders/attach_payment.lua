@@ -1,30 +1,17 @@
--- attach_payment.lua: the steps of a checkout attempt on a reserved order, each checked against
--- the order and its payment record in one step. An attempt is one Checkout Session at the
--- provider, made under an Idempotency-Key derived from the attempt's random id; the attempt is
--- recorded ('creating') before the provider is asked, so a retry after an unknown outcome asks
--- again under the same key, and the session is attached ('open') once made. An order has at
--- most one attempt in force: a new one replaces only the named session, once the provider
--- said it ended (expired, or completed with a failed debit) or its creation failed (abandon).
--- Attaching a session publishes payment.opened in the same step, so the record keeps every
--- attempt whose session a shopper may pay (a restore brings it back; the money check knows
--- the attempt as this shop's).
---
+-- attach_payment.lua: one step of a checkout attempt on a reserved order (docs/payments.md,
+-- "Checkout"). One script so each step is checked against the order and its payment record as
+-- they are: an order has at most one attempt in force. (release.lua is prepended.)
 -- Go caller: orders.Store.attempt (internal/orders/payments.go).
 -- KEYS[1] orders hash   KEYS[2] payments hash (order id -> "payment id|state|event id|attempt")
 -- KEYS[3] shard outbox stream
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
--- ARGV[4] mode: begin | attach | abandon
--- ARGV[5] attempt id   ARGV[6] payment id (attach: the new session; begin: the ended session
---   this attempt replaces, '' for none)
---
--- Reply: {outcome, packed_order, payment_id, attempt}
---   outcome: creating (begin: the attempt in creation, this one or an earlier one whose
---              outcome is unknown: payment_id '')
---            | attached (the order's session in force, payment_id: this one or another)
---            | abandoned (abandon: the attempt's record is gone, or was not this attempt's)
---            | not_found (no such order, or another user's)
---            | order_expired (the reservation's time ran out) | invalid_state (not reserved)
---   packed_order: the order ('' for not_found and abandoned)
+-- ARGV[4] mode: begin | attach | abandon   ARGV[5] attempt id
+-- ARGV[6] payment id (attach: the new session; begin: the ended session it replaces, '' none)
+-- Reply: {outcome, packed_order ('' for not_found, abandoned), payment_id, attempt}; outcome:
+--   creating (begin: this attempt, or an earlier one of unknown outcome; payment_id '')
+--   | attached (the session in force: this one or another) | abandoned (the attempt's record
+--   is gone, or was not this attempt's) | not_found (no such order, or another user's)
+--   | order_expired (its time ran out) | invalid_state (not reserved)
 -- A malformed argument is an error reply and writes nothing.
 
 local item_id, oid, user, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -67,10 +54,14 @@ if now_int_ms() >= o.expires then
   return {'order_expired', packed, '', ''}
 end
 
+-- begin: the attempt is recorded before the provider is asked, under an Idempotency-Key
+-- derived from its id, so a retry after an unknown outcome asks again under the same key.
 if mode == 'begin' then
   if rec and rpid == '' and rstate == 'creating' then
     return {'creating', packed, '', ratt}
   end
+  -- A new attempt replaces only the named session, which the caller learned from the provider
+  -- had ended (expired, or completed with a failed debit).
   local ended = rstate == 'open' or rstate == 'failed' or rstate == 'canceled'
   if rec and not (pid ~= '' and rpid == pid and ended) then
     return {'attached', packed, rpid, ratt}
@@ -79,7 +70,8 @@ if mode == 'begin' then
   return {'creating', packed, '', att}
 end
 
--- attach
+-- attach: payment.opened goes out in the same step, so the record keeps every attempt whose
+-- session a shopper may pay (a restore brings it back; the money check knows it as this shop's).
 if rec and rpid == '' and rstate == 'creating' and ratt == att then
   redis.call('HSET', KEYS[2], oid, pid .. '|open||' .. att)
   redis.call('XADD', KEYS[3], '*', 'type', 'payment.opened', 'at', now_int_ms(), 'item', item_id,

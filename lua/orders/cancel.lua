@@ -1,28 +1,15 @@
--- cancel.lua: cancel one reserved order, atomically with its outbox event. (release.lua and
--- changed.lua are prepended.) Stock, the user's per-user allowance, the order's own expiry entry
--- (a restore's single-order entry; a purchase batch's entry stays until it falls due, when
--- expire.lua skips this settled order) and the order's status
--- change together or not at all, in the item's slot, so a cancel racing a payment or an expiry
--- leaves the order in exactly one terminal state. A reservation whose time already ran out is
--- expired here (order.expired) and refused, like pay.lua does: after expires_ms an order's fate
--- is `expired` whichever of the expirer or the shopper reaches it first.
---
--- An order whose payment is processing (a debit on its way, KEYS[8]) is not cancelled: the
--- provider decides it (the money would otherwise be taken for a cancelled order).
---
+-- cancel.lua: cancel one reserved order. One script, in the item's slot, so stock, allowance,
+-- status and order.cancelled change together: a cancel racing a payment or an expiry leaves the
+-- order in exactly one terminal state. (release.lua and changed.lua are prepended.)
 -- Go caller: orders.Store.Cancel (internal/orders/lifecycle.go).
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
 -- KEYS[8] item payments hash
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
---
--- Reply: {outcome, packed_order}
---   outcome: cancelled | not_found (no such order, or another user's)
---            | invalid_state (not reserved, or its time ran out: the order is now expired)
---            | payment_processing (its payment is processing: nothing changed)
---   packed_order: the order after the call ('' for not_found)
--- A malformed argument, or an order whose item hash is missing (a restore is rebuilding the
--- item), is an error reply and writes nothing.
+-- Reply: {outcome, packed_order after the call ('' for not_found)}; outcome: cancelled
+--   | not_found (no such order, or another user's) | invalid_state (not reserved, or its time
+--   ran out: expired here, order.expired) | payment_processing (nothing changed)
+-- A malformed argument, or a missing item hash (a restore), is an error reply; nothing written.
 
 local item_id, oid, user = ARGV[1], ARGV[2], ARGV[3]
 if not item_id or item_id == '' or not user or user == '' or not oid
@@ -42,6 +29,7 @@ end
 if o.status ~= 'reserved' then
   return {'invalid_state', packed}
 end
+-- A debit on its way: the provider decides, or the money is taken for a cancelled order.
 local rec = redis.call('HGET', KEYS[8], oid)
 if rec and string.match(rec, '^[^|]*|processing|') then
   return {'payment_processing', packed}
@@ -49,10 +37,13 @@ end
 
 local now = now_int_ms()
 local status = 'cancelled'
+-- Past expires_ms the order's fate is expired, whoever reaches it first (as in pay.lua).
 if now >= o.expires then
   status = 'expired'
 end
 release_order(KEYS[2], KEYS[3], KEYS[5], item_id, oid, o, status, now)
+-- Removes only a single-order entry (a restore's); a batch entry stays until it falls due,
+-- when expire.lua skips this settled order.
 redis.call('ZREM', KEYS[4], oid)
 redis.call('HINCRBY', KEYS[1], 'stock_left', o.qty)
 redis.call('HINCRBY', KEYS[1], 'reserved', -o.qty)

@@ -1,36 +1,19 @@
--- expire.lua: expire the given due reservations of ONE item. (release.lua and changed.lua are
--- prepended.) The expiry index is the item's shard's, shared with the shard's other items, so
--- the caller reads the due entries of the shard (ZRANGEBYSCORE, no script) and passes each
--- item's entries here. An entry is one purchase batch's orders, "<item>.<first>-<last>" (all
--- created together, expiring together), or one order, "<item>.<seq>" (a batch of one, a
--- restore). Re-checking each entry's due time, each of its orders' state and own expiry,
--- returning stock and allowance, appending order.expired and removing the entry all happen in
--- this one script, so a crashed expirer loses nothing and several expirers (one per api
--- instance) expire each order exactly once. A batch entry stays in the index until it falls
--- due whatever its orders do (pay.lua and cancel.lua remove only a single-order entry): here
--- its orders no longer reserved (a payment or cancel won) are skipped, the others expired, and
--- the entry removed, as every order it names is then settled. An entry not due yet by Redis
--- TIME (the caller's clock runs ahead) is left, and so is one with a reserved order whose own
--- expiry is still ahead (a restore rewrote it; nothing else can).
--- A due reservation whose payment is processing (a debit on its way: its payment record in
--- KEYS[8] says so) is held until expires_ms + the hold, so the provider can decide; an entry
--- left only for such holds is re-scored to the earliest one's end, not re-read each sweep.
--- At most 1000 orders (entries expanded) per call, so one call holds Redis for milliseconds.
---
+-- expire.lua: expire the given due reservations of ONE item. One script re-checks each entry's
+-- due time and each order's state, returns stock and allowance, appends order.expired and
+-- removes the entry, so a crashed expirer loses nothing and several expirers expire each order
+-- once (docs/design.md, "The expirer"). (release.lua and changed.lua are prepended.)
 -- Go caller: orders.Store.expireOrders (internal/orders/lifecycle.go).
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
 -- KEYS[8] item payments hash (order id -> "payment id|state|event id|attempt")
 -- ARGV[1] item id   ARGV[2] processing hold in ms (0: none)   ARGV[3..] expiry index entries
---   of this item (naming 1..1000 orders in all; a range at most 256)
---
+--   of this item: "<item>.<first>-<last>" (a purchase batch, at most 256) or "<item>.<seq>";
+--   1..1000 orders in all
 -- Reply: {examined, expired, units_returned, expired order id...}
---   examined: of the given entries, those no longer due in the index: taken off (or, held for
---   a processing payment, re-scored later) by this call or, since the caller read them, by
---   another (0 while the item hash is missing, as during a restore: nothing is written then).
---   The others are still there, at the index's head.
---   expired: orders moved reserved -> expired (their ids follow)   units_returned: their
---   summed quantity
+--   examined: given entries no longer due in the index (taken off or re-scored, by this call or
+--   another since the caller read them; 0 while the item hash is missing: nothing written);
+--   the others stay at the index's head. expired: orders moved reserved -> expired.
+--   units_returned: their summed quantity.
 -- A malformed argument is an error reply and writes nothing.
 
 local item_id = ARGV[1]
@@ -66,6 +49,7 @@ for i = 3, #ARGV do
   firsts[i], lasts[i] = first, last
   named = named + last - first + 1
 end
+-- Bounded: the script blocks Redis while it runs.
 if named > 1000 then
   return redis.error_reply('ERR expire: the entries name more than 1000 orders')
 end
@@ -87,7 +71,7 @@ for i = 3, #ARGV do
     -- Another expirer (or a payment's or cancel's removal of a single-order entry) took it off
     -- since the caller read it.
     examined = examined + 1
-  elseif due <= now then
+  elseif due <= now then -- by Redis TIME: an entry the caller's fast clock found due stays
     local oids = {e} -- a single order's entry is its id, as written
     if lasts[i] > firsts[i] then
       oids = {}
@@ -100,6 +84,9 @@ for i = 3, #ARGV do
     if hold > 0 then
       pays = redis.call('HMGET', KEYS[8], unpack(oids))
     end
+    -- A batch entry stays until it falls due whatever its orders do: orders no longer reserved
+    -- (a payment or cancel won) are skipped, the others expired, and the entry goes once every
+    -- order it names is settled.
     local open = false     -- an order open here by its own expiry (a restore's): the entry stays
     local held_until = nil -- the earliest end of a hold on an order whose payment is processing
     for j, oid in ipairs(oids) do
@@ -109,6 +96,7 @@ for i = 3, #ARGV do
         if o.expires > now then
           open = true
         elseif processing and o.expires + hold > now then
+          -- A debit on its way holds the reservation until expires_ms + hold: the provider decides.
           if not held_until or o.expires + hold < held_until then
             held_until = o.expires + hold
           end
@@ -123,6 +111,7 @@ for i = 3, #ARGV do
       redis.call('ZREM', KEYS[4], e)
       examined = examined + 1
     elseif not open then
+      -- Left only for holds: re-scored to the earliest hold's end, not re-read every sweep.
       redis.call('ZADD', KEYS[4], held_until, e)
       examined = examined + 1 -- no longer due: off the index's head like one taken off
     end

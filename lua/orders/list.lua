@@ -1,19 +1,14 @@
 #!lua flags=no-writes
--- list.lua: one shopper's orders of ONE item, for "my orders" (GET /api/orders). The reader
--- learns the shopper's items from their order index (another slot) and calls this once per
--- item, all in one pipeline: the item's user orders hash names the shopper's orders, and their
--- records and payments are read here, so an item costs one command however many orders of it
--- the shopper has. Read-only (no-writes): nothing to record, safe to send again.
---
+-- list.lua: one shopper's orders of ONE item, for "my orders" (docs/design.md,
+-- "GET /api/orders"). One script so an item costs one command however many orders of it the
+-- shopper has; the reader calls it per item of the shopper's order index, in one pipeline.
+-- Read-only (no-writes): nothing to record, safe to send again.
 -- Go caller: orders.Store.ListSince (internal/orders/redis.go).
 -- KEYS[1] the item's user orders hash (user -> the user's order seqs, "3,17,42")
 -- KEYS[2] the item's orders hash   KEYS[3] the item's payments hash
 -- ARGV[1] user id   ARGV[2] item id
---
--- Reply: {order id, packed order, payment record or '', ...}: three values per order of the
--- user whose record the orders hash holds, in the list's order (ascending); {} for none (the
--- index named an item the user has no order of, or every one was pruned). A sequence number
--- whose record is gone is skipped.
+-- Reply: {order id, packed order, payment record or '', ...} per order of the user, ascending;
+--   a seq whose record is gone is skipped; {} for none (a stale index field, or all pruned).
 
 local user, item_id = ARGV[1], ARGV[2]
 if not user or user == '' or not item_id or item_id == '' then

@@ -1,50 +1,23 @@
--- pay.lua: pay one reserved order, atomically with its outbox event. (release.lua and changed.lua are
--- prepended.)
--- Runs in the item's slot like purchase.lua and expire.lua, so a payment and an expiry of the
--- same order are serialised: the order ends in exactly one of paid or expired, and stock a late
--- payment held is never sold twice. A payment that arrives at or after expires_ms expires the
--- order right here (stock and allowance return, order.expired), whether or not the expirer has
--- reached it yet, so the answer depends only on Redis TIME, never on the expirer's schedule.
---
--- Two callers: the shopper's POST /pay where the shop settles outside (no payment id: the
--- caller must own the order), and a provider's payment_intent.succeeded (a payment id: it must
--- be the one checkout attached to the order in KEYS[9]; the order's user is then the payer).
--- The payment's record in KEYS[9] ("payment id|state|event id|attempt") moves from open,
--- processing, failed or canceled (not settled yet) -> paid or -> refunding in the same step as the order, so however often and in whatever order the
--- provider delivers the event, the payment settles once: either it paid the order, or the order
--- was already expired or cancelled and the payment is to be refunded (refund_payment.lua
--- finishes that after the provider refunded).
---
--- The expiry index entry is removed only when it is the order's own (a restore's single-order
--- entry): a purchase batch's entry names other orders too and stays until it falls due, when
--- expire.lua skips this settled order.
---
--- Go caller: orders.Store.Pay (internal/orders/lifecycle.go) and
---   orders.Store.SettlePayment (internal/orders/payments.go).
+-- pay.lua: pay one reserved order. One script, in the item's slot like purchase.lua and
+-- expire.lua, so a payment and an expiry of one order are serialised: it ends paid or expired,
+-- and stock a late payment held is never sold twice. (release.lua and changed.lua are prepended.)
+-- Go callers: orders.Store.Pay (internal/orders/lifecycle.go: the shopper's own pay) and
+--   orders.Store.SettlePayment (internal/orders/payments.go: a provider's success).
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] paidby hash
 -- KEYS[5] shard expiry zset   KEYS[6] shard outbox stream   KEYS[7] shard change log
--- KEYS[8] shard clock   KEYS[9] item payments hash
+-- KEYS[8] shard clock
+-- KEYS[9] item payments hash (order id -> "payment id|state|event id|attempt")
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller; '' with a payment id)
--- ARGV[4] payment id ('' for the shopper's own pay)   ARGV[5] the provider's event id ('' for none)
--- ARGV[6] processing hold in ms: a payment recorded processing still pays its reservation
---   until expires_ms + this (see expire.lua); '' or 0 for none
--- ARGV[7] with a payment id: the amount paid, in cents ('' unchecked); an amount that is not the
---   order's quantity × price_cents (or negative: another currency) never pays it: refund
--- ARGV[8] with a payment id: the provider's PaymentIntent ('' unknown), carried by order.paid
---   with the attempt, so the record keeps both beside the session
---
--- Reply: {outcome, packed_order, paid_total}
+-- ARGV[4] payment id ('' for the shopper's own pay)   ARGV[5] the provider's event id ('' none)
+-- ARGV[6] processing hold ms ('' or 0: none)   ARGV[7] amount paid in cents ('' unchecked)
+-- ARGV[8] the provider's PaymentIntent ('' unknown)
+-- Reply: {outcome, packed_order ('' for not_found), the item's paid units after the call}, and
+--   for paid two more: the best-sellers units and their number (best_sellers in release.lua).
 --   outcome: paid | not_found (no such order, another user's, or not this order's payment)
---            | order_expired (its time ran out: the order is, or now became, expired)
---            | invalid_state (paid or cancelled)
---            with a payment id also: refund (the order is not payable: the payment is, or
---            already was, marked refunding) | duplicate (the payment settled before)
---   packed_order: the order after the call ('' for not_found)
---   paid_total: the item's paid units after the call (integer)
---   outcome paid only, two more: the item's units for the best-sellers board and that
---   figure's number (see best_sellers in release.lua)
--- A malformed argument, or an order whose item hash is missing (a restore is rebuilding the
--- item), is an error reply and writes nothing.
+--   | order_expired (it is, or now became, expired) | invalid_state (paid or cancelled)
+--   with a payment id also: refund (not payable: the payment is, or already was, marked
+--   refunding) | duplicate (the payment settled before)
+-- A malformed argument, or a missing item hash (a restore), is an error reply; nothing written.
 
 local item_id, oid, user = ARGV[1], ARGV[2], ARGV[3] or ''
 local pid, evt = ARGV[4] or '', ARGV[5] or ''
@@ -75,6 +48,7 @@ local packed = redis.call('HGET', KEYS[2], oid)
 local o = unpack_order(packed)
 local state = nil
 local att = ''
+-- With a payment id, it must be the one checkout attached to the order, whose user is the payer.
 if o and pid ~= '' then
   local rec = redis.call('HGET', KEYS[9], oid)
   local rpid
@@ -96,6 +70,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return redis.error_reply('ERR pay: the item is being restored; try again')
 end
 local paid = tonumber(redis.call('HGET', KEYS[1], 'paid')) or 0
+-- The payment's record moves from open, processing, failed or canceled to paid or refunding in
+-- the same step as the order, so however often and in whatever order the provider delivers the
+-- event, the payment settles once: it pays the order, or it is to be refunded (refund_payment.lua).
 if state == 'paid' or state == 'refunded' or state == 'disputed' then
   return {'duplicate', packed, paid}
 end
@@ -107,7 +84,7 @@ if pid ~= '' and state ~= 'open' and state ~= 'processing' and state ~= 'failed'
 end
 local refund = pid .. '|refunding|' .. evt .. '|' .. att
 if pid ~= '' and amount and amount ~= o.qty * tonumber(o.price) then
-  -- Not the order's price: it pays nothing, and the money goes back.
+  -- Not the order's price (negative: another currency): it pays nothing; the money goes back.
   redis.call('HSET', KEYS[9], oid, refund)
   return {'refund', packed, paid}
 end
@@ -129,10 +106,14 @@ end
 local now = now_int_ms()
 local ends = o.expires
 if state == 'processing' then
-  ends = o.expires + hold
+  ends = o.expires + hold -- a debit on its way still pays until the hold ends (see expire.lua)
 end
+-- Past its time the order expires right here, whether or not the expirer reached it: the answer
+-- depends only on Redis TIME, never on the expirer's schedule.
 if now >= ends then
   release_order(KEYS[2], KEYS[3], KEYS[6], item_id, oid, o, 'expired', now)
+  -- Removes only the order's own entry (a restore's); a batch entry stays until it falls due,
+  -- when expire.lua skips this settled order.
   redis.call('ZREM', KEYS[5], oid)
   redis.call('HINCRBY', KEYS[1], 'stock_left', o.qty)
   redis.call('HINCRBY', KEYS[1], 'reserved', -o.qty)
@@ -157,6 +138,7 @@ if pid ~= '' then
   redis.call('HSET', KEYS[9], oid, pid .. '|paid|' .. evt .. '|' .. att)
   local ev = {'type', 'order.paid', 'at', now, 'item', item_id, 'order', oid, 'user', user,
     'quantity', o.qty, 'price_cents', o.price, 'payment', pid}
+  -- The PaymentIntent and the attempt ride on order.paid, so the record keeps both.
   if pi ~= '' then
     ev[#ev + 1], ev[#ev + 2] = 'payment_intent', pi
   end

@@ -1,22 +1,14 @@
--- payment_status.lua: record what the provider last said of an order's session while it is
--- not settled: open (waiting for the shopper), processing (a debit on its way: the order is
--- held past its expires_at, see expire.lua and cancel.lua), failed (the last try was declined;
--- the session stays open, or ended with a failed debit) or canceled (the session expired).
--- Only a record of this session in one of those states moves, so a late or repeated event
--- never undoes a settlement (paid, refunding, refunded) or touches another attempt's record.
--- (release.lua is prepended.)
---
--- A debit that fails ends the hold in the same step: a reservation past its expires_at whose
--- hold kept it (expire.lua re-scored its expiry entry to the hold's end) gets its own entry,
--- due at once, so the next sweep expires it rather than the end of the hold.
---
+-- payment_status.lua: record what the provider last said of an order's unsettled session:
+-- open, processing (a debit on its way: the reservation is held, see expire.lua), failed
+-- (the last try declined) or canceled (the session expired). One script so only this
+-- session's record in one of those states moves: a late or repeated event never undoes a
+-- settlement or touches another attempt's record. (release.lua is prepended.)
 -- Go caller: orders.Store.SetPaymentStatus (internal/orders/payments.go).
 -- KEYS[1] payments hash (order id -> "payment id|state|event id|attempt")
 -- KEYS[2] orders hash   KEYS[3] shard expiry zset
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] payment id (the session)
 -- ARGV[4] status: open | processing | failed | canceled
---
--- Reply: 1 when the record changed, 0 when it did not (another session's, settled, or the same).
+-- Reply: 1 when the record changed, 0 when not (another session's, settled, or the same).
 -- A malformed argument is an error reply and writes nothing.
 
 local item_id, oid, pid, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -41,6 +33,8 @@ if rstate == 'processing' and status ~= 'failed' then
   return 0
 end
 redis.call('HSET', KEYS[1], oid, pid .. '|' .. status .. '|' .. rest)
+-- A failed debit ends the hold in the same step: an order past expires_ms that the hold kept
+-- (its batch entry re-scored to the hold's end) gets its own entry, due at once.
 if rstate == 'processing' then
   local o = unpack_order(redis.call('HGET', KEYS[2], oid))
   if o and o.status == 'reserved' and o.expires <= now_int_ms() then

@@ -1,35 +1,23 @@
--- refund_order.lua: a paid order's payment refunded or disputed, in one step with its outbox
--- event. (release.lua and changed.lua are prepended.) The provider's charge.refunded and an
--- admin's refund both end here; whichever comes first makes the order refunded, the other
--- finds it refunded and writes nothing, so order.refunded is published once per order.
---
+-- refund_order.lua: a paid order's payment refunded or disputed, with its outbox event. One
+-- script, so whichever of the provider's charge.refunded and an admin's refund comes first makes
+-- the order refunded and the other writes nothing: order.refunded once per order
+-- (docs/payments.md, "Refunds and disputes"). (release.lua and changed.lua are prepended.)
 -- Go caller: orders.Store.refundOrder (internal/orders/refunds.go).
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] paidby hash
 -- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
 -- KEYS[8] item payments hash (order id -> "payment id|state|event id|attempt")
--- KEYS[9] item refunds hash (order id -> "idempotency key|restock": an admin's refund)
+-- KEYS[9] item refunds hash (order id -> "idempotency key|restock": an admin's request)
 -- ARGV[1] item id   ARGV[2] order id
--- ARGV[3] payment id: the session the event is about ('' for an admin's refund: the order's own)
--- ARGV[4] mode:
---   request  an admin asks for a full refund under ARGV[7] with restock ARGV[6] (0|1), before the
---            provider is asked: recorded in KEYS[9] (the first request's restock is the one kept)
---   withdraw the provider refused the admin's refund: the request of key ARGV[7] is forgotten
---   full     the provider refunded the payment in full (ARGV[5] cents): the order becomes refunded,
---            restocked as a recorded request asked (order.refunded, delta = units restocked)
---   partial  the provider refunded ARGV[5] cents of it so far (payment.refunded with the amount)
---   dispute  the charge is disputed: the record's state becomes disputed (payment.disputed)
--- ARGV[5] refunded cents so far (full, partial)   ARGV[6] restock (request)
--- ARGV[7] the admin's Idempotency-Key (request, withdraw)   ARGV[8] the PaymentIntent ('' if unknown)
---
--- Reply: {outcome, packed_order[, sold, seq]}
---   outcome: refunded (this call made the order refunded) | requested (request recorded or seen)
---            | recorded (partial, dispute, withdraw: applied) | duplicate (applied before: the
---            order is refunded, the dispute recorded, or the request is another key's after the
---            refund) | not_found (no such order, or the payment is not its payment)
---            | invalid_state (not paid, or its payment was never this order's settlement)
---   packed_order: the order after the call ('' for not_found)
---   sold, seq (outcome refunded only): the item's units for the best-sellers board, which no
---   longer count this order's, and that figure's number (see best_sellers in release.lua)
+-- ARGV[3] payment id the event is about ('' for an admin's refund: the order's own)
+-- ARGV[4] mode: request | withdraw (an admin's refund) | full | partial | dispute (the provider)
+-- ARGV[5] refunded cents so far (full, partial)   ARGV[6] restock 0|1 (request)
+-- ARGV[7] the admin's Idempotency-Key (request, withdraw)   ARGV[8] the PaymentIntent ('' unknown)
+-- Reply: {outcome, packed_order ('' for not_found)[, sold, seq]}; outcome:
+--   refunded (this call made the order refunded; sold, seq: the best-sellers units, which no
+--   longer count it, and their number: best_sellers in release.lua) | requested (recorded or
+--   seen) | recorded (partial, dispute, withdraw applied) | duplicate (applied before, or
+--   another key's request after the refund) | not_found (no such order, or not its payment)
+--   | invalid_state (not paid, or its payment was never this order's settlement)
 -- A malformed argument is an error reply and writes nothing.
 
 local item_id, oid, pid, mode = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4]
@@ -62,6 +50,7 @@ if not rpid or (pid ~= '' and rpid ~= pid) then
 end
 pid = rpid
 
+-- withdraw: the provider refused the admin's refund; the request of this key is forgotten.
 if mode == 'withdraw' then
   local req = redis.call('HGET', KEYS[9], oid)
   if req and string.match(req, '^(.*)|[01]$') == key and o.status == 'paid' then
@@ -70,6 +59,8 @@ if mode == 'withdraw' then
   return {'recorded', packed}
 end
 
+-- request: an admin's full refund, recorded before the provider is asked; the first
+-- request's restock is the one kept.
 if mode == 'request' then
   if o.status == 'refunded' then
     local req = redis.call('HGET', KEYS[9], oid)
@@ -98,6 +89,7 @@ if o.status ~= 'paid' then
 end
 local now = now_int_ms()
 
+-- dispute: the record's state becomes disputed (payment.disputed).
 if mode == 'dispute' then
   if state == 'disputed' then
     return {'duplicate', packed}
@@ -109,6 +101,7 @@ if mode == 'dispute' then
   return {'recorded', packed}
 end
 
+-- partial: refunded in part so far; the order stays paid (payment.refunded with the amount).
 if mode == 'partial' then
   redis.call('XADD', KEYS[5], '*', 'type', 'payment.refunded', 'at', now, 'item', item_id,
     'order', oid, 'user', o.user, 'quantity', o.qty, 'price_cents', o.price, 'payment', pid,
@@ -116,7 +109,8 @@ if mode == 'partial' then
   return {'recorded', packed}
 end
 
--- full
+-- full: the order becomes refunded, restocked as a recorded request asked (order.refunded,
+-- delta = the units restocked).
 local back = 0
 local req = redis.call('HGET', KEYS[9], oid)
 if req and string.sub(req, -1) == '1' then

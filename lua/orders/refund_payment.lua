@@ -1,13 +1,10 @@
--- refund_payment.lua: record that the provider refunded a payment pay.lua marked refunding
--- (it succeeded for an order already expired or cancelled), atomically with its outbox event.
--- The payment's record moves refunding -> refunded once: a repeated call (the webhook
--- delivered again, a retry after the provider's reply was lost) finds it refunded and writes
--- nothing, so payment.refunded is published once per payment.
---
+-- refund_payment.lua: record that the provider refunded a payment pay.lua marked refunding (it
+-- succeeded for an order already expired or cancelled). One script so the record moves
+-- refunding -> refunded once, with payment.refunded: a repeated call (the webhook again, a retry
+-- after a lost reply) writes nothing. (release.lua is prepended.)
 -- Go caller: orders.Store.FinishRefund (internal/orders/payments.go).
 -- KEYS[1] orders hash   KEYS[2] payments hash   KEYS[3] shard outbox stream
 -- ARGV[1] item id   ARGV[2] order id   ARGV[3] payment id
---
 -- Reply: 1 when this call recorded the refund, 0 when the payment is not refunding (already
 -- refunded, or not this order's). A malformed argument is an error reply and writes nothing.
 

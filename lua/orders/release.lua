@@ -1,25 +1,10 @@
--- release.lua: a library, not a script. It is prepended to pay.lua, cancel.lua and expire.lua,
--- so "an order gives its stock and allowance back" has one implementation and every way out of
--- `reserved` writes the same things.
---
--- unpack_order(packed) -> {user, qty, price, status, created, expires} (qty and expires as
---   numbers) or nil for a missing or malformed record. packed is "user|quantity|price_cents|status|created_ms|expires_ms".
--- pack_order(o, status) -> the packed record of order o with a new status.
--- now_int_ms() -> Redis TIME as whole unix milliseconds.
--- release_order(k_orders, k_held, k_outbox, item_id, oid, o, status, now) -> qty
---   Writes the order's new status (cancelled | expired), gives qty back to the user's allowance
---   (the held field is deleted at zero) and appends order.<status> to the outbox. The caller
---   adds qty to stock_left, takes it off reserved, bumps version and removes the order's own
---   expiry entry, if it has one (a purchase batch's entry is expire.lua's to remove): the
---   expire script does those once per call.
--- best_sellers(k_item) -> units, seq
---   The item's units that count on the best-sellers board (paid, less the units of refunded
---   orders whose units stayed sold: a refunded buyer is no longer a buyer) and a new number of
---   that figure, larger than any before it, so the board can tell a late report from a newer
---   one (the figure goes down on a refund). The number starts from Redis TIME in microseconds
---   when the item has none (a new item, or one a restore rebuilt), then counts up by one.
--- Included in front of the orders scripts (internal/orders/scripts.go).
+-- release.lua: a library, not a script, prepended to the orders scripts
+-- (internal/orders/scripts.go), so "an order gives its stock and allowance back" has one
+-- implementation and every way out of `reserved` writes the same things.
 
+-- unpack_order reads a packed order, "user|quantity|price_cents|status|created_ms|expires_ms",
+-- into {user, qty, price, status, created, expires} (qty and expires as numbers), or nil for a
+-- missing or malformed record.
 local function unpack_order(packed)
   if not packed then
     return nil
@@ -34,15 +19,21 @@ local function unpack_order(packed)
     created = created, expires = tonumber(expires), expires_s = expires}
 end
 
+-- pack_order returns the packed record of order o with a new status.
 local function pack_order(o, status)
   return o.user .. '|' .. o.qty_s .. '|' .. o.price .. '|' .. status .. '|' .. o.created .. '|' .. o.expires_s
 end
 
+-- now_int_ms returns Redis TIME as whole unix milliseconds.
 local function now_int_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- best_sellers returns the item's units on the best-sellers board (paid, less the units of
+-- refunded orders that stayed sold) and a new number for that figure, above any before it, so
+-- the board can tell a late report (the figure goes down on a refund). Numbers start from Redis
+-- TIME in microseconds when the item has none (new, or rebuilt by a restore).
 local function best_sellers(k_item)
   local f = redis.call('HMGET', k_item, 'paid', 'refunded_kept', 'sold_seq')
   if not f[3] then
@@ -53,6 +44,10 @@ local function best_sellers(k_item)
   return (tonumber(f[1]) or 0) - (tonumber(f[2]) or 0), seq
 end
 
+-- release_order writes the order's new status (cancelled | expired), gives qty back to the
+-- user's allowance and appends order.<status>; it returns qty. The caller moves qty from
+-- reserved to stock_left, bumps version and removes the order's own expiry entry, if any
+-- (expire.lua does those once per call).
 local function release_order(k_orders, k_held, k_outbox, item_id, oid, o, status, now)
   redis.call('HSET', k_orders, oid, pack_order(o, status))
   if redis.call('HINCRBY', k_held, o.user, -o.qty) <= 0 then

@@ -1,22 +1,11 @@
--- unlist.lua: take items out of ONE shopper's order index (keyspace.Space.UserOrderIndex) that
--- name no order of the shopper. A purchase writes its field blind, before it knows whether it
--- made an order, so a refused attempt leaves a field; pruning can leave one too. The reader
--- that found no order of an item calls this with the counter it saw.
---
--- On a cluster the blind write may land before the purchase script made the order (another
--- node), so "no order now" is not "no order ever": the first call only marks the field
--- ('?<item>' = "counter|ms", by Redis TIME), and a later call removes it only when the mark is
--- at least the grace old and the counter is still the one marked. Every write of the field
--- changes the counter, so a purchase in flight (whose script runs within its call deadline,
--- well inside the grace) either made its order before the field goes, or wrote the field again.
--- One script: the comparison and the delete must not be split by another write.
---
+-- unlist.lua: take out of ONE shopper's order index (keyspace.Space.UserOrderIndex) the items
+-- that name no order of the shopper (a refused purchase's blind write, or pruning, leaves one).
+-- One script: comparing the counter and deleting must not be split by another write
+-- (docs/design.md, "GET /api/orders").
 -- Go caller: orders.Index.unlist (internal/orders/index.go).
 -- KEYS[1] the user's order index (hash item id -> change counter, '?'..item -> mark)
--- ARGV[1] grace ms (integer 1..1e13)
--- then pairs: item id, the counter the reader saw ('' : the item has orders again, or its
---   field is gone: drop its mark)
---
+-- ARGV[1] grace ms (integer 1..1e13), then pairs: item id, the counter the reader saw ('': the
+--   item has orders again, or its field is gone: drop its mark)
 -- Reply: how many items left the index. Bad arguments: an error reply, nothing written.
 
 local grace = tonumber(ARGV[1])
@@ -28,6 +17,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local removed = 0
 for i = 2, #ARGV, 2 do
   local item, seen = ARGV[i], ARGV[i + 1]
+  -- Mark first ("counter|ms"), remove once the mark is the grace old and the counter the same:
+  -- on a cluster the blind write may land before its order exists, and a purchase in flight
+  -- either made its order within the grace or wrote the field again, changing the counter.
   local mark_field = '?' .. item
   if seen == '' then
     redis.call('HDEL', KEYS[1], mark_field)
