@@ -1,15 +1,6 @@
--- queue/admit.lua: one admission step of one item's waiting room. (queue/ticket.lua is
--- prepended.) Every api instance calls it for every item with a waiting room on each tick;
--- the decision is made here, in Redis, so several instances share one line and one rate.
--- In order: expire passes past their time (their place frees; the ticket becomes 'x'); at
--- the start, number the shuffled pre-start group 1..P in line order (a chunk per call); then
--- admit from the head of the line: at most admit_per_second in any second (a token bucket of
--- one second's worth, and a strict sliding second), at most max_active live passes, and never
--- more live passes than stock_left can serve: counted in units, each live pass may buy up to
--- per_user_limit (or all that is left, if less), and those units never exceed stock_left, so
--- nobody is admitted to find nothing to buy. Nothing is admitted before the start, after the
--- end, or while the item is sold out with nothing reserved that could come back.
---
+-- queue/admit.lua: one admission step of one item's waiting room (docs/waiting-room.md,
+-- "Admission"). One script, so the api instances, each calling it per item on every tick,
+-- share one line and one rate. (queue/ticket.lua is prepended.)
 -- Go caller: queue.Store.Admit (internal/queue/redis.go).
 -- KEYS[1] item hash   KEYS[2] line zset   KEYS[3] tickets hash   KEYS[4] line state hash
 -- KEYS[5] passes zset   KEYS[6] recent admissions zset   KEYS[7] shard outbox stream
@@ -17,12 +8,11 @@
 -- ARGV[2] most pre-start tickets numbered in this call (integer >= 1)
 -- ARGV[3] most expired passes cleared in this call (integer 1..1000, bounds unpack)
 -- ARGV[4] item id (named in the queue.admitted entry each admission appends to the outbox)
---
 -- Reply: {status, now_ms, admitted, waiting, live, admitted_now, stock_left}
 --   status: none (no item or no waiting room) | upcoming | fixing (numbering the pre-start
 --   group: call again) | live | sold_out | ended
---   admitted = shoppers ever admitted from this line (its head), waiting = line length,
---   live = unspent, unexpired passes, admitted_now = passes issued by this call.
+--   admitted: ever admitted from this line (its head); waiting: line length; live: unspent,
+--   unexpired passes; admitted_now: passes issued by this call
 
 local most, chunk, expire_most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local function count(x, hi) return x and x >= 1 and x <= hi and x == math.floor(x) end
@@ -85,6 +75,7 @@ if fixed < pre then
   end
 end
 
+-- Nothing is admitted after the end, or while sold out with nothing reserved to come back.
 local status = 'live'
 if ends > 0 and now >= ends then
   status = 'ended'
@@ -104,7 +95,8 @@ local in_second = 0
 for _, m in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do
   in_second = in_second + (tonumber(string.match(m, '^(%d+):')) or 0)
 end
--- Units: a pass may buy up to per_user_limit units, or all that is left if less.
+-- Units: a pass may buy up to per_user_limit units, or all that is left if less, and the live
+-- passes' units never exceed stock_left, so nobody is admitted to find nothing to buy.
 local per_pass = math.max(1, math.min(tonumber(f[9]) or 1, left))
 local k = math.min(math.floor(tokens), rate - in_second, max_active - live,
   math.floor(left / per_pass) - live, waiting, most)

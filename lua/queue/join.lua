@@ -1,23 +1,15 @@
--- queue/join.lua: shoppers join one item's waiting room; a batch of joins for ONE item in one
--- call (the api coalesces concurrent joins as it does purchases). (queue/ticket.lua is
--- prepended.) Joining again returns the same ticket; only a shopper whose pass expired unused
--- joins again, at the back. Line numbers are handed out inside this one script, so accepted
--- joins are numbered 1, 2, 3... with no gaps however many arrive at once.
---
--- Each accepted join (not 'existing') appends queue.joined to the shard's outbox, for the
--- post-sale report's funnel and waits.
---
+-- queue/join.lua: a batch of joins to ONE item's waiting room (the api coalesces concurrent
+-- joins as it does purchases). One script so accepted joins are numbered 1, 2, 3... with no
+-- gaps however many arrive at once. Joining again returns the same ticket; only a shopper whose
+-- pass expired unused joins again, at the back. (queue/ticket.lua is prepended.)
 -- Go caller: queue.Store.runJoins (internal/queue/redis.go).
 -- KEYS[1] item hash   KEYS[2] line zset   KEYS[3] tickets hash   KEYS[4] line state hash
 -- KEYS[5] shard outbox stream
 -- ARGV[1] item id; for join i (1-based): ARGV[2i] user id, ARGV[2i+1] random score, an
---       integer in [0, 2^52) drawn by the api from a CSPRNG (used only for a join before the
---       start)
---
--- Reply: {now_ms, admitted, per-join replies...}, admitted = shoppers admitted so far (the
---   line's head), each join's reply {outcome, ticket}
---   outcome: joined | existing | not_found | no_queue | sale_ended
---   ticket: the packed ticket (queue/ticket.lua), '' unless joined or existing
+--   integer in [0, 2^52) from the api's CSPRNG (used only for a join before the start)
+-- Reply: {now_ms, admitted (shoppers admitted so far: the line's head), per join {outcome,
+--   ticket}...}; outcome: joined | existing | not_found | no_queue | sale_ended; ticket: the
+--   packed ticket (queue/ticket.lua), '' unless joined or existing
 -- Malformed arguments are an error reply and write nothing.
 
 local item = ARGV[1]
@@ -78,6 +70,7 @@ for i = 1, n do
         packed = ticket_pack('w', line, '', 0)
       end
       redis.call('HSET', KEYS[3], user, packed)
+      -- queue.joined: the post-sale report's funnel and waits.
       redis.call('XADD', KEYS[5], '*', 'type', 'queue.joined', 'at', now, 'item', item, 'user', user)
       reply = {'joined', packed}
     end

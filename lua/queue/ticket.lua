@@ -1,14 +1,9 @@
--- queue/ticket.lua: a library, not a script. It is prepended to the waiting-room scripts
--- (queue/join.lua, queue/admit.lua) so the packed ticket has one reader and one writer.
--- purchase.lua reads the same format with its own few lines (it is not a queue script).
---
+-- queue/ticket.lua: a library prepended to the waiting-room scripts (internal/queue/scripts.go),
+-- so the packed ticket has one reader and one writer (purchase.lua reads it with its own lines).
 -- A ticket is the tickets hash's value for a user: "state|line|pass|expires"
 --   state   w waiting, a admitted (holds a pass), x its pass expired unused, s its pass bought
---   line    the shopper's number in the line (1 = first ever in line); 0 while not yet known
---           (joined before the start: numbered when the start fixes the shuffled order)
---   pass    the pass id "<user>.<n>" ('' before admission)
---   expires the pass's expiry in unix ms (0 before admission)
--- Included in front of the queue scripts (internal/queue/scripts.go).
+--   line    number in the line (1 = first ever); 0 until the start numbers the pre-start group
+--   pass    "<user>.<n>" ('' before admission)   expires  the pass's expiry in unix ms (0 before)
 local function ticket_unpack(t)
   local st, line, pass, exp = string.match(t, '^(%a)|(%d+)|([^|]*)|(%d+)$')
   return st, tonumber(line), pass, tonumber(exp)
