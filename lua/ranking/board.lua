@@ -1,14 +1,8 @@
--- board.lua: bounded leaderboards (top N), prepended to rate.lua, sold.lua and recategorize.lua.
---
--- A board is two sorted sets in the ranking slot {rank}: the index ranks every member, the top
--- holds exactly the first N members of the index, with the same scores. Keeping the full index
--- is what makes the top exact: when a member's score goes down it can leave the top, and the
--- member that takes its place is known only to the index (a set that evicted it cannot bring it
--- back). Reads touch only the top: one ZRANGE of at most N entries.
---
--- Order: Redis' own (score ascending, then member bytes ascending). Callers store the negated
--- score, so the best comes first, and put their tie-break into the member.
--- Included in front of the ranking scripts (internal/ranking/scripts.go).
+-- board.lua: bounded leaderboards (top N), a library prepended to the ranking scripts
+-- (internal/ranking/scripts.go). A board is two sorted sets in {rank}: the index ranks every
+-- member, the top holds exactly its first N with the same scores, and reads touch only the top.
+-- Only the full index knows who takes the place of a member whose score went down. Order is
+-- Redis' (score, then member bytes): callers store the negated score and put ties in the member.
 
 -- whole reports whether x is a finite integer >= min (tonumber accepts 'nan' and 'inf').
 local function whole(x, min)

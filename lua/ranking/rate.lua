@@ -1,13 +1,8 @@
--- rate.lua: set one user's stars for one item and move the item on its top-rated boards,
--- atomically with the rating.set outbox entry (none in 'restore' mode). (board.lua is prepended.)
--- One script because the rating, the item's count and sum, every board and the event must
--- change together: a concurrent rating or a crash between them would leave a board or the
--- event stream disagreeing with the ratings. All keys are in the ranking slot {rank}.
--- The caller checked that the user has paid for the item: the paidby hash lives in the item's
--- slot, so this script cannot read it on a cluster, and a paid order is final, so the check
--- cannot go stale between the two calls.
---
--- Go caller: ranking.Store.rate (internal/ranking/redis.go).
+-- rate.lua: set one user's stars for one item and move the item on its top-rated boards. One
+-- script so the rating, the item's count and sum, every board and rating.set change together:
+-- a race or a crash leaves none of them disagreeing. (board.lua is prepended.)
+-- Go caller: ranking.Store.rate (internal/ranking/redis.go). It checked that the user paid for
+--   the item: paidby is in the item's slot, out of reach on a cluster, and a paid order is final.
 -- KEYS[1] the item's ratings hash (user -> stars)   KEYS[2] the item's stats hash (count sum cat)
 -- KEYS[3] the ranking outbox stream   KEYS[4], KEYS[5] the overall top-rated board (index, top)
 -- then, if ARGV[4] ~= '': the board of category ARGV[4] (index, top)
@@ -16,24 +11,12 @@
 -- ARGV[4] the item's category now ('' = none: overall board only)
 -- ARGV[5] the category the caller read from the stats hash ('' = none, or never rated)
 -- ARGV[6] prior mean m (1..5)   ARGV[7] prior weight C (>= 0)   ARGV[8] board size N (>= 1)
--- ARGV[9] mode: 'set' (a shopper's rating; absent means 'set') or 'restore' (restore's replay
---         of a recorded rating: written only if the user has no rating now, so it never
---         replaces one set since the item went back on sale, and with no rating.set entry, as
---         the record already holds it; the check and the write are one script, so a shopper's
---         rating cannot land between them)
---
--- Score, what the top-rated boards rank by: the Bayesian average (C*m + sum) / (C + count).
--- Every item starts with C imaginary ratings of m stars, so with the defaults (m = 3.5, C = 10)
--- a single 5-star rating scores 40/11 = 3.64 and cannot beat hundreds of 4.8s; with many
--- ratings the score tends to the plain mean. Equal scores: more ratings first, then the smaller
--- item id (see rated_member). One rating per (user, item): rating again replaces the stars.
--- If the item's category changed since its last rating, it moves between category boards.
---
--- Reply: {'ok', average, count}: average is the plain mean sum/count as a string (%.17g, exact),
---        or in 'restore' mode {'kept', average, count} when the user has a rating (nothing
---        written),
---        or {'stale', stored category} when the stats hash's category is neither ARGV[5] nor
---        ARGV[4] (a concurrent call moved the item; nothing written: retry with the stored one).
+-- ARGV[9] mode: set (a shopper's rating; the default) | restore (restore's replay of a recorded
+--   rating: written only if the user has none now, with no rating.set)
+-- Reply: {'ok', average, count}: average the plain mean sum/count as a string (%.17g, exact)
+--   | {'kept', average, count} (restore, the user has a rating: nothing written)
+--   | {'stale', stored category} (neither ARGV[5] nor ARGV[4]: a concurrent call moved the
+--   item; nothing written, retry with the stored one)
 -- A malformed argument, or a rating whose item has no count (its stats hash was lost), is an
 -- error reply and writes nothing.
 
@@ -62,7 +45,8 @@ local prev = tonumber(redis.call('HGET', KEYS[1], user))
 -- hand, say) would otherwise fail the arithmetic below after the rating and sum were written.
 local prev_count = prev and tonumber(redis.call('HGET', KEYS[2], 'count'))
 if prev and mode == 'restore' then
-  -- A rating set since the item went back on sale (or one Redis never lost): it stands.
+  -- A rating set since the item went back on sale (or one Redis never lost) stands. Checked
+  -- and written in this one script, so a shopper's rating cannot land in between.
   local st = redis.call('HMGET', KEYS[2], 'count', 'sum')
   local count, sum = tonumber(st[1]) or 0, tonumber(st[2]) or 0
   return {'kept', string.format('%.17g', count > 0 and sum / count or 0), count}
@@ -70,7 +54,7 @@ end
 if prev and not prev_count then
   return redis.error_reply('ERR rate: the item has ratings but no count; nothing written')
 end
-redis.call('HSET', KEYS[1], user, stars)
+redis.call('HSET', KEYS[1], user, stars) -- one rating per (user, item): again replaces it
 local count, sum
 if prev then
   count = prev_count
@@ -82,9 +66,12 @@ end
 redis.call('HSET', KEYS[2], 'cat', cat)
 
 local before = prev and count or count - 1
+-- Equal scores: more ratings first, then the smaller item id (rated_member).
 local old_member = before > 0 and rated_member(before, item)
 local member = rated_member(count, item)
-local score = -((c * m + sum) / (c + count)) -- negated: best first
+-- The Bayesian average: C imaginary ratings of m stars, so a few ratings cannot beat many good
+-- ones (docs/design.md, "Ranking scripts"). Negated: best first.
+local score = -((c * m + sum) / (c + count))
 
 board_put(KEYS[4], KEYS[5], n, old_member, member, score)
 local k = 6
@@ -92,6 +79,7 @@ if cat ~= '' then
   board_put(KEYS[k], KEYS[k + 1], n, old_member, member, score)
   k = k + 2
 end
+-- The category changed since the last rating: the item leaves the old category's board.
 if moved and old_member then
   board_remove(KEYS[k], KEYS[k + 1], n, old_member)
 end

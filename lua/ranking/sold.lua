@@ -1,19 +1,11 @@
--- sold.lua: set an item's units on the best-sellers board. (board.lua is prepended.)
--- One script so the index, the bounded top and the figure's number move together.
--- The units are an absolute figure: paid units, less those of refunded orders (a refunded
--- buyer no longer counts), so the figure goes down as well as up. Reports of one item race
--- (two payments' hooks, a payment's and a refund's), so each carries the figure's number from
--- the item's own script, which grows with every change: a report numbered at or below the one
--- applied is late and changes nothing. Calls are idempotent and commute.
--- A report without a number (0) only raises the figure and leaves the number alone, so it
--- never undoes a newer numbered report. (A restore numbers its figure: restore_finish.lua.)
--- An item whose figure falls to 0 leaves the board.
--- Equal units: the smaller item id first (the member is the item id, the score is -units).
---
--- Go caller: ranking.Store.SetSold (internal/ranking/redis.go).
+-- sold.lua: set an item's units on the best-sellers board. One script so the index, the bounded
+-- top and the figure's number move together. Reports of one item race, so each carries the
+-- number the item's own script gave the figure: a late one changes nothing, and calls are
+-- idempotent and commute (docs/design.md, "Ranking scripts"). (board.lua is prepended.)
+-- Go caller: ranking.Store.SetSoldAt (internal/ranking/redis.go).
 -- KEYS[1] best-sellers index   KEYS[2] best-sellers top   KEYS[3] numbers hash (item -> number)
--- ARGV[1] item id   ARGV[2] units (integer >= 0)   ARGV[3] board size N (>= 1)
--- ARGV[4] the figure's number (integer >= 1), or 0 for none
+-- ARGV[1] item id   ARGV[2] units (integer >= 0: paid, less those of refunded orders)
+-- ARGV[3] board size N (>= 1)   ARGV[4] the figure's number (integer >= 1), or 0 for none
 -- Reply: the units the board holds for the item after the call (integer).
 -- A malformed argument is an error reply and writes nothing.
 
@@ -23,6 +15,7 @@ if not item or item == '' or not whole(units, 0) or not whole(n, 1) or not whole
 end
 local held = tonumber(redis.call('ZSCORE', KEYS[1], item))
 held = held and -held or 0
+-- Without a number a report only raises the figure, so it never undoes a newer numbered one.
 if seq == 0 then
   if units <= held then
     return held
@@ -41,5 +34,6 @@ if units == 0 then
   board_remove(KEYS[1], KEYS[2], n, item)
   return 0
 end
+-- Equal units: the smaller item id first (the member is the item id).
 board_put(KEYS[1], KEYS[2], n, item, item, -units)
 return units
