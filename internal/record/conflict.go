@@ -13,11 +13,10 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 )
 
-// An order id names one order for ever. After a Redis failover that lost writes, the promoted
-// primary may make a new order under an id the record already holds (its order counter went
-// back). Merging the two would blend two shoppers' orders into one row, so an order event that
-// meets its id with other content (item, user, quantity, price, or, for the event that creates
-// it, the creation time) is parked in dead_letters as a conflict for an operator, never merged.
+// An order id names one order for ever, but a promoted primary that lost writes may reuse one.
+// An order event that meets its id with other content (item, user, quantity, price, or, for the
+// event that creates it, the creation time) is parked in dead_letters as a conflict for an
+// operator, never merged: that would blend two shoppers' orders into one row.
 
 // conflictsWithin parks the order events of one batch that contradict an earlier event of the
 // same order id in the batch; it returns the events kept and the letters.

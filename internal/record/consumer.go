@@ -276,12 +276,10 @@ func (c *Consumer) process(ctx context.Context, batch []kafka.Message) error {
 	return nil
 }
 
-// commitOffsets commits the offsets of the batches written, in order, until c.commits is
-// closed. The write loop does not wait for a batch's offset commit (a Kafka round trip) to
-// write the next batch; batches that queued up meanwhile are committed together, by the
-// newest offset of each partition. Offsets still only follow their batch's transaction, so a
-// crash re-delivers at most the batches whose commit had not gone through, and the Writer
-// absorbs them.
+// commitOffsets commits the written batches' offsets, in order, until c.commits is closed, so
+// the write loop never waits for a Kafka round trip; batches queued meanwhile commit together.
+// Offsets only follow their batch's transaction, so a crash re-delivers at most the uncommitted
+// batches, which the Writer absorbs.
 func (c *Consumer) commitOffsets(ctx context.Context) {
 	for batch := range c.commits {
 		newest := map[int]kafka.Message{}

@@ -17,30 +17,10 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 )
 
-// How a batch reaches Postgres. Postgres spends about the same CPU per row taking a batch as
-// binary array parameters of INSERT ... SELECT FROM unnest(...) as taking it by COPY; what
-// differs is round trips and the writer's own CPU. COPY is two round trips per table (the COPY
-// statement, then the data), and a savepoint or a transaction driven through database/sql adds
-// one per statement, each a wake-up of Postgres and of the writer. Statements with array parameters
-// can be pipelined, COPY cannot. So each batch is one pipeline, one round trip: BEGIN, every
-// statement, COMMIT (txBatch in wire.go).
-//
-//   - writeNew, the common case (events arrive once, in stream order): plain INSERTs of the
-//     event ids into processed_events, of the orders the batch creates into orders and of the
-//     stock movements into stock_movements. Any of them already there (a re-delivery, an
-//     order whose later event was applied first, another reconciler that took the same
-//     events during a rebalance) fails its INSERT with a unique violation: Postgres skips the
-//     rest of the pipeline, COMMIT included, and the transaction is rolled back: nothing of it
-//     stays. (INSERT ... ON CONFLICT DO NOTHING would spare the retry but costs about twice a
-//     plain insert per row: speculative insertion.)
-//   - writeMerged, the fallback, in a new transaction: claim the event ids with INSERT ... ON
-//     CONFLICT DO NOTHING RETURNING, and merge only the new events' rows (two round trips).
-//
-// Rows that may update existing ones (items, ratings, orders the batch only pays, cancels or
-// expires) always go through a merge: one INSERT ... SELECT FROM unnest(arrays) ... ON
-// CONFLICT DO UPDATE per table, with the forward-only and newest-wins rules in SQL. Dead
-// letters of the batch ride in the same transaction. The statements are prepared once per
-// connection.
+// A batch is one pipelined transaction, one round trip (txBatch), not COPY, which cannot be
+// pipelined. Rows that may update existing ones always merge (ON CONFLICT DO UPDATE, with the
+// forward-only and newest-wins rules in SQL); the rest go in as plain INSERTs (writeNew), or,
+// when one was there already, merged (writeMerged). Why: docs/design.md, "The record writer".
 
 // write writes a batch in one transaction: its dead letters and its valid events. It returns
 // the events applied now (not before), and the order events parked as conflicts with orders
@@ -96,7 +76,8 @@ func refusedOrders(fresh []parsed, merged map[string]bool) ([]parsed, []DeadLett
 }
 
 // writeNew writes events none of which was applied before, and fails with a unique violation
-// (the transaction rolled back) if one was.
+// (the transaction rolled back) if one was. Plain INSERTs cost less per row than ON CONFLICT
+// DO NOTHING (speculative insertion), so the rare re-delivery pays for a retry instead.
 func writeNew(ctx context.Context, pc *pgx.Conn, dead []DeadLetter, valid []parsed, merged map[string]bool, provider string) error {
 	b := newTxBatch(ctx, pc)
 	b.plain("BEGIN")

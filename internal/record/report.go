@@ -81,18 +81,10 @@ const salesItems = `
 		AND ($2::timestamptz IS NULL OR COALESCE(ends_at, 'infinity') >= $2)
 		AND ($3::timestamptz IS NULL OR COALESCE(starts_at, created_at) <= $3)`
 
-// salesReport computes every figure but fairness, one row per item, reading orders once:
-// counted per item and second, they give the funnel, money and the peak second together.
-//
-// Sell-out: the units free at the end (or now) are stock_total less the units orders held
-// then (orders expired or cancelled after the end still held theirs at the end). When none
-// was free, the item's stock movements are walked back from the end (the (item_id, at) index,
-// newest first, stopping at the first hit): the units free just before an instant are those
-// free at the end less the movements from that instant on, and the sale sold out at the
-// latest instant before which a unit was free. A sale that stayed sold out reads only the
-// movements after its sell-out.
-//
-// Refunds: payments refunded (in full or in part) of orders that were paid.
+// salesReport computes every figure but fairness, one row per item, reading orders once (per
+// item and second: the funnel, money and the peak second together). Sell-out walks the item's
+// stock movements back from the end only when no unit was free then (docs/design.md, "Sell-out
+// in the post-sale report"). Refunds: payments refunded, in full or in part, of paid orders.
 const salesReport = `
 WITH it AS (` + salesItems + `),
 per_second AS (

@@ -11,14 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// The writer's statements take each column of a batch as one array parameter. pgx encodes an
-// array element by element through interface values and an encode plan per element, a large
-// share of the writer's CPU per event (some 20 elements each). The arrays here are encoded straight into PostgreSQL's
-// binary array format, in one buffer reused between statements and batches, and sent as the
-// parameters of statements prepared once per connection, in one pgconn pipeline per
-// transaction: each statement is flushed as soon as it is encoded, so Postgres executes it
-// while the next one is encoded (as pgx's CopyFrom overlaps encoding rows with sending them),
-// and one Sync ends the pipeline, one round trip.
+// Each column of a batch is one array parameter, encoded here straight into PostgreSQL's binary
+// array format in one reused buffer, since pgx's element-by-element encoding costs much of the
+// writer's CPU. A transaction is one pgconn pipeline: each statement is flushed once encoded, so
+// Postgres runs it while the next is encoded (docs/design.md, "The record writer").
 
 // Element type OIDs of the binary array format (pg_type).
 const (

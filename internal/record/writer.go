@@ -19,18 +19,10 @@ import (
 	"github.com/flashsale/flashsale/internal/events"
 )
 
-// Writer applies batches of Kafka messages to the record, each batch in one transaction.
-//
-// Exactly once per event_id: the transaction first inserts the batch's event ids into
-// processed_events and applies only the events that insert took, so a re-delivered event
-// (relay retry, consumer crash before its offset commit) changes nothing. Order of delivery
-// does not matter either: order status only moves forward, and item attributes, stock totals
-// and ratings are taken from the newest event by stream position.
-//
-// Rows reach Postgres in binary through the pgx connection under gorm's pool, as array
-// parameters of set-based INSERT ... SELECT FROM unnest(...) statements, the whole transaction
-// in one pipelined round trip: plain inserts when the batch is all new, else INSERT ... ON
-// CONFLICT statements that apply those rules (merge.go).
+// Writer applies batches of Kafka messages to the record, each in one transaction, exactly
+// once per event_id: only events whose ids the transaction inserts into processed_events are
+// applied, so a re-delivery changes nothing. Delivery order does not matter: order status only
+// moves forward; item attributes, stock totals and ratings take the newest event (merge.go).
 type Writer struct {
 	db *gorm.DB
 	// Provider labels the payments it records (FLASHSALE_PAYMENT_PROVIDER; "" records "sim").
@@ -107,18 +99,14 @@ func (w *Writer) Apply(ctx context.Context, msgs []kafka.Message) (Result, error
 	return res, nil
 }
 
-// ApplyIsolating is Apply that never lets one event stop the record: when Postgres refuses a
-// batch for its data (isDataError), the batch is split in halves, applied in order, until the
-// refused events stand alone; each is parked in dead_letters with Postgres's reason and the
-// rest is applied. Errors of availability (connection, timeout, shutdown) are returned as
-// they are, for the caller to retry the whole batch (what was applied is absorbed then).
-//
-// Events with text Postgres cannot store (a NUL, invalid UTF-8) are parked before the batch is
-// written, whatever else the batch holds: left to Postgres, such an event would be refused
-// only when its row reaches a statement, and a newer event of the same row in the same batch
-// (folded over it) would hide it, so whether it was parked would depend on the batching.
+// ApplyIsolating is Apply that never lets one event stop the record: a batch Postgres refuses
+// for its data (isDataError) is halved, in order, until the refused events stand alone and are
+// parked in dead_letters with Postgres's reason. Availability errors are returned as they are,
+// for the caller to retry the whole batch.
 func (w *Writer) ApplyIsolating(ctx context.Context, msgs []kafka.Message) (Result, error) {
 	var parked int
+	// Unstorable text is parked up front: left to Postgres, a newer event of the same row
+	// folded over it could hide it, so parking would depend on the batching.
 	if bad := unstorable(msgs); bad != nil {
 		kept := make([]kafka.Message, 0, len(msgs))
 		for i := range msgs {
@@ -192,11 +180,10 @@ func (w *Writer) applyIsolating(ctx context.Context, msgs []kafka.Message) (Resu
 		Invalid: left.Invalid + right.Invalid, Conflicts: left.Conflicts + right.Conflicts}, nil
 }
 
-// isDataError reports whether Postgres refused the data itself, so retrying the same events
-// would fail forever: SQLSTATE class 22 (data exception: a NUL in text, a number out of
-// range, bad encoding) or 23 (integrity constraint violation). Anything else (connection
-// refused or reset, timeouts, the server shutting down, class 08/53/57) is availability, and a
-// schema bug (class 42) must stop the record loudly rather than dead-letter every event.
+// isDataError reports whether Postgres refused the data itself, so a retry would fail forever:
+// SQLSTATE class 22 (data exception) or 23 (integrity constraint). Anything else is availability
+// (class 08/53/57), or a schema bug (class 42) that must stop the record loudly rather than
+// dead-letter every event.
 func isDataError(err error) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
