@@ -360,11 +360,10 @@ func orderDrift(item, id string, ro *redisOrder, po *pgOrder) []Drift {
 	return out
 }
 
-// otherOrder reports whether Redis and the record hold two different orders under one id: they
-// were created at different times (an order's creation never changes; the record's is its
-// order.reserved's) for another shopper, quantity or price. A primary that lost writes to a
-// failover and numbered new orders from where its copy ended did that; the record parks such
-// events as conflicts (record/conflict.go), also those of an order alike but for its creation.
+// otherOrder reports whether Redis and the record hold two different orders under one id, as a
+// primary that lost writes and reused ids makes: created at different times (the record's is its
+// order.reserved's), for another shopper, quantity or price. The record parks such events, and
+// those alike but for their creation, as conflicts (record/conflict.go).
 func otherOrder(ro *redisOrder, po *pgOrder) bool {
 	return po.FromReservation && ro.created != po.Created.UnixMilli() &&
 		(ro.user != po.User || ro.qty != po.Qty || ro.price != po.Price)
@@ -395,16 +394,10 @@ func (r *Reconciler) conflictDrift(ctx context.Context) ([]Drift, error) {
 // maxParkedReported bounds the parked conflicts one report lists.
 const maxParkedReported = 1000
 
-// confirm re-checks candidates in rounds until each is either equal, or still different
-// after Postgres has applied every event up to a Redis snapshot that did not change since:
-// only then is it drift. Each round: snapshot Redis atomically (counters, the candidate
-// orders and the outbox position), wait for the pipeline to apply everything up to that
-// position, read Postgres, then read the position again. An unchanged position means Redis
-// is still exactly the snapshot and Postgres cannot be ahead of it, so the comparison is exact.
-// Ratings are checked the same way against the ranking outbox, the stream their rating.set
-// events travel on (one for every item: a rating of any item since the snapshot makes the
-// item's ratings wait for the next round). Candidates whose item kept changing go to the next
-// round.
+// confirm re-checks candidates in rounds until each is equal, or still differs after Postgres
+// applied every event up to a Redis snapshot that has not changed since: only that is drift.
+// Each round snapshots Redis with its outbox position, waits for the record to reach it, then
+// compares (confirmItem). Candidates whose item kept changing go to the next round.
 func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, []Unverified, int, error) {
 	drift := []Drift{}
 	deadline := time.Now().Add(r.opt.SettleTimeout)
@@ -436,6 +429,8 @@ func (r *Reconciler) confirm(ctx context.Context, cands []candidate) ([]Drift, [
 				snaps[i] = s
 				later(r.keys.Item(c.item).Outbox(), s.pos)
 			}
+			// Ratings travel on the ranking outbox, shared by every item: a rating of any
+			// item since the snapshot makes these wait for the next round.
 			if len(c.users) > 0 {
 				s, err := r.ratingSnapshot(ctx, c.item, keysOf(c.users))
 				if err != nil {
@@ -530,6 +525,7 @@ func (r *Reconciler) confirmItem(ctx context.Context, c candidate, snap redisSna
 	if err != nil {
 		return nil, nil, false, err
 	}
+	// An unchanged position means Redis is still the snapshot and Postgres cannot be ahead of it.
 	exact := settled && now == snap.pos
 	var found []Drift
 	differing := map[string]bool{}

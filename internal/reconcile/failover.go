@@ -16,12 +16,10 @@ import (
 	"github.com/flashsale/flashsale/internal/exactlyonce"
 )
 
-// A batch or a restore rides through a failover: when Redis goes away mid-run (the primary
-// killed or cut off, its replica being promoted), the run waits for a primary to answer again
-// and does its work over against it, at most failoverAttempts times and failoverWait each. A
-// batch compares from the start (it has written nothing but re-emitted events, which are safe
-// to send again); a restore rebuilds the item it was on from the start (restore_begin.lua
-// clears what an interrupted rebuild left). Otherwise the run stops saying so.
+// A batch or a restore rides through a failover: when Redis goes away mid-run, it waits for a
+// primary (failoverWait, at most failoverAttempts times) and does its work over: a batch from the
+// start (it only re-emitted events, safe to send again), a restore from the item it was on
+// (restore_begin.lua clears what it left). Otherwise the run stops saying so.
 const (
 	failoverAttempts = 3
 	failoverWait     = 60 * time.Second

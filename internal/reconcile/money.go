@@ -100,11 +100,10 @@ func (m *MoneyCheck) unrepaired() int {
 
 const moneyPage = 500 // provider payments judged per record query
 
-// checkMoney lists the provider's payments of the window and checks each of the shop's (its
-// attempt recorded for the order its metadata names) against the record, then the record's
-// succeeded payments against the listing. A candidate
-// is judged again after QuietFor, so an order.paid still on its way to Postgres is not drift.
-// With repair, a payment without an order is refunded.
+// checkMoney checks the provider's payments of the window that are the shop's (an attempt
+// recorded for the order their metadata names) against the record, then the record's succeeded
+// payments against the listing, judging a candidate again after QuietFor so an order.paid on its
+// way is not drift. With repair, a payment without an order is refunded.
 func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, error) {
 	mp := r.opt.Money
 	if mp == nil {

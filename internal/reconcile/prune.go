@@ -18,13 +18,10 @@ import (
 	"github.com/flashsale/flashsale/internal/record"
 )
 
-// Pruning (FLASHSALE_ORDER_RETENTION): a final order (paid, cancelled, expired) that Postgres
-// holds in that final state leaves Redis once the retention has passed since it became final,
-// and never within the idempotency window since its creation. The pass runs under the lock
-// batch and restore share, so it never overlaps them; prune.lua compares each order with the
-// record again before it removes it, so whatever a pass races (a second pruner that lost the
-// lock, a payment, a restore) an order is removed once, and only as the record holds it. Postgres
-// then marks it pruned (orders.pruned_at): batch expects it absent, restore leaves it out.
+// Pruning (FLASHSALE_ORDER_RETENTION): a final order the record holds as final leaves Redis once
+// the retention has passed since it became final, never within the idempotency window. Passes
+// run under batch and restore's lock, and prune.lua re-checks each order against the record, so
+// an order is removed once, as the record holds it (docs/design.md, "Order retention").
 
 const (
 	// prunePage is how many orders one Postgres read returns.

@@ -1,9 +1,7 @@
-// Package reconcile proves that Redis (the live sale) and Postgres (the record the reconciler
-// consumer writes) agree, finds exactly where they don't, and fixes it: batch comparison per
-// item and order by order, repair by re-emitting events through the outbox, restore of Redis
-// from Postgres after data loss, and pruning of final orders from Redis once Postgres has held
-// them for the retention (prune.go). Only one batch, restore or pruning pass runs at a time
-// across instances (a Redis lock), and every run's writes carry the lock's fencing number.
+// Package reconcile proves that Redis (the live sale) and Postgres (the record) agree and fixes
+// where they don't: batch comparison, repair by re-emitting events, restore of Redis from
+// Postgres after data loss, pruning of final orders. One run at a time across instances, under a
+// Redis lock whose fencing number every write carries.
 package reconcile
 
 import (

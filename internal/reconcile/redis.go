@@ -213,11 +213,10 @@ func (r *Reconciler) catalog(ctx context.Context) ([]string, error) {
 // errUnsettled means events were still in flight when the settle time ran out.
 var errUnsettled = errors.New("events still in flight")
 
-// settle waits until every event up to each outbox stream's position (by stream key) has been
-// applied to Postgres:
-// first until the relay has published them (it removes an entry from the stream only after
-// Kafka acknowledged it: outbox/ack.lua), then until the consumer group has committed past the
-// topic's end as it was at that moment (it commits only after its transaction).
+// settle waits until every event up to each outbox stream's position (by stream key) is in
+// Postgres: first published (the relay removes an entry only once Kafka has it: outbox/ack.lua),
+// then committed by the consumer group past the topic's end as it was then (it commits only
+// after its transaction).
 func (r *Reconciler) settle(ctx context.Context, pos map[string]events.Position, deadline time.Time) error {
 	pending := make([]string, 0, len(pos))
 	for stream, p := range pos {

@@ -60,12 +60,10 @@ type Refusal struct {
 	Reason string `json:"reason"`
 }
 
-// Restore rebuilds items' Redis state from Postgres after Redis lost it: the item hash (stock
-// figures from the record's orders), orders, allowances, paid units, users' order indexes,
-// the expiry index of reservations, orders' payments (the payment record and the ids webhooks
-// find it by), and ratings and boards when a ranking store is set. It
-// runs under the same lock as batch; an item that Redis shows being sold is refused unless
-// forced. Idempotency keys are not in the record and are not restored.
+// Restore rebuilds items' Redis state from Postgres after Redis lost it: item hashes, orders,
+// allowances, paid units, the users' and expiry indexes, payments and their webhook index, and
+// ratings and boards when a ranking store is set. It runs under batch's lock and refuses an item
+// Redis shows being sold unless forced. Idempotency keys are not in the record, nor restored.
 func (r *Reconciler) Restore(ctx context.Context, opt RestoreOptions) (*RestoreResult, error) {
 	if !opt.All && len(opt.Items) == 0 {
 		return nil, errors.New("reconcile: restore needs items or All")
@@ -163,11 +161,9 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	return out, nil
 }
 
-// restoreQuiet checks that the api is not selling item id: activity shows as a version that
-// moves while we watch, or events of its shard's outbox (which may be its own) that stay
-// unpublished. Then everything already published must be in the record before it is read.
-// It returns the version and outbox position restore_begin.lua expects ("*" and "" when
-// forced: whatever Redis holds is replaced).
+// restoreQuiet checks that the api is not selling item id (checkIdle), then waits until what
+// was published is in the record. It returns the version and outbox position restore_begin.lua
+// expects ("*" and "" when forced: whatever Redis holds is replaced).
 func (r *Reconciler) restoreQuiet(ctx context.Context, id string, force bool) (expected, pos string, err error) {
 	expected, pos = "*", ""
 	if !force {
@@ -198,10 +194,9 @@ type itemState struct {
 }
 
 // restoreState derives item id's Redis state from its record it, counting the units into out.
-// The item leaves the live state's users' item indexes (shared with the shard's other items)
-// first, then the record's users' go in, so no stale entry survives; the item's expiry entries
-// are dropped the same way after restore_begin.lua (restoreWrite). The item's user orders hash
-// goes with its other hashes in restore_begin.lua.
+// The item leaves the live users' item indexes (shared with the shard's other items) before the
+// record's users go in, so no stale entry survives; its expiry entries go the same way
+// (restoreWrite), its user orders hash with its other hashes (restore_begin.lua).
 func (r *Reconciler) restoreState(ctx context.Context, id string, it record.ItemRecord, out *RestoredItem) (itemState, error) {
 	k := r.keys.Item(id)
 	orders := it.Orders
@@ -325,12 +320,10 @@ func paymentRecord(p *record.PaymentLink) string {
 	return p.ID + "|" + state + "||" + p.Attempt
 }
 
-// indexRestored puts the orders a restore wrote back (all but the pruned) into their users'
-// order indexes (each user's field of the item grows, so their lists show it and their ETags
-// change), and their payments' ids (session, PaymentIntent, attempt) into the index webhooks
-// find orders by, which live in other slots (orders.Index, orders.Store.IndexPayment), before
-// the item sells again. A field of a user the record has no order of stays until a reader
-// finds nothing there and removes it.
+// indexRestored puts the restored orders (all but the pruned) back into their users' order
+// indexes, so lists and ETags change, and their payment ids into the webhook index, both in
+// other slots, before the item sells again. A user's field the record has no order for stays
+// until a reader finds it empty and removes it.
 func (r *Reconciler) indexRestored(ctx context.Context, it record.ItemRecord) error {
 	var back []orders.Order
 	for _, o := range it.Orders {
@@ -474,12 +467,10 @@ func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries 
 	return nil
 }
 
-// checkIdle refuses an item that Redis shows being sold: a version that moves within
-// QuietFor, or events of its shard's outbox, up to the newest one when the check began, still
-// unpublished after SettleTimeout (the relay removes an entry from the stream as it
-// acknowledges it: outbox/ack.lua). It returns the version it saw ("" for no item hash) and
-// that outbox position, which restore_begin.lua checks again atomically before it deletes
-// anything.
+// checkIdle refuses an item Redis shows being sold: a version that moves within QuietFor, or
+// its shard's outbox events up to the newest at the start still unpublished after SettleTimeout.
+// It returns the version it saw ("" for no item hash) and that outbox position, which
+// restore_begin.lua checks again atomically before it deletes anything.
 func (r *Reconciler) checkIdle(ctx context.Context, id string) (version, pos string, err error) {
 	k := r.keys.Item(id)
 	v1, err := r.rdb.HGet(ctx, k.Hash(), "version").Result()
@@ -521,15 +512,10 @@ func (r *Reconciler) checkIdle(ctx context.Context, id string) (version, pos str
 	}
 }
 
-// restoreRatings replays the record's ratings of an item through the ranking store (which
-// rebuilds the boards) and puts its units on best sellers: sold (paid, less refunded orders'
-// units) as numbered seq by restore_finish.lua, so the figure is set exactly, down as well as
-// up, while a live payment or refund since (numbered above it) stands. The item is on sale again, so
-// shoppers may rate it meanwhile: each recorded rating is written only if its user has none in
-// Redis now (ranking.Store.Restore, one script), so a newer live rating stands and a live rating
-// of one user does not keep the others' from coming back; ratings Redis kept are left as they
-// are. The replay emits no events: the record already holds what it writes. It returns the
-// number of ratings written.
+// restoreRatings replays the item's recorded ratings through the ranking store, each only where
+// its user has none in Redis now, since shoppers may rate the item again meanwhile; it emits no
+// events and returns the number written. Best sellers get sold exactly, numbered seq
+// (restore_finish.lua), so a live payment or refund numbered above it still stands.
 func (r *Reconciler) restoreRatings(ctx context.Context, id, category string, sold, seq int64) (int, error) {
 	if r.opt.beforeRatings != nil {
 		r.opt.beforeRatings(ctx, id)
