@@ -28,10 +28,9 @@ const (
 	AttemptTimeout = 2 * time.Second
 	// CallDeadline bounds a call whose context has no earlier deadline.
 	CallDeadline = 10 * time.Second
-	// ClockSkew is how far this process's clock may be from Redis's. A call carries the
-	// deadline CallDeadline + ClockSkew from when it was built, by this process's clock; Redis
-	// refuses a send of it that arrives later by its own clock, and keeps the call's record
-	// until then, so however late a re-send arrives it is applied at most once (once.lua).
+	// ClockSkew is how far this process's clock may be from Redis's. A call's deadline is
+	// CallDeadline + ClockSkew by this clock; Redis refuses a send arriving later by its own and
+	// keeps the call's record until then, so a late re-send is applied at most once (once.lua).
 	// A clock behind Redis's by more than ClockSkew makes re-sends late: outcome unknown.
 	ClockSkew = 20 * time.Second
 )
@@ -62,13 +61,10 @@ func (s *Script) Run(ctx context.Context, rdb redis.Scripter, keys []string, arg
 	return s.run(ctx, rdb, keys, nil, args)
 }
 
-// RunWith is Run with blind writes riding along: ride adds commands of other slots to the
-// pipeline that carries the script's first send, behind it, so the script and they cost one
-// round trip. On a single node they run after the script, in order; on a cluster each node's
-// part of the pipeline is sent at once, so they may run before the script. They are sent
-// whatever the script answers (and again after a NOSCRIPT); a re-send after a lost reply goes
-// without them. So they must be writes whose repetition, absence, and running without the
-// script are harmless. Their replies are theirs to read; they never change the script's.
+// RunWith is Run with blind writes riding along: ride adds commands of other slots behind the
+// script's first send, in one round trip. They may run before the script (on a cluster), are
+// sent whatever it answers, and a re-send after a lost reply goes without them: so only writes
+// whose repetition, absence or running alone is harmless. Their replies never change the script's.
 func (s *Script) RunWith(ctx context.Context, rdb redis.Scripter, keys []string, ride func(context.Context, redis.Pipeliner), args ...any) *redis.Cmd {
 	return s.run(ctx, rdb, keys, ride, args)
 }

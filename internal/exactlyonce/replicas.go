@@ -10,12 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A state change is acknowledged only once the replicas a client requires hold it (Redis
-// replicates asynchronously: a replica promoted before it received a change has lost it). The
-// one choke point is Script.Run (and RunEach) of a script declared with NewChange: it refuses
-// the call before it runs when the primary has too few live replicas, and otherwise sends the
-// script and a WAIT behind it in one pipeline on the primary's connection, so one batch costs
-// one round trip.
+// A state change is acknowledged only once the replicas a client requires hold it (a replica
+// promoted before it received a change has lost it). Run and RunEach of a NewChange script refuse
+// the call when the primary has too few live replicas, else pipeline the script and a WAIT on
+// its connection: one round trip (docs/design.md, "Replication and failover").
 
 // ErrTooFewReplicas refuses a state change before it runs: the primary has fewer live
 // replicas than the client requires, so the change could not be confirmed.
@@ -97,13 +95,13 @@ func primaryFor(ctx context.Context, rdb redis.Scripter, key string) (pipeliner,
 // errNotSent marks a failure before anything was sent.
 var errNotSent = errors.New("not sent")
 
-// runAcked sends one call (keys and args with the call record) and a WAIT behind it on the
-// connection of the key's primary, and returns the script's reply once WAIT confirmed it, or:
-// the script's error; a transport error (re-sendable: the re-send finds the call record, which
-// it touches so that its WAIT covers the recorded run); ErrNotReplicated.
-// Riders (RunWith) go on the same connection, between the script and WAIT, when one node
-// serves every key; on a cluster they go in a pipeline of their own, sent at the same time.
+// runAcked sends one call and a WAIT behind it on the connection of the key's primary, and
+// returns the script's reply once WAIT confirmed it, or the script's error, ErrNotReplicated, or
+// a transport error (re-sendable: the re-send touches the call record, so its WAIT covers the
+// recorded run).
 func (s *Script) runAcked(ctx context.Context, rdb redis.Scripter, n int, timeout time.Duration, keys []string, args []any, ride func(context.Context, redis.Pipeliner)) *redis.Cmd {
+	// Riders (RunWith) go between the script and WAIT when one node serves every key; on a
+	// cluster, in a pipeline of their own sent at the same time.
 	if c, ok := rdb.(*redis.ClusterClient); ok && ride != nil {
 		done := make(chan struct{})
 		go func(ride func(context.Context, redis.Pipeliner)) {

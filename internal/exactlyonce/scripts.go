@@ -1,8 +1,7 @@
-// Package exactlyonce runs flashsale's Redis scripts (lua/) so that each call takes effect
-// once: re-sending it after a timeout or a dropped connection is safe (once.go), and a state
-// change can wait until the replicas hold it (replicas.go). The Go package that owns a script
-// declares it in its scripts.go with New or NewChange and wraps it in one typed function;
-// nobody else builds its KEYS and ARGV.
+// Package exactlyonce runs flashsale's Redis scripts (lua/) so each call takes effect once: a
+// re-send after a timeout or a dropped connection is safe (once.go), and a state change can wait
+// until the replicas hold it (replicas.go). A script's owner declares it with New or NewChange
+// and wraps it in one typed function; nobody else builds its KEYS and ARGV.
 package exactlyonce
 
 import (

@@ -1,8 +1,7 @@
 // Package jwtkeys owns the public keys of an identity provider that signs shopper tokens with a
-// key pair (RS256, ES256): it loads them from a PEM or JWKS file and picks a token's key by its
-// `kid`. Parsing and lookup are MicahParks/jwkset and keyfunc (golang-jwt's key-function
-// companion); this package adds only the policy: public signing keys of the two algorithms the
-// api accepts, every key named, and a token without `kid` only when there is one key to try.
+// key pair (RS256, ES256), loaded from a PEM or JWKS file, and picks a token's key by its `kid`.
+// MicahParks/jwkset and keyfunc parse and look up; this package adds the policy: public signing
+// keys of those two algorithms, every key named, a token without `kid` only with one key to try.
 package jwtkeys
 
 import (
@@ -42,12 +41,10 @@ type Set struct {
 	kids []string
 }
 
-// Load reads a PEM file (PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE blocks; a `kid:` header
-// names a block) or a JWKS file (a JSON object with "keys"). A key without a kid is named by
-// its RFC 7638 thumbprint. Keys marked "use": "enc" are left out; private or symmetric key
-// material, another algorithm or curve, an RSA key under 2048 bits, or two keys with one kid
-// are errors, so a wrong file stops the binary at start rather than refusing shoppers later.
-// Errors are one line.
+// Load reads a PEM file (PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE blocks, named by a `kid:`
+// header) or a JWKS file; an unnamed key is named by its RFC 7638 thumbprint, "use": "enc" keys
+// are left out. Private or symmetric keys, another algorithm or curve, RSA under 2048 bits or a
+// kid twice are one-line errors, so a wrong file stops the binary at start, not shoppers later.
 func Load(path string) (*Set, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {

@@ -1,8 +1,7 @@
-// Package payment owns taking money for orders: the payment provider (Stripe, the simulator
-// that speaks Stripe's API, or none), checkout (one Stripe Checkout Session per payment
-// attempt), the provider's webhooks (an order is paid only when the provider says so; a
-// payment that succeeds too late is refunded) and ending the open sessions of reservations
-// that ended.
+// Package payment owns taking money for orders: the provider (Stripe, the simulator, or none),
+// checkout (one Checkout Session per attempt), the provider's webhooks (an order is paid only
+// when the provider says so; a success that comes too late is refunded) and ending the open
+// sessions of reservations that ended.
 package payment
 
 import (

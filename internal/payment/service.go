@@ -96,12 +96,10 @@ func (s *Service) Enabled() bool { return s != nil && s.Provider != nil }
 // attempts of one order, and so are the Idempotency-Keys derived from it.
 func newAttempt() string { return "fsa_" + rand.Text() }
 
-// Checkout returns the caller's reserved order with its payment attempt in force, opening
-// one (a Checkout Session whose success and cancel URLs lead back to shopURL) when the order
-// has none or its last one ended. Errors: orders.ErrNotFound (another user's order),
-// ErrInvalidState (not reserved), ErrExpired (its time ran out), ErrNoProvider, a *Refusal
-// (ErrRejected: the provider refused for good), ErrUnavailable (the provider could not be
-// reached or answered 5xx: nothing was changed).
+// Checkout returns the caller's reserved order with its payment attempt in force, opening a
+// Checkout Session (success and cancel URLs back to shopURL) when it has none or the last ended.
+// Errors: orders.ErrNotFound, orders.ErrInvalidState (not reserved), orders.ErrExpired,
+// ErrNoProvider, a *Refusal, ErrUnavailable (unreachable or 5xx: nothing was changed).
 func (s *Service) Checkout(ctx context.Context, user, orderID, shopURL string) (orders.Order, Payment, error) {
 	if !s.Enabled() {
 		return orders.Order{}, Payment{}, ErrNoProvider
@@ -399,13 +397,12 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 	return err
 }
 
-// setStatus records what an event says of a payment that has not succeeded (yet). Events come
-// in any order, and more than once: an event about a debit (processing, or a try that failed)
-// is checked against the PaymentIntent's status now, so a late delivery never brings back a
-// state the payment has left. A debit on its way (processing, or succeeded with its success
-// event still to come) holds the reservation; one that failed ends the hold. The session's
-// async_payment_failed is its debit's final word and is recorded as it says.
+// setStatus records what an event says of a payment that has not succeeded (yet). Events come in
+// any order and more than once, so a debit's event is checked against the PaymentIntent's status
+// now: a late one never brings back a state the payment left. A debit on its way (processing,
+// or succeeded with its event to come) holds the reservation; a failed one ends the hold.
 func (s *Service) setStatus(ctx context.Context, ev Event, oid, sid, status string) error {
+	// The session's async_payment_failed is its debit's final word: recorded as it says.
 	if ev.PaymentIntent == "" || ev.Type == EventSessionAsyncFailed || (status != PaymentProcessing && status != PaymentFailed) {
 		_, err := s.Orders.SetPaymentStatus(ctx, oid, sid, status)
 		return err
@@ -446,29 +443,17 @@ func (s *Service) intentStatus(ctx context.Context, paymentIntent string) (strin
 	return st, err
 }
 
-// adopt attaches a succeeded payment this api has no link to (the link was lost, e.g. Redis
-// lost its data and a restore ran while the shopper's checkout page was open, or its session
-// is not the order's in force) to the order its metadata names, when that order is still a
-// reservation inside its time, of the payment's amount and currency, with no other attempt in
-// force. adopted false (and no error): the payment can pay no order and is to be refunded.
-// ErrUnknownPayment: not this shop's payment (left alone: answered 200, counted, never
-// refunded). errSettledElsewhere: the event is left to another (see below).
-//
-// A payment is this shop's only when its flashsale_attempt is one this deployment indexed to
-// the order its metadata names (a checkout indexes it first; a restore indexes the record's).
-// The shop's other sales on the same account, or another deployment's, may carry the same
-// order id, user and amount: paying or refunding them on their metadata alone would take or
-// give back money that is not this shop's.
-//
-// A Checkout payment's success comes as its session's event and its PaymentIntent's. The
-// session's event decides; the PaymentIntent's refunds only what no session event can pay:
-// an order gone, ended or of another amount, which stays so (an order never becomes
-// payable again). The same Idempotency-Key makes both refunds one.
+// adopt attaches a succeeded payment this api lost the link to (docs/payments.md, "A success
+// the api has no link to") to the order its metadata names, when that order can take it. Else:
+// adopted false and no error (it pays no order: refund it), orders.ErrUnknownPayment (not this
+// shop's: left alone), or errSettledElsewhere (another event of the payment decides).
 func (s *Service) adopt(ctx context.Context, ev Event) (oid, sid string, adopted bool, err error) {
 	oid, user, att := ev.Metadata[MetaOrder], ev.Metadata[MetaUser], ev.Metadata[MetaAttempt]
 	if oid == "" || user == "" || att == "" {
 		return "", "", false, orders.ErrUnknownPayment
 	}
+	// The shop's only if this deployment indexed its attempt to that order: the shop's other
+	// sales on the account, or another deployment's, may carry the same order id, user and amount.
 	if known, err := s.Orders.OrderOfPayment(ctx, att); errors.Is(err, orders.ErrUnknownPayment) || (err == nil && known != oid) {
 		return "", "", false, orders.ErrUnknownPayment
 	} else if err != nil {
@@ -482,6 +467,8 @@ func (s *Service) adopt(ctx context.Context, ev Event) (oid, sid string, adopted
 		return "", "", false, err
 	}
 	fits := ev.Currency == s.Currency && ev.AmountCents == o.Quantity*o.PriceCents
+	// A PaymentIntent's event refunds only what no session event can pay (an order gone, ended
+	// or of another amount, which stays so); the same Idempotency-Key makes both refunds one.
 	if ev.SessionID == "" {
 		if known, err := s.Orders.OrderOfPayment(ctx, ev.PaymentIntent); err == nil && known == oid {
 			return "", "", false, errSettledElsewhere // its session's event settled it
@@ -737,12 +724,10 @@ func (s *Service) findCharge(ctx context.Context, ev Event) (string, string, err
 	return oid, recs[oid].ID, nil
 }
 
-// RefundOrder refunds a paid order in full through the provider, as an admin asked under key
-// (the same key again answers the refunded order), putting its units back on sale when
-// restock. The provider's charge.refunded for the same refund, or a duplicate request, finds
-// the order refunded: it is refunded once. Errors: orders.ErrNotFound, orders.ErrInvalidState
-// (not paid with a payment, or refunded under another key), ErrNoProvider, a *Refusal (the
-// provider refused, e.g. a disputed charge), ErrUnavailable.
+// RefundOrder refunds a paid order in full through the provider under an admin's key (the same
+// key again answers the refunded order), its units back on sale when restock; a duplicate or the
+// provider's charge.refunded finds it refunded. Errors: orders.ErrNotFound, ErrNoProvider, a
+// *Refusal, ErrUnavailable, orders.ErrInvalidState (unpaid, or refunded under another key).
 func (s *Service) RefundOrder(ctx context.Context, orderID, key string, restock bool) (orders.Order, error) {
 	if !s.Enabled() {
 		return orders.Order{}, ErrNoProvider

@@ -226,10 +226,9 @@ type ProviderPayment struct {
 }
 
 // ListPayments calls fn with every PaymentIntent created at or after since, newest first, page
-// by page (GET /v1/payment_intents, 100 a page, each with its latest charge expanded so that
-// refunds come along). It reads the pages itself rather than through stripe-go's list
-// iterator, whose full decoding of every PaymentIntent made a 100,000-payment listing take
-// tens of seconds. An error from fn stops the listing and is returned.
+// by page (GET /v1/payment_intents, latest charge expanded so refunds come along). It reads the
+// pages itself: stripe-go's list iterator decodes every PaymentIntent in full, too slow for a
+// large listing. An error from fn stops the listing and is returned.
 func (s *Stripe) ListPayments(ctx context.Context, since time.Time, fn func(ProviderPayment) error) error {
 	base := s.opts.APIBase
 	if base == "" {

@@ -13,11 +13,9 @@ import (
 // Tolerance is how far a webhook's signed time may be from now, either way.
 const Tolerance = 300 * time.Second
 
-// verifySignature accepts a Stripe-Signature header ("t=<unix>,v1=<hex>[,v1=...]") when one
-// v1 signature is valid under one of the secrets and t is within Tolerance of now, in either
-// direction. stripe-go's webhook package checks the HMAC and rejects a t too far in the past;
-// a t in the future it accepts, so that side is checked here: a signature made for later (a
-// leaked secret, a clock far ahead) could otherwise be replayed for as long as it is dated.
+// verifySignature accepts a Stripe-Signature header when one v1 signature is valid under one of
+// the secrets and t is within Tolerance of now, either way. stripe-go checks only the past side;
+// a signature dated later (a leaked secret, a clock far ahead) could be replayed until its date.
 func verifySignature(raw []byte, header string, secrets []string, now time.Time) error {
 	t, ok := signedAt(header)
 	if !ok {

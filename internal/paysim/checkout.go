@@ -12,11 +12,10 @@ import (
 	"strings"
 )
 
-// The hosted checkout page works without any script: the card choice is an HTML form posted
-// back to the simulator (its hidden client_secret doubles as the CSRF token), which confirms
-// the payment and redirects (303) to the page again, now showing the result. A payment still
-// processing refreshes itself every second. The page loads nothing but its own stylesheet, so
-// it keeps a strict Content-Security-Policy.
+// The hosted checkout page works without any script: the card choice is a form posted back to
+// the simulator (its hidden client_secret doubles as the CSRF token), which confirms and
+// redirects (303) to the page showing the result. It loads only its own stylesheet, so it keeps
+// a strict Content-Security-Policy; a payment still processing refreshes itself every second.
 
 //go:embed checkout.css
 var checkoutCSS []byte

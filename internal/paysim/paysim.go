@@ -1,10 +1,7 @@
-// Package paysim is a payment-provider simulator that speaks the subset of Stripe's API that
-// flashsale uses: payment intents (create, retrieve, confirm with Stripe's test payment methods,
-// cancel), refunds, Idempotency-Key replay, a hosted checkout page, and webhooks signed like
-// Stripe's, delivered at least once and retried with backoff until answered 2xx. It keeps its
-// state in memory; it is for development, tests and load tests, never for real money.
-//
-// Stripe's own client (github.com/stripe/stripe-go) talks to it when its backend URL points here.
+// Package paysim is a payment-provider simulator that speaks the subset of Stripe's API flashsale
+// uses (payment intents, refunds, Idempotency-Key replay, a hosted checkout page, webhooks signed
+// like Stripe's, delivered at least once), so stripe-go talks to it by its backend URL. It keeps
+// its state in memory: for development, tests and load tests, never for real money.
 package paysim
 
 import (

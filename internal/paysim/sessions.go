@@ -10,12 +10,10 @@ import (
 	"time"
 )
 
-// Checkout Sessions, the subset of Stripe's that flashsale uses: a session is one payment
-// attempt for one line item, paid on its hosted page (sessionpage.go). Its PaymentIntent is
-// made when the shopper submits the page, with the session's payment_intent_data[metadata];
-// a declined card leaves the session open (the shopper may try another card), an async method
-// completes it unpaid until the debit settles. An open session ends at its expires_at or
-// through POST /v1/checkout/sessions/{id}/expire.
+// Checkout Sessions, the subset of Stripe's that flashsale uses: one payment attempt for one line
+// item, paid on its hosted page (sessionpage.go), which makes its PaymentIntent on submit. A
+// decline leaves the session open for another card; an async method completes it unpaid until
+// the debit settles. An open session ends at its expires_at or through .../{id}/expire.
 
 // Session statuses and payment statuses, in Stripe's words.
 const (
@@ -372,11 +370,10 @@ func (s *Server) listSessions(r *http.Request, c *caller) (int, any) {
 	return http.StatusOK, out
 }
 
-// paySessionLocked submits the hosted page of an open session with the payment method pm: it
-// makes the session's PaymentIntent on the first submit and confirms it. A decline leaves the
-// session open; a success completes it paid; an async method completes it unpaid (the
-// PaymentIntent settles later, see settleAsync). It answers whether the session is now
-// complete (the shopper goes to success_url) and the events.
+// paySessionLocked submits an open session's hosted page with payment method pm, making its
+// PaymentIntent on the first submit. A decline leaves it open, a success completes it paid, an
+// async method completes it unpaid (settleAsync settles it later). It answers whether the
+// session is now complete (the shopper goes to success_url) and the events.
 func (s *Server) paySessionLocked(cs *session, pm string) (bool, []*event) {
 	if cs.status != SessionOpen {
 		return false, nil

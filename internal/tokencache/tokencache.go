@@ -1,10 +1,7 @@
 // Package tokencache remembers tokens that passed a signature check, with what it found, so
-// repeated requests (bearer tokens, waiting tickets) skip the check. A hit compares the whole
-// token, so an altered or forged one never matches.
-//
-// A Cache is a fixed table of 8-way sets of atomic pointers, lock-free on the path of every
-// authenticated answer. The set is chosen by the token's last bytes (its signature, already
-// spread evenly); a full set evicts a round-robin victim, which then simply checks again.
+// repeated requests (bearer tokens, waiting tickets) skip the check; a hit compares the whole
+// token, so a forged one never matches. A Cache is a fixed table of lock-free 8-way sets chosen
+// by the token's last bytes (its signature); a full set evicts a round-robin victim.
 package tokencache
 
 import (
@@ -69,11 +66,10 @@ func (c *Cache[V]) Get(tok string) *Entry[V] {
 	return nil
 }
 
-// Put stores a token whose check held and returns its entry, with fill setting down what the
-// check found before any other goroutine can see the entry (V may hold atomic fields, so it is
-// filled in place, not copied in). Put takes the way holding the same token, so a token put
-// again never fills a second way; else an empty way or one stale reports true for (nil: none);
-// else a round-robin victim.
+// Put stores a token whose check held and returns its entry, fill setting down what the check
+// found before another goroutine can see it (V may hold atomic fields: filled in place). It takes
+// the way already holding tok, else an empty way or one stale reports true for (nil: none), else
+// a round-robin victim, so a token put again never fills a second way.
 func (c *Cache[V]) Put(tok string, fill func(*V), stale func(*Entry[V]) bool) *Entry[V] {
 	t := c.table.Load()
 	if t == nil {
