@@ -119,122 +119,19 @@ func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, 
 	}
 	now := time.Now().UTC()
 	out := &MoneyCheck{From: now.Add(-window), To: now, Drift: []MoneyDrift{}}
-	seen := map[string]ProviderPayment{}
-	seenAttempts := map[string]bool{}
-	var page []ProviderPayment
-	var cands []ProviderPayment
-	// ours keeps the payments of a page whose attempt the record holds for their order.
-	ours := func(ps []ProviderPayment) ([]ProviderPayment, error) {
-		atts := make([]string, 0, len(ps))
-		for _, p := range ps {
-			atts = append(atts, p.Attempt)
-		}
-		recorded, err := rec.RecordedAttempts(ctx, atts)
-		if err != nil {
-			return nil, err
-		}
-		kept := ps[:0]
-		for _, p := range ps {
-			if oid, ok := recorded[p.Attempt]; ok && oid == p.OrderID {
-				kept = append(kept, p)
-				seen[p.ID], seenAttempts[p.Attempt] = p, true
-			} else {
-				out.Foreign++
-			}
-		}
-		return kept, nil
-	}
-	judgePage := func(ps []ProviderPayment) ([]MoneyDrift, error) {
-		ids := make([]string, 0, len(ps))
-		for _, p := range ps {
-			ids = append(ids, p.OrderID)
-		}
-		om, err := rec.OrdersMoney(ctx, ids)
-		if err != nil {
-			return nil, err
-		}
-		var ds []MoneyDrift
-		for _, p := range ps {
-			o, found := om[p.OrderID]
-			if d, bad := judgePayment(p, o, found); bad {
-				ds = append(ds, d)
-			}
-		}
-		return ds, nil
-	}
-	flush := func() error {
-		mine, err := ours(page)
-		if err != nil {
-			return err
-		}
-		ds, err := judgePage(mine)
-		if err != nil {
-			return err
-		}
-		for _, d := range ds {
-			cands = append(cands, seen[d.PaymentID])
-		}
-		page = page[:0]
-		return nil
-	}
-	err := mp.ListPayments(ctx, out.From, func(p ProviderPayment) error {
-		out.Listed++
-		if p.OrderID == "" || p.Attempt == "" {
-			out.Foreign++
-			return nil
-		}
-		page = append(page, p)
-		if len(page) == moneyPage {
-			return flush()
-		}
-		return nil
-	})
-	if err == nil {
-		err = flush()
-	}
-	if err != nil {
+	pass := &moneyPass{rec: rec, out: out, seen: map[string]ProviderPayment{}, seenAttempts: map[string]bool{}}
+	if err := pass.list(ctx, mp); err != nil {
 		// The provider (or the record) could not be read: the orders' check still stands;
 		// this one is reported as not done, and the batch does not pass.
 		slog.Warn("reconcile: money check skipped", "err", err)
 		return &MoneyCheck{From: out.From, To: out.To, Listed: out.Listed, Drift: []MoneyDrift{}, Skipped: err.Error()}, nil
 	}
-	// The record's succeeded payments the provider does not list as succeeded. Only those a
-	// day into the window: a payment is created up to a day (a session's longest life) before
-	// it succeeds, so an older one may be listed before the window.
-	recs, err := rec.SucceededPayments(ctx, out.From.Add(24*time.Hour), now)
+	missing, err := pass.unlisted(ctx, now)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: money: %w", err)
 	}
-	var missing []record.RecordedPayment
-	for _, rp := range recs {
-		// A row is keyed by its Checkout Session; the provider lists its PaymentIntent, known
-		// by the row's payment_intent or, as the same attempt, by its metadata.
-		pi := rp.PaymentIntent
-		if pi == "" && strings.HasPrefix(rp.ID, "pi_") {
-			pi = rp.ID
-		}
-		_, listed := seen[pi]
-		if rp.Attempt != "" && seenAttempts[rp.Attempt] {
-			listed = true
-		}
-		if !listed && (pi != "" || rp.Attempt != "") {
-			missing = append(missing, rp)
-		}
-	}
-	// Judge the candidates again once in-flight events had time to land.
-	if len(cands) > 0 {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(r.opt.QuietFor):
-		}
-		for i := 0; i < len(cands); i += moneyPage {
-			ds, err := judgePage(cands[i:min(i+moneyPage, len(cands))])
-			if err != nil {
-				return nil, fmt.Errorf("reconcile: money: %w", err)
-			}
-			out.Drift = append(out.Drift, ds...)
-		}
+	if err := pass.judgeAgain(ctx, r.opt.QuietFor); err != nil {
+		return nil, err
 	}
 	for _, rp := range missing {
 		id := rp.PaymentIntent
@@ -244,11 +141,154 @@ func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, 
 		out.Drift = append(out.Drift, MoneyDrift{Kind: MoneyPaidWithoutPayment, PaymentID: id, OrderID: rp.OrderID,
 			RecordCents: rp.AmountCents, OrderStatus: "paid"})
 	}
-	for i := range out.Drift {
-		d := &out.Drift[i]
-		if !repair {
-			continue
+	if repair {
+		repairMoney(ctx, mp, out.Drift)
+	}
+	return out, nil
+}
+
+// moneyPass is one money check on its way: the shop's payments the provider listed, and the
+// candidates for drift.
+type moneyPass struct {
+	rec          MoneyRecord
+	out          *MoneyCheck
+	seen         map[string]ProviderPayment // by payment id
+	seenAttempts map[string]bool
+	page         []ProviderPayment
+	cands        []ProviderPayment
+}
+
+// list reads the provider's payments of the window a page at a time and keeps the shop's
+// drift candidates.
+func (m *moneyPass) list(ctx context.Context, mp MoneyProvider) error {
+	err := mp.ListPayments(ctx, m.out.From, func(p ProviderPayment) error {
+		m.out.Listed++
+		if p.OrderID == "" || p.Attempt == "" {
+			m.out.Foreign++
+			return nil
 		}
+		m.page = append(m.page, p)
+		if len(m.page) == moneyPage {
+			return m.flush(ctx)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return m.flush(ctx)
+}
+
+func (m *moneyPass) flush(ctx context.Context) error {
+	mine, err := m.ours(ctx, m.page)
+	if err != nil {
+		return err
+	}
+	ds, err := m.judge(ctx, mine)
+	if err != nil {
+		return err
+	}
+	for _, d := range ds {
+		m.cands = append(m.cands, m.seen[d.PaymentID])
+	}
+	m.page = m.page[:0]
+	return nil
+}
+
+// ours keeps the payments of a page whose attempt the record holds for their order.
+func (m *moneyPass) ours(ctx context.Context, ps []ProviderPayment) ([]ProviderPayment, error) {
+	atts := make([]string, 0, len(ps))
+	for _, p := range ps {
+		atts = append(atts, p.Attempt)
+	}
+	recorded, err := m.rec.RecordedAttempts(ctx, atts)
+	if err != nil {
+		return nil, err
+	}
+	kept := ps[:0]
+	for _, p := range ps {
+		if oid, ok := recorded[p.Attempt]; ok && oid == p.OrderID {
+			kept = append(kept, p)
+			m.seen[p.ID], m.seenAttempts[p.Attempt] = p, true
+		} else {
+			m.out.Foreign++
+		}
+	}
+	return kept, nil
+}
+
+// judge returns the drift of a page of the shop's payments against their orders' record.
+func (m *moneyPass) judge(ctx context.Context, ps []ProviderPayment) ([]MoneyDrift, error) {
+	ids := make([]string, 0, len(ps))
+	for _, p := range ps {
+		ids = append(ids, p.OrderID)
+	}
+	om, err := m.rec.OrdersMoney(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var ds []MoneyDrift
+	for _, p := range ps {
+		o, found := om[p.OrderID]
+		if d, bad := judgePayment(p, o, found); bad {
+			ds = append(ds, d)
+		}
+	}
+	return ds, nil
+}
+
+// unlisted returns the record's succeeded payments the provider did not list as succeeded.
+// Only those a day into the window: a payment is created up to a day (a session's longest
+// life) before it succeeds, so an older one may be listed before the window.
+func (m *moneyPass) unlisted(ctx context.Context, now time.Time) ([]record.RecordedPayment, error) {
+	recs, err := m.rec.SucceededPayments(ctx, m.out.From.Add(24*time.Hour), now)
+	if err != nil {
+		return nil, err
+	}
+	var missing []record.RecordedPayment
+	for _, rp := range recs {
+		// A row is keyed by its Checkout Session; the provider lists its PaymentIntent, known
+		// by the row's payment_intent or, as the same attempt, by its metadata.
+		pi := rp.PaymentIntent
+		if pi == "" && strings.HasPrefix(rp.ID, "pi_") {
+			pi = rp.ID
+		}
+		_, listed := m.seen[pi]
+		if rp.Attempt != "" && m.seenAttempts[rp.Attempt] {
+			listed = true
+		}
+		if !listed && (pi != "" || rp.Attempt != "") {
+			missing = append(missing, rp)
+		}
+	}
+	return missing, nil
+}
+
+// judgeAgain judges the candidates once more after quiet, once in-flight events had time to
+// land, and keeps what is still drift.
+func (m *moneyPass) judgeAgain(ctx context.Context, quiet time.Duration) error {
+	if len(m.cands) == 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(quiet):
+	}
+	for i := 0; i < len(m.cands); i += moneyPage {
+		ds, err := m.judge(ctx, m.cands[i:min(i+moneyPage, len(m.cands))])
+		if err != nil {
+			return fmt.Errorf("reconcile: money: %w", err)
+		}
+		m.out.Drift = append(m.out.Drift, ds...)
+	}
+	return nil
+}
+
+// repairMoney refunds each payment without an order and marks the rest recorded.
+func repairMoney(ctx context.Context, mp MoneyProvider, drift []MoneyDrift) {
+	for i := range drift {
+		d := &drift[i]
 		if d.Kind != MoneyPaymentWithoutOrder {
 			d.Repair = "recorded"
 			continue
@@ -260,7 +300,6 @@ func (r *Reconciler) checkMoney(ctx context.Context, repair bool) (*MoneyCheck, 
 		d.Repair = "refunded"
 		slog.Warn("reconcile: refunded a payment without an order", "payment", d.PaymentID, "order", d.OrderID, "cents", d.ProviderCents)
 	}
-	return out, nil
 }
 
 // judgePayment says whether one of the shop's payments at the provider is drift against its
