@@ -18,24 +18,10 @@ import (
 	"github.com/flashsale/flashsale/internal/keyspace"
 )
 
-// Index keeps the users' order indexes (keyspace.Space.UserOrderIndex): one hash per user, in
-// the user's slot, item id -> a counter that grows with every change of the user's orders of
-// that item. "My orders" reads that one key, then each item it names (list.lua), whatever the
-// shard count and the catalogue; the whole hash is the ETag, so an unchanged list is one
-// command.
-//
-// The index lives in the user's slot and the orders in their items' slots, so no script can
-// write both. Two writers grow a field, both with HINCRBY, so neither can undo the other:
-//   - the purchase path, blind, in the pipeline of its script (Mark): the shopper's next read
-//     lists the new order. It is written before the script's outcome is known, so a refused
-//     attempt may leave a field for an item the user has no order of: readers that find no
-//     order there mark it, and remove it once it stayed unwritten past unlistGrace
-//     (unlist.lua). Marks ('?'..item) are neither items nor part of the ETag.
-//   - the outbox relay, for every event of an order (Changed), before the event leaves Redis:
-//     an api that died before its blind write loses nothing, and a change the relay applies
-//     (payment, cancel, expiry, refund) moves the ETag. On a cluster the blind write may land
-//     before the script made the order; the relay's write comes after it, so a reader that
-//     listed in between sees a new ETag again.
+// Index keeps the users' order indexes (keyspace.Space.UserOrderIndex): per user, item id -> a
+// counter grown by every change of the user's orders of that item; the hash is the "my orders"
+// ETag. No script writes it beside the orders, so Mark and Changed both grow it with HINCRBY and
+// neither undoes the other (docs/design.md, "GET /api/orders").
 type Index struct {
 	rdb   redis.UniversalClient
 	keys  keyspace.Space
@@ -47,8 +33,10 @@ func NewIndex(rdb redis.UniversalClient, keys keyspace.Space) *Index {
 	return &Index{rdb: rdb, keys: keys, grace: unlistGrace}
 }
 
-// Mark adds to pipe the purchase path's blind write: one HINCRBY of item's field per user
-// (each user once). The caller sends it in the pipeline of the purchase script.
+// Mark adds to pipe the purchase path's blind write, sent with the purchase script so the
+// shopper's next read lists the order: one HINCRBY of item's field per user. A refused attempt
+// leaves a field with no order; readers mark it ('?'..item, outside the ETag) and remove it
+// once unwritten past unlistGrace (unlist.lua).
 func (x *Index) Mark(ctx context.Context, pipe redis.Pipeliner, item string, users []string) {
 	for i, u := range users {
 		if slices.Contains(users[:i], u) {
@@ -71,8 +59,9 @@ func (x *Index) Add(ctx context.Context, orders []Order) error {
 }
 
 // Changed applies events of users' orders to their indexes: every event Concerns grows its
-// user's field of its item by one. Other events are ignored. The outbox relay calls it before
-// the events leave Redis.
+// user's field of its item by one; others are ignored. The outbox relay calls it before the
+// events leave Redis, so an api that died before its blind write loses nothing, and a relayed
+// change moves the ETag even after a blind write that landed before its order (a cluster).
 func (x *Index) Changed(ctx context.Context, evs []events.Event) error {
 	changes := map[userItem]int64{}
 	for _, ev := range evs {

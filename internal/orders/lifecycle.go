@@ -14,11 +14,10 @@ import (
 // script call names (the script refuses more), so a call holds Redis for milliseconds at most.
 const MaxExpireBatch = 1000
 
-// Pay moves the caller's reserved order to paid. A malformed id or another user's order is
-// ErrNotFound; a reservation whose time ran out is ErrExpired (the call expires it if the
-// expirer has not yet, returning its stock); a paid or cancelled order is ErrInvalidState.
-// The returned order is the order after the call, also alongside ErrExpired/ErrInvalidState.
-// While a restore rebuilds the item (its hash missing) the call fails and changes nothing.
+// Pay moves the caller's reserved order to paid and returns it, also with ErrExpired (a lapsed
+// reservation, expired now if need be) or ErrInvalidState (paid or cancelled). A malformed id or
+// another user's order is ErrNotFound. While a restore rebuilds the item the call fails and
+// changes nothing.
 func (s *Store) Pay(ctx context.Context, user, id string) (Order, error) {
 	item, ok := keyspace.ItemOfOrder(id)
 	if !ok || !keyspace.ValidID(user) {
@@ -114,12 +113,9 @@ func (s *Store) ExpireDue(ctx context.Context, item string, batch int) (ExpireRe
 }
 
 // ExpireShard expires the orders of up to batch (1..MaxExpireBatch) due expiry entries of one
-// shard: one ZRANGEBYSCORE of the shard's expiry index (by Redis's clock, read from this
-// host's: see redisClock), then per item among the due entries atomic script calls naming at
-// most batch orders each (an entry is never split: one of a purchase batch's up to
-// keyspace.MaxExpiryRange orders may make a call that long), which re-check each entry against
-// Redis TIME and its orders. A batch entry's orders that a payment or cancel already settled
-// are skipped. With nothing due it costs one command, whatever the number of items.
+// shard, read by Redis's clock (redisClock), in atomic calls per item that re-check each entry's
+// orders against Redis TIME and skip settled ones. A purchase batch's entry is never split (up
+// to keyspace.MaxExpiryRange orders a call). With nothing due it costs one command.
 func (s *Store) ExpireShard(ctx context.Context, shard, batch int) (ExpireResult, error) {
 	return s.ExpireShardFrom(ctx, shard, 0, batch)
 }

@@ -120,11 +120,9 @@ type Attempt struct {
 }
 
 // BeginAttempt records a new checkout attempt of the caller's reserved order before the
-// provider is asked to make its session, replacing the session named by replace (one the
-// provider said ended; "" when the order has none). It returns the attempt in force: this
-// one, an earlier one whose creation had an unknown outcome (PaymentID "": ask the provider
-// again under its key), or the session another checkout attached (PaymentID set). Errors as
-// AttachSession.
+// provider makes its session, replacing replace (a session that ended; "" for none). It returns
+// the attempt in force: this one, an earlier one of unknown outcome (PaymentID "": ask again
+// under its key), or another checkout's (PaymentID set). Errors as AttachSession.
 func (s *Store) BeginAttempt(ctx context.Context, user, id, attempt, replace string) (Order, Attempt, error) {
 	return s.attempt(ctx, "begin", user, id, attempt, replace)
 }
@@ -199,11 +197,10 @@ func (s *Store) attempt(ctx context.Context, mode, user, id, attempt, paymentID 
 	return Order{}, Attempt{}, fmt.Errorf("orders: %s attempt on %s: unknown outcome %q: %w", mode, id, outcome, errReply)
 }
 
-// SetPaymentStatus records what the provider said of the order's session while it is not
-// settled (open, processing, failed, canceled); it reports whether the record changed. A
-// settled payment, another attempt's session or an unknown order change nothing. A
-// processing debit that fails ends the hold: a reservation past its expires_at is due for
-// expiry at once.
+// SetPaymentStatus records the provider's word on the order's unsettled session (open,
+// processing, failed, canceled) and reports whether the record changed; a settled payment,
+// another attempt's session or an unknown order change nothing. A failed processing debit ends
+// the hold: a reservation past its expires_at is due for expiry at once.
 func (s *Store) SetPaymentStatus(ctx context.Context, orderID, sessionID, status string) (bool, error) {
 	item, ok := keyspace.ItemOfOrder(orderID)
 	if !ok || !validPaymentID(sessionID) {
@@ -218,11 +215,10 @@ func (s *Store) SetPaymentStatus(ctx context.Context, orderID, sessionID, status
 	return n == 1, nil
 }
 
-// SettlePayment applies a provider's "payment succeeded" (eventID names the event) to the
-// payment's order, found through the payment index: the order becomes paid if still reserved
-// and due later (SettledPaid), or the payment is marked for refund (SettledRefund); a payment
-// settled before changes nothing (SettledBefore). A payment no checkout attached is
-// ErrUnknownPayment. The returned order is the order after the call.
+// SettlePayment applies a provider's "payment succeeded" (eventID) to the order the payment
+// index names: paid if still reserved and due later (SettledPaid), else the payment is marked
+// for refund (SettledRefund); once settled, nothing changes (SettledBefore). A payment no
+// checkout attached is ErrUnknownPayment. It returns the order after the call.
 func (s *Store) SettlePayment(ctx context.Context, paymentID, eventID string) (Order, Settlement, error) {
 	return s.settle(ctx, paymentID, eventID, "", "")
 }

@@ -31,11 +31,9 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space) *Store {
 	return &Store{rdb: rdb, keys: keys, index: NewIndex(rdb, keys), clock: redisClock{host: time.Now}}
 }
 
-// redisClock reads Redis's clock from this host's without a round trip: the offset between
-// them is measured with one TIME call at most every clockCheck. Reservations fall due by Redis
-// TIME (the scripts' only clock); the expirer's read of the due entries must use the same
-// clock, or a host whose clock runs behind Redis's would expire every reservation late by the
-// difference.
+// redisClock reads Redis's clock from this host's without a round trip, by an offset measured
+// with one TIME call at most every clockCheck. Reservations fall due by Redis TIME, so the
+// expirer reads due entries by it too, or a host clock behind Redis's would expire them late.
 type redisClock struct {
 	host  func() time.Time // this host's clock (tests set one that runs behind)
 	skew  atomic.Int64     // Redis's clock minus the host's, ms, as last measured
@@ -110,13 +108,10 @@ type Listing struct {
 	Unchanged bool
 }
 
-// ListSince returns the user's orders, newest first, unless their tag is known (then
-// Unchanged, after the first command): one HGETALL of the user's order index, then one
-// list.lua call per item it names, in one pipeline (split by node on a cluster, sent at
-// once). Two round trips and 1 + items commands, whatever the shard count and the catalogue.
-// An item the index names but that holds no order of the user (a refused purchase's blind
-// write, pruned orders) is skipped, and marked for removal from the index in the background
-// (Index.unlist).
+// ListSince returns the user's orders, newest first, or Unchanged after one command when known
+// is their tag: one HGETALL of the user's order index, then one list.lua call per item it names,
+// in one pipeline. An item holding no order of the user (a refused purchase's blind write,
+// pruned orders) is skipped and marked for removal (Index.unlist).
 func (s *Store) ListSince(ctx context.Context, user, known string) (Listing, error) {
 	version, fields, marks, err := s.index.read(ctx, user)
 	if err != nil {

@@ -65,12 +65,10 @@ func (s *Store) refundOrder(ctx context.Context, c refundCall) (Order, string, e
 	return o, outcome, nil
 }
 
-// RequestRefund records an admin's full refund of a paid order under the admin's
-// Idempotency-Key before the provider is asked, with whether its units go back on sale. It
-// returns the order and its payment (the session to refund); done reports that this key's
-// refund was made before (the order is refunded: answer it again). A request of another key
-// on a paid order keeps the first one's restock. Errors: ErrNotFound, ErrInvalidState (not
-// paid with a payment, or refunded under another key).
+// RequestRefund records an admin's full refund of a paid order under key, and whether its units
+// go back on sale, before the provider is asked; a later key keeps the first's restock. It
+// returns the order and the session to refund; done: key's refund was made (answer it again).
+// Errors: ErrNotFound, ErrInvalidState (not paid with a payment, or refunded under another key).
 func (s *Store) RequestRefund(ctx context.Context, orderID, key string, restock bool) (o Order, paymentID string, done bool, err error) {
 	o, outcome, err := s.refundOrder(ctx, refundCall{mode: "request", orderID: orderID, key: key, restock: restock})
 	if err != nil {
@@ -90,12 +88,10 @@ func (s *Store) WithdrawRefund(ctx context.Context, orderID, key string) error {
 	return err
 }
 
-// RecordRefund applies a refund the provider made of the order's payment (paymentID, the
-// session; paymentIntent for the event): refundedCents in all so far, full when nothing is
-// left. A full refund makes a paid order refunded (order.refunded, restocked as an admin's
-// request asked), once; a partial one publishes payment.refunded with the amount. It reports
-// whether this call changed anything. A refund of a payment the shop refunded itself (its order
-// could not be paid) changes nothing. ErrNotFound: no such order or not its payment.
+// RecordRefund applies the provider's refund of the order's session paymentID: refundedCents in
+// all so far, full when nothing is left. A full one makes a paid order refunded once (restocked
+// as requested), a partial one publishes payment.refunded. It reports whether anything changed:
+// never for a payment the shop refunded itself. ErrNotFound: no such order, or not its payment.
 func (s *Store) RecordRefund(ctx context.Context, orderID, paymentID, paymentIntent string, refundedCents int64, full bool) (Order, bool, error) {
 	mode := "partial"
 	if full {
