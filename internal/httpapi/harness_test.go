@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,7 @@ import (
 	"github.com/flashsale/flashsale/internal/queue"
 	"github.com/flashsale/flashsale/internal/ranking"
 	"github.com/flashsale/flashsale/internal/testing/testenv"
+	"github.com/flashsale/flashsale/web"
 )
 
 const testAdminToken = "test-admin-token"
@@ -154,4 +156,76 @@ func (a *testAPI) item(id string, stock, limit int64) {
 	if r.Status != http.StatusCreated {
 		a.t.Fatalf("create %s: %d %s", id, r.Status, r.Raw)
 	}
+}
+
+// bareServer is the router with no stores: enough for the cross-cutting behaviour of every
+// answer (request ids, panics, readiness, page headers).
+func bareServer(t *testing.T, ready func(context.Context) error) *httpapi.Server {
+	t.Helper()
+	cfg, err := config.Parse(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httpapi.New(httpapi.Deps{Options: app.HTTPOptions(cfg), Auth: httpapi.NewAuth(cfg.JWTSecret, cfg.AdminToken, cfg.TokenTTL),
+		Ready: ready, Web: web.Files})
+}
+
+func serve(s http.Handler, method, path string, header map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, req)
+	return w
+}
+
+type errorBody struct {
+	Error struct {
+		Code, Message string
+		RequestID     string `json:"request_id"`
+	}
+}
+
+// syncBuffer is a log sink the handler and the test may share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+type accessLine struct {
+	Level     string
+	Msg       string
+	RequestID string `json:"request_id"`
+	Method    string
+	Route     string
+	Status    int
+	MS        *float64
+}
+
+func (b *syncBuffer) lines(t *testing.T) []accessLine {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []accessLine
+	for _, l := range bytes.Split(bytes.TrimSpace(b.buf.Bytes()), []byte("\n")) {
+		if len(l) == 0 {
+			continue
+		}
+		var a accessLine
+		if err := json.Unmarshal(l, &a); err != nil {
+			t.Fatalf("log line %s: %v", l, err)
+		}
+		if a.Msg == "access" {
+			out = append(out, a)
+		}
+	}
+	b.buf.Reset()
+	return out
 }

@@ -1,179 +1,107 @@
-package httpapi
+package httpapi_test
 
 import (
-	"encoding/json"
-	"fmt"
-	"reflect"
+	"net/http"
+	"regexp"
 	"testing"
-	"time"
-
-	"github.com/gin-gonic/gin"
-
-	"github.com/flashsale/flashsale/internal/orders"
 )
 
-// The hand-written replies must be byte for byte what encoding/json writes for the same values.
-func TestHandWrittenJSONMatchesEncodingJSON(t *testing.T) {
-	orderCases := []orders.Order{
-		{ID: "phone.1", ItemID: "phone", UserID: "alice", Quantity: 1, PriceCents: 99900, Status: orders.Reserved,
-			CreatedAt: time.UnixMilli(1763776800123).UTC(), ExpiresAt: time.UnixMilli(1763777400000).UTC()},
-		{ID: "x.42", ItemID: "x", UserID: "u_-9", Quantity: 1000000000, PriceCents: 0, Status: orders.Paid,
-			CreatedAt: time.UnixMilli(0).UTC(), ExpiresAt: time.UnixMilli(1).UTC()},
-		{ID: "a<b>&\"c\\", ItemID: "é", UserID: "\u2028\x01", Status: "odd"},
-	}
-	for _, o := range orderCases {
-		want, _ := json.Marshal(gin.H{"order": o})
-		got := append(appendOrder([]byte(`{"order":`), o), '}')
-		if string(got) != string(want) {
-			t.Errorf("order %q:\n got %s\nwant %s", o.ID, got, want)
-		}
-	}
-}
+// goWords are traces of Go in a message: a type name, a package, encoding/json's own prefix.
+var goWords = regexp.MustCompile(`Go (struct|value)|int64|float64|\bstruct\b|json\.|httpapi|inventory\.|\[\]|RawMessage|^json: `)
 
-func TestQuickQuantity(t *testing.T) {
-	for _, c := range []struct {
-		body string
-		qty  int64
-		ok   bool
+// A 400's message speaks the contract's words (the field and what it must be), never
+// Go's: encoding/json's "cannot unmarshal string into Go struct field .quantity of type int64"
+// tells a client about our code, not about its request.
+func TestBadRequestMessagesInContractWords(t *testing.T) {
+	a := newTestAPI(t, nil)
+	a.item("phone", 5, 2)
+	tok := a.token("alice")
+	item := `"name":"Phone","category":"phones","price_cents":1,"stock":1,"per_user_limit":1`
+	cases := []struct {
+		name, method, path, token, body, contentType string
+		want                                         string // a regexp the message must match
 	}{
-		{"", 1, true},
-		{"{}", 1, true},
-		{` { } `, 1, true},
-		{`{"quantity":2}`, 2, true},
-		{"{ \"quantity\" :\t17 }\n", 17, true},
-		{`{"quantity":0}`, 0, true}, // then refused as out of range by the handler
-		{`{"quantity":1000000000}`, 1000000000, true},
-		// Everything else is left to the strict decoder (which refuses or accepts it).
-		{" ", 0, false},
-		{`{"quantity":-1}`, 0, false},
-		{`{"quantity":01}`, 0, false},
-		{`{"quantity":1.5}`, 0, false},
-		{`{"quantity":12345678901}`, 0, false},
-		{`{"quantity":"2"}`, 0, false},
-		{`{"quantity":2,"x":1}`, 0, false},
-		{`{"quantity":2}{}`, 0, false},
-		{`{"Quantity":2}`, 0, false},
-		{`null`, 0, false},
-		{`{"quantity":null}`, 0, false},
-	} {
-		qty, ok := quickQuantity([]byte(c.body))
-		if ok != c.ok || (ok && qty != c.qty) {
-			t.Errorf("quickQuantity(%q) = %d, %v; want %d, %v", c.body, qty, ok, c.qty, c.ok)
+		{"quantity a string", "POST", "/api/items/phone/purchase", tok, `{"quantity":"two"}`, "", `quantity must be an integer`},
+		{"quantity a fraction", "POST", "/api/items/phone/purchase", tok, `{"quantity":1.5}`, "", `quantity must be an integer`},
+		{"quantity out of range", "POST", "/api/items/phone/purchase", tok, `{"quantity":99999999999999999999}`, "", `quantity must be an integer`},
+		{"body an array", "POST", "/api/items/phone/purchase", tok, `[1]`, "", `^expected an object`},
+		{"body a string", "POST", "/api/items/phone/purchase", tok, `"x"`, "", `^expected an object`},
+		{"body a number", "PUT", "/api/admin/items/x0", testAdminToken, `5`, "", `^expected an object`},
+		{"empty body", "PUT", "/api/admin/items/x6", testAdminToken, ``, "", `^empty body`},
+		{"blank body", "POST", "/api/admin/items/phone/stock", testAdminToken, " \n", "", `^empty body`},
+		{"unknown field", "POST", "/api/items/phone/purchase", tok, `{"quantity":1,"colour":"red"}`, "", `^unknown field "colour"$`},
+		{"unknown item field", "PUT", "/api/admin/items/x4", testAdminToken, `{` + item + `,"picture":"x"}`, "", `^unknown field "picture"$`},
+		{"unknown queue field", "PUT", "/api/admin/items/x5", testAdminToken, `{` + item + `,"queue":{"admit_per_second":1,"max_active":1,"pass_ttl_seconds":1,"burst":2}}`, "", `^unknown field "burst"$`},
+		{"empty import", "POST", "/api/admin/items/import", testAdminToken, ``, "", `^empty body`},
+		{"empty CSV import", "POST", "/api/admin/items/import", testAdminToken, ``, "text/csv", `^empty body`},
+		{"truncated", "POST", "/api/items/phone/purchase", tok, `{"quantity":`, "", `malformed JSON`},
+		{"stars a bool", "POST", "/api/items/phone/rating", tok, `{"stars":true}`, "", `stars must be an integer`},
+		{"name a number", "PUT", "/api/admin/items/x1", testAdminToken, `{"name":5,"category":"c","price_cents":1,"stock":1,"per_user_limit":1}`, "", `name must be a string`},
+		{"queue a string", "PUT", "/api/admin/items/x2", testAdminToken, `{` + item + `,"queue":"big"}`, "", `queue must be an object`},
+		{"queue field a string", "PUT", "/api/admin/items/x3", testAdminToken, `{` + item + `,"queue":{"admit_per_second":"many","max_active":1,"pass_ttl_seconds":10}}`, "", `queue.admit_per_second must be an integer`},
+		{"delta a string", "POST", "/api/admin/items/phone/stock", testAdminToken, `{"delta":"5"}`, "", `delta must be an integer`},
+		{"login user a number", "POST", "/api/login", "", `{"user":5}`, "", `user must be a string`},
+		{"import not an array", "POST", "/api/admin/items/import", testAdminToken, `{"id":"x"}`, "", `JSON array of items`},
+		{"import truncated", "POST", "/api/admin/items/import", testAdminToken, `[{"id":"x"`, "", `JSON array of items`},
+	}
+	for _, c := range cases {
+		var headers []string
+		if c.contentType != "" {
+			headers = []string{"Content-Type", c.contentType}
 		}
+		r := a.do(c.method, c.path, c.token, c.body, headers...)
+		e, _ := r.Body["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		if r.Status != http.StatusBadRequest || r.code() != "invalid_request" {
+			t.Errorf("%s: %d %s, want 400 invalid_request", c.name, r.Status, r.Raw)
+			continue
+		}
+		if goWords.MatchString(msg) || !regexp.MustCompile(c.want).MatchString(msg) {
+			t.Errorf("%s: message %q, want the contract's words matching %q", c.name, msg, c.want)
+		}
+	}
+	// An import row's message too.
+	r := a.do("POST", "/api/admin/items/import", testAdminToken, `[{"id":"r1",`+item+`},{"id":"r2","name":["x"],"category":"c","price_cents":1,"per_user_limit":1}]`)
+	errs, _ := r.Body["errors"].([]any)
+	if r.Status != http.StatusOK || len(errs) != 1 {
+		t.Fatalf("import with a bad row: %s", r.Raw)
+	}
+	if msg := errs[0].(map[string]any)["message"].(string); goWords.MatchString(msg) || !regexp.MustCompile(`name must be a string`).MatchString(msg) {
+		t.Errorf("import row message %q, want the contract's words", msg)
+	}
+	r = a.do("POST", "/api/admin/items/import", testAdminToken, `[{"id":"r3",`+item+`,"colour":"red"},5]`)
+	errs, _ = r.Body["errors"].([]any)
+	if len(errs) != 2 || errs[0].(map[string]any)["message"] != `unknown field "colour"` ||
+		!regexp.MustCompile(`^expected an object`).MatchString(errs[1].(map[string]any)["message"].(string)) {
+		t.Errorf("import rows with an unknown field and a non-object: %s", r.Raw)
 	}
 }
 
-// BenchmarkStrictUnmarshal: the strict decode of bodies that miss quickQuantity's short cut (a
-// purchase body of another shape) and of a full item body (PUT, one JSON import row).
-// Run: go test -run='^$' -bench=StrictUnmarshal ./internal/httpapi/
-func BenchmarkStrictUnmarshal(b *testing.B) {
-	purchase := []byte(`{"quantity": 10000000000}`)
-	item := []byte(`{"id":"tv","name":"Big TV","category":"screens","price_cents":45000,"stock":5,"per_user_limit":2,` +
-		`"starts_at":"2026-01-01T00:00:00Z","ends_at":"2027-01-01T00:00:00Z","queue":{"admit_per_second":50,"max_active":200,"pass_ttl_seconds":120}}`)
-	b.Run("purchase", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var body struct {
-				Quantity *int64 `json:"quantity"`
-			}
-			if err := strictUnmarshal(purchase, &body); err != nil || *body.Quantity != 1e10 {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("item", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var body itemBody
-			if err := strictUnmarshal(item, &body); err != nil || body.Queue.MaxActive != 200 {
-				b.Fatal(err)
-			}
-		}
-	})
-}
+// pkgPrefix is a Go package's name at the head of a message ("orders: cancel a.1: ...").
+var pkgPrefix = regexp.MustCompile(`^(orders|inventory|queue|ranking|payment|limits|record|httpapi|exactlyonce):`)
 
-// strictUnmarshal takes JSON names exactly as the struct's tags spell them, nested ones too;
-// encoding/json alone matches them case-insensitively.
-func TestStrictUnmarshalNames(t *testing.T) {
-	for _, c := range []struct {
-		body string
-		ok   bool
-	}{
-		{`{"name":"X","queue":{"admit_per_second":1,"max_active":2,"pass_ttl_seconds":3}}`, true},
-		{`{"name":"X","queue":null}`, true},
-		{` { "qu\u0065ue" : { "max_active" : 2 } , "name" : "a\"}b" } `, true}, // an escaped name is the same name
-		{`{"name":"[{\"}","category":"]},\\"}`, true},                          // brackets, quotes and backslashes in strings
-		{`{}`, true},
-		{`{"Name":"X"}`, false},
-		{`{"NAME":"X"}`, false},
-		{`{"name":"X","price_Cents":1}`, false},
-		{`{"name":"X","Queue":{"admit_per_second":1}}`, false},
-		{`{"queue":{"admit_per_second":1,"Max_Active":2}}`, false},
-		{`{"queue":{"max_\u0041ctive":2}}`, false}, // escapes are read: this is Max "A"ctive
-		{`{"name":"X","name":"Y","Name":"Z"}`, false},
-		{`{"name":"X","name":"Y"}`, false}, // a name twice: encoding/json would keep "Y"
-		{`{"name":"X","n\u0061me":"Y"}`, false},
-		{`{"queue":{"max_active":2,"max_active":3}}`, false},
-		{`{"name":"X","queue":{"max_active":2},"category":"c"}`, true}, // nested names are their own
-	} {
-		var body itemBody
-		err := strictUnmarshal([]byte(c.body), &body)
-		if (err == nil) != c.ok {
-			t.Errorf("strictUnmarshal(%s) = %v, want ok %v", c.body, err, c.ok)
+// TestConflictMessagesHaveNoPackagePrefix: a 409 wrapped by a domain package reads from the
+// sentinel's own words on, keeping what follows (the order's state), never "orders: cancel".
+func TestConflictMessagesHaveNoPackagePrefix(t *testing.T) {
+	a := newTestAPI(t, nil)
+	a.item("phone", 5, 2)
+	tok := a.token("alice")
+	r := a.do("POST", "/api/items/phone/purchase", tok, map[string]any{"quantity": 1})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("purchase: %d %s", r.Status, r.Raw)
+	}
+	id := r.Body["order"].(map[string]any)["id"].(string)
+	if r := a.do("POST", "/api/orders/"+id+"/cancel", tok, nil); r.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	for _, path := range []string{"/api/orders/" + id + "/cancel", "/api/orders/" + id + "/pay", "/api/orders/nope.1/cancel"} {
+		r := a.do("POST", path, tok, nil)
+		msg, _ := r.Body["error"].(map[string]any)["message"].(string)
+		if r.Status < 400 || pkgPrefix.MatchString(msg) || goWords.MatchString(msg) {
+			t.Errorf("POST %s: %d message %q, want no package prefix", path, r.Status, msg)
+		}
+		if r.Status == http.StatusConflict && msg != "order is not reserved (it is cancelled)" {
+			t.Errorf("POST %s: message %q, want the state named", path, msg)
 		}
 	}
-}
-
-// TestStrictUnmarshalDuplicatesInLargeObjects: duplicates are found past the short list of
-// names too, in objects whose names are not otherwise checked.
-func TestStrictUnmarshalDuplicatesInLargeObjects(t *testing.T) {
-	obj := func(dup bool) []byte {
-		b := []byte("{")
-		for i := range 100 {
-			b = fmt.Appendf(b, `"k%d":%d,`, i, i)
-		}
-		if dup {
-			b = append(b, `"k42":0,`...)
-		}
-		return append(b, `"end":0}`...)
-	}
-	var m map[string]int
-	if err := strictUnmarshal(obj(false), &m); err != nil || len(m) != 101 {
-		t.Fatalf("100 distinct names: %v (%d)", err, len(m))
-	}
-	if err := strictUnmarshal(obj(true), &m); err == nil {
-		t.Fatal("a name repeated after 100 others was accepted")
-	}
-}
-
-// FuzzStrictUnmarshal: the name check never panics, and what strictUnmarshal accepts holds
-// only the struct's exact names.
-func FuzzStrictUnmarshal(f *testing.F) {
-	for _, s := range []string{`{"name":"X","queue":{"max_active":2}}`, `{"Name":1}`, `null`, `{"queue":[{"a":"\""}]}`, ` {} `} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var body itemBody
-		if strictUnmarshal(b, &body) != nil {
-			return
-		}
-		var m map[string]json.RawMessage
-		if json.Unmarshal(b, &m) != nil {
-			return // null
-		}
-		names := jsonNamesOf(reflect.TypeOf(body))
-		for k, v := range m {
-			if _, ok := names[k]; !ok {
-				t.Fatalf("accepted %q with the name %q", b, k)
-			}
-			var q map[string]json.RawMessage
-			if k == "queue" && json.Unmarshal(v, &q) == nil {
-				for k := range q {
-					if _, ok := names["queue"][k]; !ok {
-						t.Fatalf("accepted %q with the queue name %q", b, k)
-					}
-				}
-			}
-		}
-	})
 }

@@ -13,7 +13,52 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashsale/flashsale/internal/inventory"
+	"github.com/flashsale/flashsale/internal/testing/options"
 )
+
+// TestSoldOutShortCutOverHTTP: once sold out, purchases are answered 409 sold_out without a single
+// Redis command; a restock on another instance sells again within a second.
+func TestSoldOutShortCutOverHTTP(t *testing.T) {
+	a := newLimitedAPI(t, nil)
+	ctx := context.Background()
+	two := int64(2)
+	if _, _, err := a.inv.Upsert(ctx, inventory.Input{ID: "gpu", Name: "GPU", PriceCents: 1, Stock: &two, PerUserLimit: 5}); err != nil {
+		t.Fatal(err)
+	}
+	tok := a.token("frank")
+	for i := 0; i < 3; i++ {
+		r := a.send("POST", "/api/items/gpu/purchase", tok, "", "")
+		if want := map[bool]int{true: 201, false: 409}[i < 2]; r.status != want {
+			t.Fatalf("purchase %d: %d %s", i, r.status, r.code)
+		}
+	}
+	a.rec.commands.Store(0)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				if r := a.send("POST", "/api/items/gpu/purchase", tok, `{"quantity":1}`, ""); r.code != "sold_out" {
+					t.Errorf("sold-out purchase: %d %s", r.status, r.code)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := a.rec.commands.Load(); n != 0 {
+		t.Fatalf("400 sold-out purchases sent %d Redis commands, want 0", n)
+	}
+	other := inventory.NewStore(a.rdb, a.keys, options.Inventory(inventory.Options{}))
+	restocked := time.Now()
+	if _, err := other.AdjustStock(ctx, "gpu", 1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(restocked.Add(time.Second)))
+	if r := a.send("POST", "/api/items/gpu/purchase", tok, "", ""); r.status != http.StatusCreated {
+		t.Fatalf("a second after the restock: %d %s", r.status, r.code)
+	}
+}
 
 // BenchmarkSoldOut compares, in one run, sold-out purchase answers through the whole router
 // (token check, body decode, the in-memory short cut, the contract's error body) with a
@@ -135,4 +180,37 @@ func BenchmarkSoldOut(b *testing.B) {
 		b.ReportMetric(rate(sides[1])/rate(sides[0]), "sold-out/trivial")
 		b.ReportMetric(0, "ns/op")
 	})
+}
+
+func TestQuickQuantity(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		qty  int64
+		ok   bool
+	}{
+		{"", 1, true},
+		{"{}", 1, true},
+		{` { } `, 1, true},
+		{`{"quantity":2}`, 2, true},
+		{"{ \"quantity\" :\t17 }\n", 17, true},
+		{`{"quantity":0}`, 0, true}, // then refused as out of range by the handler
+		{`{"quantity":1000000000}`, 1000000000, true},
+		// Everything else is left to the strict decoder (which refuses or accepts it).
+		{" ", 0, false},
+		{`{"quantity":-1}`, 0, false},
+		{`{"quantity":01}`, 0, false},
+		{`{"quantity":1.5}`, 0, false},
+		{`{"quantity":12345678901}`, 0, false},
+		{`{"quantity":"2"}`, 0, false},
+		{`{"quantity":2,"x":1}`, 0, false},
+		{`{"quantity":2}{}`, 0, false},
+		{`{"Quantity":2}`, 0, false},
+		{`null`, 0, false},
+		{`{"quantity":null}`, 0, false},
+	} {
+		qty, ok := quickQuantity([]byte(c.body))
+		if ok != c.ok || (ok && qty != c.qty) {
+			t.Errorf("quickQuantity(%q) = %d, %v; want %d, %v", c.body, qty, ok, c.qty, c.ok)
+		}
+	}
 }
