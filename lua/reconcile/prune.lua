@@ -1,44 +1,29 @@
--- prune.lua: let final orders of ONE item leave Redis once Postgres keeps them
--- (FLASHSALE_ORDER_RETENTION; the reconciler's pruning pass, internal/reconcile/prune.go).
--- The caller read the orders from the record: final, final for the retention, created before
--- the idempotency window. Each is checked again here against the order Redis holds, and only
--- an order that is final with exactly the record's content, older than the idempotency window
--- by Redis TIME, and with no refund in flight goes: its field in the orders hash, its field in
--- the payments hash and its entry in the user's order index, in one step, so no reader ever
--- sees an order without its index entry or the reverse. The per-user allowance (held), paid
--- units (paidby), stock figures, seq and version stay as they are: a final order's units were
--- settled when it became final, and pruning is no change of the sale. No outbox event: the
--- contract has none for it, and Postgres already holds the order. An open payment of a final
--- order goes with it: it was cancelled at the provider when the order ended, and a success
--- after the retention would find no order either way; a refunding one keeps its order until
--- refund_payment.lua recorded the refund.
--- At most 500 orders per call, so one call holds Redis for a fraction of a millisecond.
---
+-- prune.lua: let final orders of ONE item leave Redis once Postgres keeps them (docs/design.md,
+-- "Order retention"). One script re-checks each order against the record and Redis TIME and
+-- removes its orders field, payments field and user-index entry together, so no reader sees an
+-- order without its index entry or the reverse. held, paidby, stock figures, seq and version stay
+-- (its units were settled when it became final); no event (Postgres holds the order).
 -- Go caller: reconcile.Reconciler.pruneChunk (internal/reconcile/prune.go).
 -- KEYS[1] orders hash   KEYS[2] payments hash   KEYS[3] the item's restore fence
 -- KEYS[4] the item's restoring mark   KEYS[5] the item's user orders hash (user -> "3,17,42")
--- then for order i (1-based): KEYS[5+i] the user's item index (the shard's zset item -> created
---   ms of the user's first order of it; see USER INDEX below)
+-- then for order i (1-based): KEYS[5+i] the user's item index (the shard's zset; USER INDEX)
 -- ARGV[1] item id   ARGV[2] fencing number of the pruning job (integer 1..2^53 - 1)
 -- ARGV[3] idempotency window ms (integer 1..1e13)
--- then for order i: ARGV[2+2i] order id, ARGV[3+2i] the order as the record holds it:
+-- then for order i (1..500): ARGV[2+2i] order id, ARGV[3+2i] the order as the record holds it,
 --   "user|quantity|price_cents|status"
---
--- Reply: {state, outcome_1, ..., outcome_n}
---   state: ok | fenced (a newer restore wrote the item: nothing done, no outcomes)
---          | restoring (a restore is rebuilding the item: nothing done, no outcomes)
---   outcome_i: pruned|<payment id> (removed; the payment id '' when it had none)
---              | gone (Redis no longer holds it: pruned before, or lost)
---              | open (reserved in Redis) | differs (other content than the record's, or
---              malformed) | young (created within the idempotency window by Redis TIME)
---              | payment (its payment is refunding or its record malformed: the refund must
---              find it)
+-- Reply: {state, outcome_1, ..., outcome_n}; state: ok | fenced (a newer restore wrote the
+--   item) | restoring (a restore is rebuilding it); fenced and restoring do nothing, no outcomes.
+--   outcome_i: pruned|<payment id> ('' when it had none) | gone (no longer in Redis: pruned
+--   before, or lost) | open (reserved in Redis) | differs (other content than the record's, or
+--   malformed) | young (created within the idempotency window by Redis TIME)
+--   | payment (refunding, or its record malformed: the refund must find it)
 -- Bad arguments: an error reply, nothing written.
 
 local item_id = ARGV[1]
 local fence = tonumber(ARGV[2])
 local window = tonumber(ARGV[3])
 local n = #KEYS - 5
+-- Bounded: the script blocks Redis while it runs.
 if not item_id or item_id == '' or n < 1 or n > 500 or #ARGV ~= 3 + 2 * n then
   return redis.error_reply('ERR prune: KEYS/ARGV do not describe 1..500 orders of an item')
 end
@@ -70,10 +55,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- USER INDEX ------------------------------------------------------------------------------
--- The user index is written once per user and item (docs/design.md, "Per-batch index
--- entries"): the item's user orders hash lists the user's order seqs ("3,17,42"), and the
--- user's item index (the shard's zset) names the item while that list has any. Removing an
--- order takes its seq out of the list; the last one takes the field and the item's entry too.
+-- The item's user orders hash lists the user's seqs ("3,17,42"); the user's item index names
+-- the item while that list has any (docs/design.md, "Per-batch index entries"). Removing an
+-- order takes its seq out; the last one takes the field and the item's entry too.
 local function drop_from_user_index(key, oid, user)
   local seq = string.sub(oid, #prefix + 1)
   local list = redis.call('HGET', KEYS[5], user)
@@ -127,6 +111,8 @@ for i = 1, n do
       if pay then
         pid, state = string.match(pay, '^([^|]*)|([^|]*)|')
       end
+      -- A refunding payment keeps its order until refund_payment.lua recorded the refund. An
+      -- open one goes with it: it was cancelled at the provider when the order ended.
       if pay and (not state or state == 'refunding') then
         outcome = 'payment'
       else

@@ -1,16 +1,9 @@
 -- reconcile/reemit.lua: append again, to the item's outbox stream, the events that bring the
--- Postgres record up to Redis for one order or for the item itself (batch repair). The events
--- travel the normal path (relay -> Kafka -> consumer), so the consumer's rules still hold: a
--- new event id is applied once, order status only moves forward, item attributes and stock
--- total follow the newest stream position.
--- One script so the events are built from Redis's state at the moment they are appended, and
--- only for an order still in the status the batch confirmed as drift: an order that changed
--- since (paid, cancelled, expired) has its own event on the way, and a re-emission beside it
--- would record that change twice (two stock returns of one cancelled order).
--- It is fenced like restore, on the item's restore fence: a batch that stalled past its lock
--- between confirming its drift and repairing it re-emits nothing once a newer batch or restore
--- has written to the item (a newer batch re-emits the same events itself).
---
+-- Postgres record up to Redis for one order or for the item (batch repair). They travel the
+-- normal path, so the consumer's rules hold (an event id applies once, status only moves
+-- forward, item attributes follow the newest stream position). One script so the events are
+-- built from Redis's state as they are appended, only for an order still in the status the
+-- batch confirmed as drift, and fenced like restore on the item's restore fence.
 -- Go caller: reconcile.Reconciler.repair (internal/reconcile/repair.go).
 -- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] outbox stream   KEYS[4] item's restore fence
 -- ARGV[1] item id   ARGV[2] mode   ARGV[3] order id ('' for mode item)
@@ -19,10 +12,9 @@
 --   mode order: order.reserved (at = its creation) then, if final, order.<status>
 --   mode final: only order.<status> of a final order
 --   mode item:  item.upserted with the item's attributes and stock_total
--- Reply: {'reemitted', number of entries appended} | {'not_found', 0} | {'reserved', 0}
---        (mode final on an order still reserved: nothing to send) | {'changed', 0} (the
---        order's status is no longer ARGV[4]: nothing sent) | {'fenced', the newer fencing
---        number stored}
+-- Reply: {'reemitted', number of entries appended} | {'not_found', 0} | {'reserved', 0} (mode
+--   final on an order still reserved) | {'changed', 0} (the order's status is no longer
+--   ARGV[4]: nothing sent) | {'fenced', the newer fencing number stored}
 -- Bad arguments: an error reply, nothing written.
 
 local item, mode, oid, expected, fence = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -41,6 +33,8 @@ if not fence or not (fence >= 1 and fence <= 9007199254740991) or fence ~= math.
   return redis.error_reply('ERR reconcile_reemit: bad fencing number')
 end
 local stored = tonumber(redis.call('GET', KEYS[4]) or '0')
+-- A batch that stalled past its lock re-emits nothing once a newer batch or restore wrote the
+-- item (a newer batch re-emits the same events itself).
 if stored > fence then
   return {'fenced', stored}
 end
@@ -69,6 +63,8 @@ local user, qty, price, status, created, expires =
 if not user then
   return {'not_found', 0}
 end
+-- Changed since the batch confirmed it: its own event is on the way, and a re-emission beside
+-- it would record the change twice (two stock returns of one cancelled order).
 if status ~= expected then
   return {'changed', 0}
 end

@@ -1,19 +1,15 @@
--- restore_finish.lua: finish rebuilding one item: write its hash (stock figures computed from
--- the record, so stock_left = stock_total - reserved - paid and nothing can be oversold), and
--- position the shard's outbox stream after every event of the item the record has seen, so
--- new events sort after the old ones (the record keeps the newest by position) and no new
--- event id repeats an old one. Only for the restorer holding the item's fence; one script so
--- the check and the writes are atomic. (changed.lua is prepended.)
---
--- Go caller: reconcile.Reconciler.restoreItem (internal/reconcile/restore.go).
+-- restore_finish.lua: finish rebuilding one item: write its hash (stock figures from the record,
+-- stock_left = stock_total - reserved - paid, so nothing can be oversold) and move the shard's
+-- outbox stream past every event of the item the record has seen, so new events sort after them
+-- and no new event id repeats an old one. One script so the fence check and the writes are
+-- atomic. (changed.lua is prepended.)
+-- Go caller: reconcile.Reconciler.restoreWrite (internal/reconcile/restore.go).
 -- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] shard outbox stream
 -- KEYS[4] shard change log   KEYS[5] shard clock   KEYS[6] the item's restoring mark (deleted)
 -- ARGV[1] fencing number   ARGV[2] lowest stream id for new events ("<ms>-<seq>", > 0-0)
 -- ARGV[3] item id   then field, value pairs of the item hash
--- Reply: {'ok', sold_seq} | {'fenced', the fencing number stored}
---   sold_seq: the number of the item's best-sellers figure as written (see best_sellers in
---   lua/orders/release.lua): started afresh from Redis TIME in microseconds, above any number
---   the item's lost state gave, and below any the live scripts give it after this call.
+-- Reply: {'ok', sold_seq} | {'fenced', the fencing number stored}; sold_seq: the number of the
+--   item's best-sellers figure as written (best_sellers in lua/orders/release.lua)
 -- Bad arguments: an error reply, nothing written.
 
 local n = tonumber(ARGV[1])
@@ -30,6 +26,8 @@ for i = 4, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call('HSET', KEYS[2], unpack(fields))
+-- Numbered afresh from Redis TIME in microseconds: above any number the item's lost state
+-- gave, below any the live scripts give it after this call.
 local t = redis.call('TIME')
 redis.call('HSET', KEYS[2], 'sold_seq', t[1] .. string.format('%06d', tonumber(t[2])))
 local sold_seq = redis.call('HINCRBY', KEYS[2], 'sold_seq', 1)

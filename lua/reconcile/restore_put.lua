@@ -1,8 +1,6 @@
--- restore_put.lua: write one bounded chunk of an item's rebuilt state (orders, allowances,
--- paid units, expiry index, users' order lists and item indexes, payment records), only for the restorer holding
--- the item's fence. One script so the fence check and the writes are atomic: a stale restorer
--- writes nothing once a newer one began.
---
+-- restore_put.lua: write one bounded chunk of an item's rebuilt state, only for the restorer
+-- holding the item's fence. One script so the fence check and the writes are atomic: a stale
+-- restorer writes nothing once a newer one began.
 -- Go caller: reconcile.Reconciler.put (internal/reconcile/restore.go).
 -- KEYS[1] the item's restore fence   KEYS[2] orders hash   KEYS[3] held hash
 -- KEYS[4] paidby hash   KEYS[5] shard expiry zset   KEYS[6] the item's user orders hash
@@ -13,11 +11,10 @@
 --   paid:  a = user, b = units (integer >= 1)   exp:  a = order id, b = expires ms
 --   useqs: a = user, b = the user's order sequence numbers of the item, "3,17,42"
 --   uitem: a = item id, b = created ms of the user's first order of it (the user's index)
---   drop:  a = item id, b ignored: removed from the user's item index (shared with the shard's
---          other items), for the users of the live state being replaced
+--   drop:  a = item id, b ignored: removed from the user's item index (a live-state user's)
 --   unexp: a = an expiry index member of the live state, b ignored: removed
 --   pay:   a = order id, b = its payment record "payment id|state||attempt", written only
---          where the order has none: a record Redis kept is as new as the Postgres one or newer
+--          where the order has none
 --   Numbers are plain decimal digits (at most 2^53 - 1).
 -- Reply: {'ok', entries written} | {'fenced', the fencing number stored}
 -- Bad arguments: an error reply, nothing written.
@@ -92,7 +89,7 @@ for i = 0, entries - 1 do
     u = u + 1
     redis.call('ZREM', KEYS[u], a)
   elseif kind == 'pay' then
-    redis.call('HSETNX', KEYS[7], a, b)
+    redis.call('HSETNX', KEYS[7], a, b) -- a record Redis kept is as new as Postgres's or newer
   else
     redis.call('ZREM', KEYS[5], a)
   end
