@@ -2,11 +2,11 @@
 -- "Checkout"). One script so each step is checked against the order and its payment record as
 -- they are: an order has at most one attempt in force. (release.lua is prepended.)
 -- Go caller: orders.Store.attempt (internal/orders/payments.go).
--- KEYS[1] orders hash   KEYS[2] payments hash (order id -> "payment id|state|event id|attempt")
--- KEYS[3] shard outbox stream
--- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
--- ARGV[4] mode: begin | attach | abandon   ARGV[5] attempt id
--- ARGV[6] payment id (attach: the new session; begin: the ended session it replaces, '' none)
+-- KEYS[1] orders hash  [2] payments hash (order id -> "payment id|state|event id|attempt")
+--   [3] shard outbox stream
+-- ARGV[1] item id  [2] order id  [3] user id (the caller)
+--   [4] mode: begin | attach | abandon  [5] attempt id
+--   [6] payment id (attach: the new session; begin: the ended session it replaces, '' none)
 -- Reply: {outcome, packed_order ('' for not_found, abandoned), payment_id, attempt}; outcome:
 --   creating (begin: this attempt, or an earlier one of unknown outcome; payment_id '')
 --   | attached (the session in force: this one or another) | abandoned (the attempt's record

@@ -2,10 +2,9 @@
 -- status and order.cancelled change together: a cancel racing a payment or an expiry leaves the
 -- order in exactly one terminal state. (release.lua and changed.lua are prepended.)
 -- Go caller: orders.Store.Cancel (internal/orders/lifecycle.go).
--- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] expiry zset
--- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
--- KEYS[8] item payments hash
--- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller)
+-- KEYS[1] item hash  [2] orders hash  [3] held hash  [4] expiry zset  [5] shard outbox stream
+--   [6] shard change log  [7] shard clock  [8] item payments hash
+-- ARGV[1] item id  [2] order id  [3] user id (the caller)
 -- Reply: {outcome, packed_order after the call ('' for not_found)}; outcome: cancelled
 --   | not_found (no such order, or another user's) | invalid_state (not reserved, or its time
 --   ran out: expired here, order.expired) | payment_processing (nothing changed)

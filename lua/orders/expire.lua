@@ -3,10 +3,10 @@
 -- removes the entry, so a crashed expirer loses nothing and several expirers expire each order
 -- once (docs/design.md, "The expirer"). (release.lua and changed.lua are prepended.)
 -- Go caller: orders.Store.expireOrders (internal/orders/lifecycle.go).
--- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] shard expiry zset
--- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
--- KEYS[8] item payments hash (order id -> "payment id|state|event id|attempt")
--- ARGV[1] item id   ARGV[2] processing hold in ms (0: none)   ARGV[3..] expiry index entries
+-- KEYS[1] item hash  [2] orders hash  [3] held hash  [4] shard expiry zset
+--   [5] shard outbox stream  [6] shard change log  [7] shard clock
+--   [8] item payments hash (order id -> "payment id|state|event id|attempt")
+-- ARGV[1] item id  [2] processing hold in ms (0: none)  [3..] expiry index entries
 --   of this item: "<item>.<first>-<last>" (a purchase batch, at most 256) or "<item>.<seq>";
 --   1..1000 orders in all
 -- Reply: {examined, expired, units_returned, expired order id...}

@@ -5,8 +5,8 @@
 -- Read-only (no-writes): nothing to record, safe to send again.
 -- Go caller: orders.Store.ListSince (internal/orders/redis.go).
 -- KEYS[1] the item's user orders hash (user -> the user's order seqs, "3,17,42")
--- KEYS[2] the item's orders hash   KEYS[3] the item's payments hash
--- ARGV[1] user id   ARGV[2] item id
+--   [2] the item's orders hash  [3] the item's payments hash
+-- ARGV[1] user id  [2] item id
 -- Reply: {order id, packed order, payment record or '', ...} per order of the user, ascending;
 --   a seq whose record is gone is skipped; {} for none (a stale index field, or all pruned).
 

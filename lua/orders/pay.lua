@@ -3,14 +3,13 @@
 -- and stock a late payment held is never sold twice. (release.lua and changed.lua are prepended.)
 -- Go callers: orders.Store.Pay (internal/orders/lifecycle.go: the shopper's own pay) and
 --   orders.Store.SettlePayment (internal/orders/payments.go: a provider's success).
--- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] paidby hash
--- KEYS[5] shard expiry zset   KEYS[6] shard outbox stream   KEYS[7] shard change log
--- KEYS[8] shard clock
--- KEYS[9] item payments hash (order id -> "payment id|state|event id|attempt")
--- ARGV[1] item id   ARGV[2] order id   ARGV[3] user id (the caller; '' with a payment id)
--- ARGV[4] payment id ('' for the shopper's own pay)   ARGV[5] the provider's event id ('' none)
--- ARGV[6] processing hold ms ('' or 0: none)   ARGV[7] amount paid in cents ('' unchecked)
--- ARGV[8] the provider's PaymentIntent ('' unknown)
+-- KEYS[1] item hash  [2] orders hash  [3] held hash  [4] paidby hash  [5] shard expiry zset
+--   [6] shard outbox stream  [7] shard change log  [8] shard clock
+--   [9] item payments hash (order id -> "payment id|state|event id|attempt")
+-- ARGV[1] item id  [2] order id  [3] user id (the caller; '' with a payment id)
+--   [4] payment id ('' for the shopper's own pay)  [5] the provider's event id ('' none)
+--   [6] processing hold ms ('' or 0: none)  [7] amount paid in cents ('' unchecked)
+--   [8] the provider's PaymentIntent ('' unknown)
 -- Reply: {outcome, packed_order ('' for not_found), the item's paid units after the call}, and
 --   for paid two more: the best-sellers units and their number (best_sellers in release.lua).
 --   outcome: paid | not_found (no such order, another user's, or not this order's payment)

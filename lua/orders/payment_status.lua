@@ -4,10 +4,10 @@
 -- session's record in one of those states moves: a late or repeated event never undoes a
 -- settlement or touches another attempt's record. (release.lua is prepended.)
 -- Go caller: orders.Store.SetPaymentStatus (internal/orders/payments.go).
--- KEYS[1] payments hash (order id -> "payment id|state|event id|attempt")
--- KEYS[2] orders hash   KEYS[3] shard expiry zset
--- ARGV[1] item id   ARGV[2] order id   ARGV[3] payment id (the session)
--- ARGV[4] status: open | processing | failed | canceled
+-- KEYS[1] payments hash (order id -> "payment id|state|event id|attempt")  [2] orders hash
+--   [3] shard expiry zset
+-- ARGV[1] item id  [2] order id  [3] payment id (the session)
+--   [4] status: open | processing | failed | canceled
 -- Reply: 1 when the record changed, 0 when not (another session's, settled, or the same).
 -- A malformed argument is an error reply and writes nothing.
 

@@ -3,15 +3,15 @@
 -- the order refunded and the other writes nothing: order.refunded once per order
 -- (docs/payments.md, "Refunds and disputes"). (release.lua and changed.lua are prepended.)
 -- Go caller: orders.Store.refundOrder (internal/orders/refunds.go).
--- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] held hash   KEYS[4] paidby hash
--- KEYS[5] shard outbox stream   KEYS[6] shard change log   KEYS[7] shard clock
--- KEYS[8] item payments hash (order id -> "payment id|state|event id|attempt")
--- KEYS[9] item refunds hash (order id -> "idempotency key|restock": an admin's request)
--- ARGV[1] item id   ARGV[2] order id
--- ARGV[3] payment id the event is about ('' for an admin's refund: the order's own)
--- ARGV[4] mode: request | withdraw (an admin's refund) | full | partial | dispute (the provider)
--- ARGV[5] refunded cents so far (full, partial)   ARGV[6] restock 0|1 (request)
--- ARGV[7] the admin's Idempotency-Key (request, withdraw)   ARGV[8] the PaymentIntent ('' unknown)
+-- KEYS[1] item hash  [2] orders hash  [3] held hash  [4] paidby hash  [5] shard outbox stream
+--   [6] shard change log  [7] shard clock
+--   [8] item payments hash (order id -> "payment id|state|event id|attempt")
+--   [9] item refunds hash (order id -> "idempotency key|restock": an admin's request)
+-- ARGV[1] item id  [2] order id
+--   [3] payment id the event is about ('' for an admin's refund: the order's own)
+--   [4] mode: request | withdraw (an admin's refund) | full | partial | dispute (the provider)
+--   [5] refunded cents so far (full, partial)  [6] restock 0|1 (request)
+--   [7] the admin's Idempotency-Key (request, withdraw)  [8] the PaymentIntent ('' unknown)
 -- Reply: {outcome, packed_order ('' for not_found)[, sold, seq]}; outcome:
 --   refunded (this call made the order refunded; sold, seq: the best-sellers units, which no
 --   longer count it, and their number: best_sellers in release.lua) | requested (recorded or

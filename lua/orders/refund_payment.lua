@@ -3,8 +3,8 @@
 -- refunding -> refunded once, with payment.refunded: a repeated call (the webhook again, a retry
 -- after a lost reply) writes nothing. (release.lua is prepended.)
 -- Go caller: orders.Store.FinishRefund (internal/orders/payments.go).
--- KEYS[1] orders hash   KEYS[2] payments hash   KEYS[3] shard outbox stream
--- ARGV[1] item id   ARGV[2] order id   ARGV[3] payment id
+-- KEYS[1] orders hash  [2] payments hash  [3] shard outbox stream
+-- ARGV[1] item id  [2] order id  [3] payment id
 -- Reply: 1 when this call recorded the refund, 0 when the payment is not refunding (already
 -- refunded, or not this order's). A malformed argument is an error reply and writes nothing.
 

@@ -2,12 +2,12 @@
 -- "Admission"). One script, so the api instances, each calling it per item on every tick,
 -- share one line and one rate. (queue/ticket.lua is prepended.)
 -- Go caller: queue.Store.Admit (internal/queue/redis.go).
--- KEYS[1] item hash   KEYS[2] line zset   KEYS[3] tickets hash   KEYS[4] line state hash
--- KEYS[5] passes zset   KEYS[6] recent admissions zset   KEYS[7] shard outbox stream
+-- KEYS[1] item hash  [2] line zset  [3] tickets hash  [4] line state hash  [5] passes zset
+--   [6] recent admissions zset  [7] shard outbox stream
 -- ARGV[1] most admissions in this call (integer >= 1)
--- ARGV[2] most pre-start tickets numbered in this call (integer >= 1)
--- ARGV[3] most expired passes cleared in this call (integer 1..1000, bounds unpack)
--- ARGV[4] item id (named in the queue.admitted entry each admission appends to the outbox)
+--   [2] most pre-start tickets numbered in this call (integer >= 1)
+--   [3] most expired passes cleared in this call (integer 1..1000, bounds unpack)
+--   [4] item id (named in the queue.admitted entry each admission appends to the outbox)
 -- Reply: {status, now_ms, admitted, waiting, live, admitted_now, stock_left}
 --   status: none (no item or no waiting room) | upcoming | fixing (numbering the pre-start
 --   group: call again) | live | sold_out | ended

@@ -3,8 +3,7 @@
 -- gaps however many arrive at once. Joining again returns the same ticket; only a shopper whose
 -- pass expired unused joins again, at the back. (queue/ticket.lua is prepended.)
 -- Go caller: queue.Store.runJoins (internal/queue/redis.go).
--- KEYS[1] item hash   KEYS[2] line zset   KEYS[3] tickets hash   KEYS[4] line state hash
--- KEYS[5] shard outbox stream
+-- KEYS[1] item hash  [2] line zset  [3] tickets hash  [4] line state hash  [5] shard outbox stream
 -- ARGV[1] item id; for join i (1-based): ARGV[2i] user id, ARGV[2i+1] random score, an
 --   integer in [0, 2^52) from the api's CSPRNG (used only for a join before the start)
 -- Reply: {now_ms, admitted (shoppers admitted so far: the line's head), per join {outcome,

@@ -3,15 +3,15 @@
 -- a race or a crash leaves none of them disagreeing. (board.lua is prepended.)
 -- Go caller: ranking.Store.rate (internal/ranking/redis.go). It checked that the user paid for
 --   the item: paidby is in the item's slot, out of reach on a cluster, and a paid order is final.
--- KEYS[1] the item's ratings hash (user -> stars)   KEYS[2] the item's stats hash (count sum cat)
--- KEYS[3] the ranking outbox stream   KEYS[4], KEYS[5] the overall top-rated board (index, top)
+-- KEYS[1] the item's ratings hash (user -> stars)  [2] the item's stats hash (count sum cat)
+--   [3] the ranking outbox stream  [4], [5] the overall top-rated board (index, top)
 -- then, if ARGV[4] ~= '': the board of category ARGV[4] (index, top)
 -- then, if ARGV[5] ~= '' and ARGV[5] ~= ARGV[4]: the board of category ARGV[5] (index, top)
--- ARGV[1] item id   ARGV[2] user id   ARGV[3] stars (integer 1..5)
--- ARGV[4] the item's category now ('' = none: overall board only)
--- ARGV[5] the category the caller read from the stats hash ('' = none, or never rated)
--- ARGV[6] prior mean m (1..5)   ARGV[7] prior weight C (>= 0)   ARGV[8] board size N (>= 1)
--- ARGV[9] mode: set (a shopper's rating; the default) | restore (restore's replay of a recorded
+-- ARGV[1] item id  [2] user id  [3] stars (integer 1..5)
+--   [4] the item's category now ('' = none: overall board only)
+--   [5] the category the caller read from the stats hash ('' = none, or never rated)
+--   [6] prior mean m (1..5)  [7] prior weight C (>= 0)  [8] board size N (>= 1)
+--   [9] mode: set (a shopper's rating; the default) | restore (restore's replay of a recorded
 --   rating: written only if the user has none now, with no rating.set)
 -- Reply: {'ok', average, count}: average the plain mean sum/count as a string (%.17g, exact)
 --   | {'kept', average, count} (restore, the user has a rating: nothing written)

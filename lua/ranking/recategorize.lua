@@ -2,11 +2,11 @@
 -- rating. One script so the item leaves one board and enters the other together, with the stats
 -- hash recording where it is ranked. (board.lua is prepended.)
 -- Go caller: ranking.Store.SetCategory (internal/ranking/redis.go).
--- KEYS[1] the item's stats hash (count sum cat)   KEYS[2] the overall top-rated index (its score)
+-- KEYS[1] the item's stats hash (count sum cat)  [2] the overall top-rated index (its score)
 -- then, only if ARGV[3] ~= ARGV[2]: the board of category ARGV[2] (index, top) unless ARGV[2]
 --   is '', then the board of category ARGV[3] (index, top) unless ARGV[3] is ''
--- ARGV[1] item id   ARGV[2] the item's category now   ARGV[3] the category the caller read
---   from the stats hash   ARGV[4] board size N (>= 1)
+-- ARGV[1] item id  [2] the item's category now  [3] the category the caller read
+--   from the stats hash  [4] board size N (>= 1)
 -- Reply: {'ok'} | {'unrated'} (never rated: its first rating places it) | {'stale', stored}
 --   (the stored category is neither ARGV[3] nor ARGV[2]: nothing written, retry with it)
 -- A malformed argument is an error reply and writes nothing.

@@ -3,9 +3,9 @@
 -- number the item's own script gave the figure: a late one changes nothing, and calls are
 -- idempotent and commute (docs/design.md, "Ranking scripts"). (board.lua is prepended.)
 -- Go caller: ranking.Store.SetSoldAt (internal/ranking/redis.go).
--- KEYS[1] best-sellers index   KEYS[2] best-sellers top   KEYS[3] numbers hash (item -> number)
--- ARGV[1] item id   ARGV[2] units (integer >= 0: paid, less those of refunded orders)
--- ARGV[3] board size N (>= 1)   ARGV[4] the figure's number (integer >= 1), or 0 for none
+-- KEYS[1] best-sellers index  [2] best-sellers top  [3] numbers hash (item -> number)
+-- ARGV[1] item id  [2] units (integer >= 0: paid, less those of refunded orders)
+--   [3] board size N (>= 1)  [4] the figure's number (integer >= 1), or 0 for none
 -- Reply: the units the board holds for the item after the call (integer).
 -- A malformed argument is an error reply and writes nothing.
 

@@ -1,14 +1,14 @@
 -- prune.lua: let final orders of ONE item leave Redis once Postgres keeps them (docs/design.md,
 -- "Order retention"). One script re-checks each order against the record and Redis TIME and
 -- removes its orders field, payments field and user-index entry together, so no reader sees an
--- order without its index entry or the reverse. held, paidby, stock figures, seq and version stay
--- (its units were settled when it became final); no event (Postgres holds the order).
+-- order without its index entry or the reverse. The held and paidby hashes, stock figures, seq
+-- and version stay (its units were settled when it became final); no event (Postgres has it).
 -- Go caller: reconcile.Reconciler.pruneChunk (internal/reconcile/prune.go).
--- KEYS[1] orders hash   KEYS[2] payments hash   KEYS[3] the item's restore fence
--- KEYS[4] the item's restoring mark   KEYS[5] the item's user orders hash (user -> "3,17,42")
+-- KEYS[1] orders hash  [2] payments hash  [3] the item's restore fence
+--   [4] the item's restoring mark  [5] the item's user orders hash (user -> "3,17,42")
 -- then for order i (1-based): KEYS[5+i] the user's item index (the shard's zset; USER INDEX)
--- ARGV[1] item id   ARGV[2] fencing number of the pruning job (integer 1..2^53 - 1)
--- ARGV[3] idempotency window ms (integer 1..1e13)
+-- ARGV[1] item id  [2] fencing number of the pruning job (integer 1..2^53 - 1)
+--   [3] idempotency window ms (integer 1..1e13)
 -- then for order i (1..500): ARGV[2+2i] order id, ARGV[3+2i] the order as the record holds it,
 --   "user|quantity|price_cents|status"
 -- Reply: {state, outcome_1, ..., outcome_n}; state: ok | fenced (a newer restore wrote the

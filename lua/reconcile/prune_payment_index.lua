@@ -3,7 +3,7 @@
 -- cannot be part of that call. One script so an entry naming another order (a provider that
 -- reused a payment id) stays. One left by a pass that stopped in between expires with its TTL.
 -- Go caller: reconcile.Reconciler.prunePage (internal/reconcile/prune.go).
--- KEYS[1] the payment's index key   ARGV[1] the pruned order's id
+-- KEYS[1] the payment's index key  ARGV[1] the pruned order's id
 -- Reply: 1 removed, 0 none or another order's. Bad arguments: an error reply, nothing written.
 
 local oid = ARGV[1]

@@ -5,10 +5,10 @@
 -- built from Redis's state as they are appended, only for an order still in the status the
 -- batch confirmed as drift, and fenced like restore on the item's restore fence.
 -- Go caller: reconcile.Reconciler.repair (internal/reconcile/repair.go).
--- KEYS[1] item hash   KEYS[2] orders hash   KEYS[3] outbox stream   KEYS[4] item's restore fence
--- ARGV[1] item id   ARGV[2] mode   ARGV[3] order id ('' for mode item)
--- ARGV[4] the order's status the batch confirmed (modes order and final)
--- ARGV[5] the batch's fencing number (integer 1..2^53 - 1)
+-- KEYS[1] item hash  [2] orders hash  [3] outbox stream  [4] item's restore fence
+-- ARGV[1] item id  [2] mode  [3] order id ('' for mode item)
+--   [4] the order's status the batch confirmed (modes order and final)
+--   [5] the batch's fencing number (integer 1..2^53 - 1)
 --   mode order: order.reserved (at = its creation) then, if final, order.<status>
 --   mode final: only order.<status> of a final order
 --   mode item:  item.upserted with the item's attributes and stock_total

@@ -4,14 +4,14 @@
 -- item sold since the idle check, is refused before anything is deleted. (changed.lua is
 -- prepended.)
 -- Go caller: reconcile.Reconciler.restoreWrite (internal/reconcile/restore.go).
--- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] orders hash   KEYS[4] held hash
--- KEYS[5] paidby hash   KEYS[6] shard outbox stream   KEYS[7] shard change log
--- KEYS[8] shard clock   KEYS[9] the item's restoring mark (set here, deleted by restore_finish)
--- KEYS[10] the item's user orders hash (user -> the user's order seqs)
+-- KEYS[1] the item's restore fence  [2] item hash  [3] orders hash  [4] held hash  [5] paidby hash
+--   [6] shard outbox stream  [7] shard change log  [8] shard clock
+--   [9] the item's restoring mark (set here, deleted by restore_finish.lua)
+--   [10] the item's user orders hash (user -> the user's order seqs)
 -- ARGV[1] fencing number (integer 1..2^53 - 1)
--- ARGV[2] the item's version the idle check saw ('' for no item hash), or '*' (forced: any)
--- ARGV[3] the shard outbox's last id the idle check saw published ("<ms>-<seq>"; ignored
---   when forced)   ARGV[4] item id
+--   [2] the item's version the idle check saw ('' for no item hash), or '*' (forced: any)
+--   [3] the shard outbox's last id the idle check saw published ("<ms>-<seq>"; ignored
+--   when forced)  [4] item id
 -- Reply: {'ok', the item's version before (0 if none), its seq before (0 if none)}
 --   | {'fenced', the newer fencing number stored}
 --   | {'moved', the version now ('' for none), 1 if events up to ARGV[3] wait unpublished else 0}

@@ -4,10 +4,10 @@
 -- and no new event id repeats an old one. One script so the fence check and the writes are
 -- atomic. (changed.lua is prepended.)
 -- Go caller: reconcile.Reconciler.restoreWrite (internal/reconcile/restore.go).
--- KEYS[1] the item's restore fence   KEYS[2] item hash   KEYS[3] shard outbox stream
--- KEYS[4] shard change log   KEYS[5] shard clock   KEYS[6] the item's restoring mark (deleted)
--- ARGV[1] fencing number   ARGV[2] lowest stream id for new events ("<ms>-<seq>", > 0-0)
--- ARGV[3] item id   then field, value pairs of the item hash
+-- KEYS[1] the item's restore fence  [2] item hash  [3] shard outbox stream  [4] shard change log
+--   [5] shard clock  [6] the item's restoring mark (deleted)
+-- ARGV[1] fencing number  [2] lowest stream id for new events ("<ms>-<seq>", > 0-0)
+--   [3] item id, then field, value pairs of the item hash
 -- Reply: {'ok', sold_seq} | {'fenced', the fencing number stored}; sold_seq: the number of the
 --   item's best-sellers figure as written (best_sellers in lua/orders/release.lua)
 -- Bad arguments: an error reply, nothing written.

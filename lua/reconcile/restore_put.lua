@@ -2,11 +2,10 @@
 -- holding the item's fence. One script so the fence check and the writes are atomic: a stale
 -- restorer writes nothing once a newer one began.
 -- Go caller: reconcile.Reconciler.put (internal/reconcile/restore.go).
--- KEYS[1] the item's restore fence   KEYS[2] orders hash   KEYS[3] held hash
--- KEYS[4] paidby hash   KEYS[5] shard expiry zset   KEYS[6] the item's user orders hash
--- KEYS[7] the item's payments hash
+-- KEYS[1] the item's restore fence  [2] orders hash  [3] held hash  [4] paidby hash
+--   [5] shard expiry zset  [6] the item's user orders hash  [7] the item's payments hash
 -- then one user item-index zset (the shard's) per 'uitem' or 'drop' entry, in entry order
--- ARGV[1] fencing number   then entries of three: kind, a, b
+-- ARGV[1] fencing number, then entries of three: kind, a, b
 --   order: a = order id, b = packed order       held: a = user, b = units (integer >= 1)
 --   paid:  a = user, b = units (integer >= 1)   exp:  a = order id, b = expires ms
 --   useqs: a = user, b = the user's order sequence numbers of the item, "3,17,42"
