@@ -5,12 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/flashsale/flashsale/internal/exactlyonce"
 	"github.com/flashsale/flashsale/internal/keyspace"
 )
-
-// refundOrderScript applies refunds and disputes of paid orders (lua/refund_order.lua).
-var refundOrderScript = exactlyonce.NewChange("refund_order", "orders/release.lua", "lib/changed.lua", "orders/refund_order.lua")
 
 // Refund outcomes of the refund script.
 const (

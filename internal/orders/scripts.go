@@ -14,6 +14,7 @@ var (
 	attachPaymentScript = exactlyonce.NewChange("attach_payment", "orders/release.lua", "orders/attach_payment.lua")
 	refundPaymentScript = exactlyonce.NewChange("refund_payment", "orders/release.lua", "orders/refund_payment.lua")
 	paymentStatusScript = exactlyonce.NewChange("payment_status", "orders/release.lua", "orders/payment_status.lua")
+	refundOrderScript   = exactlyonce.NewChange("refund_order", "orders/release.lua", "lib/changed.lua", "orders/refund_order.lua")
 
 	// "My orders": a read-only script per item, and the conditional delete of index fields
 	// that name no order. Both are safe to repeat, so they keep no call record.
