@@ -1,10 +1,7 @@
-// Package migrations holds the PostgreSQL schema of the reconciler's record as numbered goose
-// SQL files (up and down), embedded in the binaries. `reconciler migrate` and the reconciler's
-// start-up apply them; a Postgres advisory lock lets several processes start at once.
-//
-// The numbers jump from 00007 to 00020: job_fences was numbered 20 while another branch held
-// numbers 8-19 in reserve, and that branch never landed. Applied migrations keep their numbers
-// (goose records them), so the gap stays; new ones continue from the highest (00021...).
+// Package migrations holds the PostgreSQL schema of the reconciler's record as numbered goose SQL
+// files (up and down), embedded in the binaries and applied by `reconciler migrate` and its
+// start-up under an advisory lock. Numbers 00008-00019 were never used; applied migrations keep
+// theirs (goose records them), so new ones continue from the highest.
 package migrations
 
 import (

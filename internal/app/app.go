@@ -412,17 +412,8 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	case serveErr = <-errc:
 	}
 
-	// The shutdown, within cfg.ShutdownTimeout (the drain included):
-	//  1. /readyz answers 503 at once; for cfg.ShutdownDrain (while serving) the listener still
-	//     takes what load balancers send before they notice, and each keep-alive connection
-	//     closes after its next answer, so its client reconnects elsewhere;
-	//  2. the listener closes, catalogue streams are told to end, connections that never sent
-	//     a request are closed (conns.go), requests in flight answer (out of time, their
-	//     connections are cut: no handler outlives Run);
-	//  3. the expirer, waiting rooms, snapshot and monitor stop;
-	//  4. the relay publishes the batches it holds (out of time, it is aborted and they stay
-	//     pending in Redis, for another relay after 30 s idle); entries it has not read stay in
-	//     the outbox for any relay: another instance's at once, or this one's successor.
+	// The shutdown, within cfg.ShutdownTimeout (the drain included): the drain, HTTP, the
+	// background loops, then the relay.
 	began := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
@@ -432,6 +423,9 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	}
 	published := a.relay.Stats().Published
 	slog.Info("shutting down", "cause", cause, "timeout", a.cfg.ShutdownTimeout.String(), "drain", a.cfg.ShutdownDrain.String())
+	// /readyz answers 503 from now; during the drain the listener still takes what load
+	// balancers send before they notice, and each keep-alive connection closes after its next
+	// answer, so its client reconnects elsewhere.
 	a.stopping.Store(true)
 	if serveErr == nil && a.cfg.ShutdownDrain > 0 {
 		srv.SetKeepAlivesEnabled(false)
@@ -439,6 +433,9 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 	}
 	drained := time.Since(began)
 	streams, _ := a.server.StreamCounts()
+	// The listener closes, streams are told to end, connections that never sent a request are
+	// closed (conns.go) and requests in flight answer; out of time their connections are cut,
+	// so no handler outlives Run.
 	cut := false
 	if err := conns.shutdown(sctx, srv, unusedConnAge); err != nil {
 		cut = true
@@ -446,8 +443,10 @@ func (a *API) Run(ctx context.Context, ln net.Listener) error {
 		srv.Close()
 	}
 	httpDone := time.Since(began)
-	stopBG()
+	stopBG() // every background loop: the expirer, waiting rooms, snapshot, monitor...
 	wg.Wait()
+	// The relay publishes the batches it holds; out of time it is aborted and they stay pending
+	// in Redis for another relay after 30 s idle. Unread entries stay in the outbox for any relay.
 	stopRelay()
 	select {
 	case <-relayDone:

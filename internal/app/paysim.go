@@ -12,10 +12,9 @@ import (
 )
 
 // startSimulator makes sure a payment simulator answers on FLASHSALE_PAYMENT_SIM_ADDR and
-// returns its base URL: one already answering there is used (several apis on a host share
-// one; this api must then be given its key and webhook secret, since it made neither), else
-// one is started in this process, with this api's key, signing with its secret and delivering
-// to its webhook route, and closed by Close.
+// returns its base URL. One already there is shared (this api must then be given its key and
+// webhook secret); else one starts in this process with this api's key, secret and webhook
+// route, and Close closes it.
 func (a *API) startSimulator(ctx context.Context, cfg config.Config) (string, error) {
 	p := cfg.Payment
 	shared := func() (string, error) {

@@ -11,12 +11,8 @@ import (
 
 // Batcher coalesces concurrent calls per key: while a run for a key is under way, newcomers
 // queue and the next run takes up to max of them; a lone call goes out at once. A further run
-// (up to inFlight) starts only once half a batch waits, since a run is worth its cost only
-// when it carries many calls.
-//
-// With a linger, a drainer whose last run was hot (an eighth of a batch or more) waits for half
-// a batch, or the linger, before its next run: each call waits at most one linger longer, and
-// a quiet key never waits. Runs must be correct in either order (each script call is atomic).
+// (up to inFlight) starts only once half a batch waits: a run is worth its cost only when it
+// carries many calls. Runs must be correct in either order (each script call is atomic).
 type Batcher[T any] struct {
 	max      int
 	inFlight int
@@ -74,6 +70,8 @@ func (b *Batcher[T]) drain(q *queue[T]) {
 	hot := false // the last run carried at least an eighth of a batch
 	for {
 		b.mu.Lock()
+		// After a hot run, wait for half a batch or the linger: each call waits at most one
+		// linger longer, and a quiet key never waits.
 		if hot && b.linger > 0 && q.wake == nil && len(q.pending) > 0 && 2*len(q.pending) < b.max {
 			b.gather(q)
 		}

@@ -1,11 +1,7 @@
-// Package datamark notices that Redis lost its data. Each slot of record carries a marker beside
-// its data (lua/datamark/datamark.lua): a generation, and per observer a count only it raises
-// and takes as seen once the replicas hold it. An empty Redis has no marker; an older copy has
-// a count below what its observer saw.
-//
-// Each api (Watch, from memory) and the reconciler (Keeper, from Postgres, so a loss is seen
-// after every api restarted) compare; whoever notices writes the loss into the marker, so all
-// report it until `reconciler restore --all` writes fresh markers (Keeper.Restored).
+// Package datamark notices that Redis lost its data. Beside each slot's data is a marker
+// (lua/datamark/datamark.lua): a generation and, per observer, a count only it raises (seen once
+// the replicas hold it). An empty Redis has no marker, an older copy a lower count; whoever
+// notices (an api's Watch, the reconciler's Keeper) marks the loss until a full restore.
 package datamark
 
 import (

@@ -380,16 +380,14 @@ func csvRows(b []byte) (func(yield func(importRow) bool), error) {
 				return
 			}
 			if err != nil {
-				// No FieldPos here: a record that failed in its first field has none (it panics).
 				// The reader goes on at the line after the broken record, so the rows after it are
-				// read as written. A stray quote that stretched a record over several lines leaves a
-				// newline in one of its fields, which no field's check lets through: such a record is
-				// reported (with the lines it took), never loaded.
+				// read as written. No FieldPos: a record that failed in its first field has none.
 				line, msg := 0, "unreadable CSV row"
 				var pe *csv.ParseError
 				if errors.As(err, &pe) {
 					line = pe.StartLine
 					msg = fmt.Sprintf("unreadable CSV row: %v", pe.Err)
+					// A stray quote stretched the record over several lines: name them all.
 					if pe.Line > pe.StartLine {
 						msg += fmt.Sprintf(" (lines %d to %d)", pe.StartLine, pe.Line)
 					}
@@ -401,6 +399,8 @@ func csvRows(b []byte) (func(yield func(importRow) bool), error) {
 			}
 			line, _ := r.FieldPos(0)
 			row := importRow{line: line}
+			// A record a stray quote stretched over lines holds a newline, which no field's
+			// check lets through: it is reported, never loaded.
 			row.in, row.err = csvInput(rec, columns)
 			if !yield(row) {
 				return

@@ -205,7 +205,7 @@ func (a *Auth) requireUser(c *gin.Context) {
 
 // shopper admits shopper tokens like requireUser and hands the user id to h as an argument:
 // for the purchase route, the api's hottest, where Gin's context map (made per request on the
-// first Set) was a measurable part of each answer.
+// first Set) would cost every answer.
 func (a *Auth) shopper(h func(c *gin.Context, user string)) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if user, ok := a.verify(c); ok {

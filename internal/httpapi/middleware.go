@@ -60,11 +60,10 @@ const (
 	streamRoute   = "/api/items/stream"
 )
 
-// observe records every request by route pattern (never the raw path, so label values stay
-// bounded), status and latency, and purchase outcomes by the contract's words, and writes the
-// access log (accessLog). It is the one timing middleware, so the clock is read once per
-// request; it runs on every request, so it looks metric children up in lock-free caches
-// (metricChildren) instead of hashing label values under the vectors' locks.
+// observe records every request by route pattern (never the raw path: bounded labels), status
+// and latency, purchase outcomes by the contract's words, and writes the access log. The one
+// timing middleware (one clock read per request) on every request, it looks metric children up
+// in lock-free caches (metricChildren), not under the vectors' locks.
 func (s *Server) observe(c *gin.Context) {
 	start := time.Now()
 	c.Next()

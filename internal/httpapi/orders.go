@@ -99,11 +99,10 @@ var (
 	errRefundNoneProv = &apiError{http.StatusConflict, "invalid_state", "this shop settles payment outside: there is no payment to refund"}
 )
 
-// refundOrder answers POST /api/admin/orders/:id/refund (optional body {"restock": bool}):
-// 200 {"order"} refunded in full through the provider, the same for the same Idempotency-Key
-// again; 400 without the key; 404 for an unknown order; 409 invalid_state unless paid with a
-// payment; 502 payment_refused when the provider refuses (a disputed charge); 503 while the
-// provider cannot be reached.
+// refundOrder answers POST /api/admin/orders/:id/refund (optional body {"restock": bool}): 200
+// {"order"} refunded in full, the same again for the same Idempotency-Key; 400 without the key,
+// 404 for an unknown order, 409 invalid_state unless paid with a payment, 502 payment_refused
+// (e.g. a disputed charge), 503 while the provider cannot be reached.
 func (s *Server) refundOrder(c *gin.Context) {
 	raw, err := readBody(c, maxBody)
 	if err != nil {

@@ -22,12 +22,10 @@ func (s *Server) needProvider(c *gin.Context) {
 	}
 }
 
-// checkout answers POST /api/orders/:id/checkout: 200 {"order","payment"} with the order's
-// payment attempt in force (a Checkout Session, opened on the first call or after the last
-// one ended). Another user's or a malformed id is 404; an order that is not reserved, or
-// provider none, 409 invalid_state; a reservation whose time ran out 409 order_expired; a
-// refusal by the provider 502 payment_refused with its reason; a provider that cannot be
-// reached or answers 5xx 503, nothing changed.
+// checkout answers POST /api/orders/:id/checkout: 200 {"order","payment"} with the order's attempt
+// in force (a Checkout Session, opened when none is); 404 for another's or a malformed id; 409
+// invalid_state (not reserved, or provider none) or order_expired; 502 payment_refused with its
+// reason; 503 when the provider is unreachable or answers 5xx (nothing changed).
 func (s *Server) checkout(c *gin.Context) {
 	o, p, err := s.Payments.Checkout(c.Request.Context(), userOf(c), c.Param("id"), s.shopURL(c))
 	if err != nil {

@@ -50,11 +50,10 @@ func (s *Server) purchase(c *gin.Context, user string) {
 	writeOrder(c, status, res.Order)
 }
 
-// queuePass checks the Queue-Pass header of a purchase without a Redis call and returns the
-// pass id for the purchase script ("" for none). An item with a waiting room (by the
-// catalogue snapshot) needs a valid pass: anything else is 403 queue_required before the
-// purchase script runs. For an item the snapshot shows without one, a genuine pass is passed
-// on anyway (the script has the last word: a waiting room set a moment ago still holds).
+// queuePass checks a purchase's Queue-Pass header without a Redis call and returns the pass id
+// for the script ("" for none). An item with a waiting room (by the snapshot) needs a valid pass,
+// else 403 queue_required; for another item a genuine pass still goes on, since the script has
+// the last word (a waiting room set a moment ago holds).
 func (s *Server) queuePass(c *gin.Context, req inventory.PurchaseRequest) (string, error) {
 	h := c.Request.Header["Queue-Pass"]
 	var pass string

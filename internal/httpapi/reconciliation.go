@@ -10,11 +10,9 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// reconciliationReport answers the latest batch reconciliation run as stored in Postgres:
-// {"run": {...}} with the run's report inside, or {"run": null} before the first run. The
-// latest run is the newest that ended (record.Latest): a run in progress is not shown, an
-// abandoned one (its runner stopped before finishing; the next run closed it) is, report null.
-// Postgres is read only here, so while it is unreachable this route alone answers 503.
+// reconciliationReport answers the latest ended batch reconciliation run (record.Latest) as
+// {"run": {...}}, or {"run": null} before the first; one abandoned by its runner shows with report
+// null. Postgres is read only here, so while it is unreachable this route alone answers 503.
 func (s *Server) reconciliationReport(c *gin.Context) {
 	if s.Reconciliation == nil {
 		fail(c, errNoReports)

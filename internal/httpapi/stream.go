@@ -12,11 +12,9 @@ import (
 )
 
 // GET /api/items/stream: the catalogue as Server-Sent Events. One goroutine (streamHub.Run)
-// watches the encoded catalogue (catalogue.go, encoded once per snapshot), frames a changed
-// one once as an "items" event and hands the same bytes to every subscriber's bounded
-// queue; each stream's handler only writes what it is handed. A subscriber whose queue is
-// full (a client that stopped reading) is dropped, never buffered without bound; the
-// browser's EventSource reconnects and starts again from the current catalogue.
+// frames each changed encoded catalogue once and hands the same bytes to every subscriber's
+// bounded queue. A subscriber whose queue is full (it stopped reading) is dropped, never buffered
+// without bound; its EventSource reconnects and starts again from the current catalogue.
 
 // StreamOptions tune the catalogue stream. Heartbeat, PerClient and Max are settings, used as
 // given (config states their defaults); the other zero values take the defaults below.

@@ -83,12 +83,10 @@ func (s Shard) Marker() string { return s.base + "marker" }
 // (never by the event's metadata). It has its own hash tag: the payment id alone names it.
 func (s Space) PaymentOrder(paymentID string) string { return s.Prefix + "{pay:" + paymentID + "}" }
 
-// UserOrderIndex is the user's order index: a hash item id -> a counter of changes of the
-// user's orders of that item, every item the user has orders of, under the user's own hash
-// tag so "my orders" reads one key. The purchase scripts cannot write it (another slot): the
-// purchase path grows the field in the pipeline of its script, and the outbox relay again
-// from every event of the user's orders (internal/orders, index.go). Its name is not the
-// former zset's ("{u:<user>}:orders"), so no command meets a key of the other type.
+// UserOrderIndex is the user's order index: a hash item id -> a counter of changes of the user's
+// orders of that item, under the user's hash tag so "my orders" reads one key. The purchase
+// path grows it in its script's pipeline (another slot), the relay from every event of the
+// user's orders (internal/orders, index.go); docs/design.md, "Which keys live in which slot".
 func (s Space) UserOrderIndex(user string) string { return s.Prefix + "{u:" + user + "}:items" }
 
 // Catalog is the set of all item ids.

@@ -7,11 +7,10 @@ import (
 	"time"
 )
 
-// Local is a GCRA limiter held in this process's memory (the same algorithm as lua/lib/gcra.lua):
-// for limits each api instance enforces on its own, with no Redis call, so a check costs a
-// map lookup under a lock. Each instance has its own budget (n instances allow n times the
-// policy in all). Memory stays bounded by the subjects seen within the time a burst takes to
-// refill: a subject whose bucket is full again is forgotten.
+// Local is a GCRA limiter in this process's memory (the algorithm of lua/lib/gcra.lua) for limits
+// each api instance enforces alone: a check is a map lookup under a lock, no Redis call, and n
+// instances allow n times the policy. A subject whose bucket is full again is forgotten, so
+// memory holds only the subjects seen within a burst's refill time.
 type Local struct {
 	p      Policy
 	t      float64 // emission interval, ns

@@ -11,11 +11,10 @@ import (
 // and the Dockerfile, whose build context has no .git for go build to stamp from.
 var Version, Commit string
 
-// BuildInfo is 1, labelled with what this binary was built from, so a dashboard can say
-// which version runs where (and a mixed fleet during a deploy shows): Version (else the
-// module version, "(devel)" for a plain go build), the Go version, and Commit (else the VCS
-// commit stamped by `go build`, with "-dirty" when the work tree had changes; "unknown" when
-// the build had no VCS information).
+// BuildInfo is 1, labelled with what this binary was built from, so a dashboard shows which
+// version runs where: Version (else the module version, "(devel)" for a plain go build), the Go
+// version, and Commit (else the VCS commit go build stamped, "-dirty" for a changed work tree;
+// "unknown" without VCS information).
 var BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "flashsale_build_info",
 	Help: "Always 1; the labels say what this binary was built from: version, goversion and commit.",

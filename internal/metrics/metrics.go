@@ -128,7 +128,7 @@ var (
 	})
 )
 
-// Pruning (reconciler process): final orders the reconciler's pruning passes removed from Redis
+// OrdersPruned (reconciler process) counts the final orders the pruning passes removed from Redis
 // after FLASHSALE_ORDER_RETENTION (reconcile.PrunedTotal, handed over with From).
 var OrdersPruned = newFuncCounter("flashsale_orders_pruned_total",
 	"Final orders the reconciler's pruning passes removed from Redis after FLASHSALE_ORDER_RETENTION (Postgres alone keeps them since).")
@@ -173,8 +173,8 @@ func (g *FlagGauge) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
 }
 
-// Expirer (api process). The expirer keeps its own count (orders.Expirer.Drained); main
-// hands it over with ExpirerDrained.From, so the orders package needs no Prometheus.
+// ExpirerDrained (api process) counts the reservations the expirer expired. The expirer keeps
+// its own count (orders.Expirer.Drained), handed over with From: orders needs no Prometheus.
 var ExpirerDrained = newFuncCounter("flashsale_expirer_expired_orders_total",
 	"Reservations the expirer moved to expired (their stock returned).")
 
@@ -187,8 +187,8 @@ var (
 		"Waiting-room polls that read the ticket from Redis.")
 )
 
-// Connections (api process): those the HTTP listeners hold, and those closed at once over a
-// cap (app.CappedListener, handed over with From).
+// HTTPConns (api process) reports the connections the HTTP listeners hold, and those closed at
+// once over a cap (app.CappedListener, handed over with From).
 var HTTPConns = &connCollector{
 	open: prometheus.NewDesc("flashsale_http_connections", "HTTP connections held now.", nil, nil),
 	refused: prometheus.NewDesc("flashsale_http_connections_refused_total",

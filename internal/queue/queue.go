@@ -92,12 +92,10 @@ func NewStore(rdb redis.UniversalClient, keys keyspace.Space, signer *Signer, ca
 	return s
 }
 
-// CheckPass checks a pass (the Queue-Pass header) for user's purchase of item without a Redis
-// call and returns its pass id for the purchase script, which checks it is unspent and spends
-// it. A missing, forged, expired, other shopper's or other item's pass, or one this instance
-// saw spent, is inventory.ErrQueueRequired. With replay set (the purchase carries an
-// Idempotency-Key) an expired or spent but genuine pass still goes to the script, which lets
-// only a replay of an earlier order through.
+// CheckPass checks a pass (the Queue-Pass header) for user's purchase of item without a Redis call
+// and returns its pass id for the purchase script, which spends it. A missing, forged, expired,
+// another's or spent pass is inventory.ErrQueueRequired; with replay (an Idempotency-Key) an
+// expired or spent genuine pass still goes to the script, which lets only a replay through.
 func (s *Store) CheckPass(pass, item, user string, replay bool, now time.Time) (string, error) {
 	if pass == "" {
 		return "", fmt.Errorf("%w (no Queue-Pass header)", inventory.ErrQueueRequired)

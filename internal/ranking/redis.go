@@ -41,11 +41,9 @@ func (s *Store) Rate(ctx context.Context, item, category, user string, stars int
 	return r, err
 }
 
-// Restore is Rate for restore's replay of a rating from the record: it sets user's stars only
-// if the user has no rating of the item now, checked and written in one script, so it never
-// replaces a rating set since (the shopper's newer stars stand), and it emits no rating.set
-// (the record already holds the rating). It reports whether it wrote the rating; the Rating
-// is the item's either way.
+// Restore is Rate for restore's replay of a rating from the record: it sets user's stars only if
+// the user has no rating of the item now (checked in the script, so newer stars stand) and emits
+// no rating.set (the record holds it). It reports whether it wrote; the Rating is the item's.
 func (s *Store) Restore(ctx context.Context, item, category, user string, stars int) (Rating, bool, error) {
 	r, kept, err := s.rate(ctx, item, category, user, stars, "restore")
 	return r, err == nil && !kept, err

@@ -1,8 +1,7 @@
-// Package redisconn opens flashsale's Redis connection: one address is a single node, more
-// than one is a Redis Cluster, and Sentinels name a primary to follow through failovers. Both
-// binaries and the tests use it. With replicas required (Options.AckReplicas), it also watches
-// the replicas of every primary (replication.go), so a state change is refused before it runs
-// when too few are live, and acknowledged only once they hold it (exactlyonce.Script.Run).
+// Package redisconn opens flashsale's Redis connection for both binaries and the tests: one
+// address is a single node, more a Cluster, Sentinels name a primary to follow. With replicas
+// required (Options.AckReplicas) it watches every primary's replicas (replication.go), so a
+// change is refused when too few are live and acknowledged once they hold it.
 package redisconn
 
 import (

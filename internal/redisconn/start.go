@@ -12,11 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// OpenWaiting calls open until it connects: compose and `make run` start everything at once,
-// and a Redis may be restarting or failing over, so a start waits for it rather than exiting
-// at once. It retries with exponential backoff and jitter for at most wait
-// (FLASHSALE_REDIS_START_TIMEOUT), then returns an error naming the wait and the last cause.
-// A refused login (wrong password or user) is not retried: waiting would not fix it.
+// OpenWaiting calls open until it connects, with exponential backoff and jitter for at most wait
+// (FLASHSALE_REDIS_START_TIMEOUT): everything starts at once and a Redis may be restarting or
+// failing over. Past wait it returns an error naming the wait and the last cause. A refused
+// login is not retried: waiting would not fix it.
 func OpenWaiting(ctx context.Context, wait time.Duration, open func(context.Context) (redis.UniversalClient, error)) (redis.UniversalClient, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

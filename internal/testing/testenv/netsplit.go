@@ -17,15 +17,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A network partition on loopback. Every redis-server and Sentinel of a Split makes its own
-// connections from a loopback address of its own (bind-source-addr 127.0.0.x), and is reached
-// by everyone through a TCP proxy of its own (the address it announces). A proxy knows who
-// connects by the source address, so a partition cuts links between groups, not whole nodes:
-// the api (and everything else from 127.0.0.1, such as the reconciler) may keep reaching the
-// primary while the Sentinels and the other replicas do not. A cut link stops carrying bytes
-// both ways (what was sent waits, as TCP retransmits through a partition) and a new connection
-// on it is accepted but not connected until the cut heals; the tests' own probes go to the
-// servers' real addresses and are never cut.
+// A network partition on loopback. Each server of a Split connects from a loopback address of its
+// own (bind-source-addr 127.0.0.x) and is reached through a TCP proxy of its own, which knows
+// who connects by the source address: a partition cuts links between groups, not whole nodes
+// (the api may keep reaching the primary while the Sentinels do not).
 
 // Group names the processes behind one source address.
 type Group string
@@ -135,7 +130,9 @@ func (n *Net) proxy(t testing.TB, upstream string, to Group) *Link {
 	return l
 }
 
-// serve carries one connection, holding it while its link is cut.
+// serve carries one connection, holding it while its link is cut: no bytes either way (they
+// wait, as TCP retransmits through a partition), and a new connection is accepted but not
+// connected until the cut heals. Tests' own probes dial the real addresses, never cut.
 func (l *Link) serve(c net.Conn, done <-chan struct{}) {
 	defer c.Close()
 	from := l.net.group(c.RemoteAddr())

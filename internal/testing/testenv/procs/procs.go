@@ -1,8 +1,7 @@
-// Package procs runs flashsale as real processes for the whole-system test stages (the fault
-// matrix, internal/testing/faults; the fleet, internal/testing/fleet): it builds the api and reconciler
-// binaries, starts and kills them, drives them over HTTP as shoppers and an admin would
-// (recording every call), and checks a sale's invariants against Redis, PostgreSQL and the
-// calls at the end. It holds test helpers only; nothing outside tests imports it.
+// Package procs runs flashsale as real processes for the whole-system tests (internal/testing/faults,
+// internal/testing/fleet): it builds and starts the api and reconciler, kills them, drives them
+// over HTTP as shoppers and an admin (recording every call), and checks a sale's invariants
+// against Redis, PostgreSQL and the calls. Test helpers only; nothing outside tests imports it.
 package procs
 
 import (
