@@ -52,9 +52,9 @@ func (b *bench) measureTurns(ctx context.Context, prof string, api load, bases .
 			l := loads[k]
 			l.warmup, l.dur = turnWarm, b.opt.dur/time.Duration(rounds)
 			if r == 0 {
-				// The first turn warms up as a row always did (every shopper's token
-				// verified once, pools and caches filled), for as long as it takes every
-				// request to be answered once; later turns only reconnect.
+				// The first turn has the row's full warm-up (every shopper's token verified
+				// once, pools and caches filled), until every request was answered once;
+				// later turns only reconnect.
 				l.warmup, l.warmAll = b.opt.warmup(), true
 			}
 			res, err := l.run(ctx)

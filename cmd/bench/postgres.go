@@ -274,8 +274,8 @@ func (b *bench) latency(ctx context.Context) error {
 		r.res = &result{n: int64(len(lat)), p50: lat[len(lat)/2], p99: lat[min(len(lat)-1, len(lat)*99/100)]}
 		r.note = fmt.Sprintf("%d probe orders at %s purchases/s with the reconciler running", len(lat), thousands(res.rate()))
 		if peak > 0 {
-			// Paced at 75% of the purchase row's rate; the reconciler and Postgres now share
-			// the two cores, so on a busy machine the api may not reach it.
+			// Paced at 75% of the purchase row's rate; the reconciler and Postgres share the
+			// machine meanwhile, so on a busy one the api may not reach it.
 			r.note += fmt.Sprintf(" (paced at 75%%, reached %.0f%% of the purchase row's %s/s)", 100*res.rate()/peak, thousands(peak))
 		} else {
 			r.note += " (closed loop: the purchase row did not run)"
