@@ -81,8 +81,8 @@ type Options struct {
 	BacklogInterval time.Duration
 	// Max bounds the outbox: while every stream together holds more entries than this (Kafka
 	// unreachable for long), Admit refuses new purchases instead of letting Redis run out of
-	// memory. 0 = no bound. A purchase batch's orders share one entry (about 20 bytes per
-	// order on top of the entry's own), so the bound counts entries, not orders.
+	// memory. 0 = no bound. A purchase batch's orders share one entry, so the bound counts
+	// entries, not orders.
 	Max int64
 	// AfterPublish, when set, runs after Kafka acknowledged a batch (of published events) and before the entries are
 	// acknowledged in Redis; a non-nil error stops Run with it, leaving the entries pending

@@ -18,7 +18,8 @@ type Item struct {
 	PerUserLimit int64
 	StartsAt     *time.Time
 	EndsAt       *time.Time
-	// Stream positions of the events that set the attributes and stock_total.
+	// AttrPos* and StockPos* are the stream positions of the events that set the attributes
+	// and stock_total.
 	AttrPosMs, AttrPosSeq   int64
 	StockPosMs, StockPosSeq int64
 	UpdatedAt               time.Time
