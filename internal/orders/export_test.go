@@ -23,3 +23,21 @@ func (s *Store) ExpireEntries(ctx context.Context, item string, entries ...strin
 	}
 	return s.expireOrders(ctx, item, args)
 }
+
+// RunChange runs the change script name ("pay", "expire" or "refund_order") on item's keys with
+// args as its ARGV, as the store's own calls pass them.
+func (s *Store) RunChange(ctx context.Context, name, item string, args ...any) error {
+	k := s.keys.Item(item)
+	switch name {
+	case "pay":
+		return payScript.Run(ctx, s.rdb, []string{k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Expiry(),
+			k.Outbox(), k.Changed(), k.Clock(), k.Payments()}, args...).Err()
+	case "expire":
+		return expireScript.Run(ctx, s.rdb, []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(),
+			k.Changed(), k.Clock(), k.Payments()}, args...).Err()
+	case "refund_order":
+		return refundOrderScript.Run(ctx, s.rdb, []string{k.Hash(), k.Orders(), k.Held(), k.PaidBy(), k.Outbox(),
+			k.Changed(), k.Clock(), k.Payments(), k.Refunds()}, args...).Err()
+	}
+	panic("RunChange: unknown script " + name)
+}

@@ -152,6 +152,39 @@ func TestMalformedAndUnknownOrders(t *testing.T) {
 	}
 }
 
+// TestScriptsRefuseNonFiniteNumbers: tonumber reads "inf" and "nan", so a hold or an amount
+// from ARGV must be a bounded whole number; anything else is an error reply that writes nothing.
+func TestScriptsRefuseNonFiniteNumbers(t *testing.T) {
+	e := newEnv(t, time.Hour)
+	ctx := context.Background()
+	e.item("it", 5, 5)
+	o := e.buy("it", "alice", 1)
+	before := e.check("it")
+	for _, bad := range []string{"inf", "-inf", "nan", "1e400", "1.5", "-1", "1e14"} {
+		calls := []struct {
+			name string
+			args []any
+		}{
+			{"pay", []any{"it", o.ID, "alice", "", "", bad}},
+			{"pay", []any{"it", o.ID, "alice", "", "", 0, bad}},
+			{"expire", []any{"it", bad, o.ID}},
+			{"refund_order", []any{"it", o.ID, "pi_x", "full", bad, "0", "", ""}},
+			{"refund_order", []any{"it", o.ID, "pi_x", "partial", bad, "0", "", ""}},
+		}
+		if bad == "1e14" {
+			calls = calls[:1] // a whole number: only the hold's bound refuses it
+		}
+		for _, c := range calls {
+			if err := e.ord.RunChange(ctx, c.name, "it", c.args...); err == nil {
+				t.Errorf("%s %v: no error", c.name, c.args)
+			}
+		}
+	}
+	if after := e.check("it"); !reflect.DeepEqual(before, after) {
+		t.Errorf("refusals changed state:\nbefore %+v\nafter  %+v", before, after)
+	}
+}
+
 // TestExpireOnlyDue: the expirer takes due reservations only, in bounded batches, and an
 // entry whose order a payment already settled is dropped without touching stock.
 func TestExpireOnlyDue(t *testing.T) {

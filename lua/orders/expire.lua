@@ -6,7 +6,7 @@
 -- KEYS[1] item hash  [2] orders hash  [3] held hash  [4] shard expiry zset
 --   [5] shard outbox stream  [6] shard change log  [7] shard clock
 --   [8] item payments hash (order id -> "payment id|state|event id|attempt")
--- ARGV[1] item id  [2] processing hold in ms (0: none)  [3..] expiry index entries
+-- ARGV[1] item id  [2] processing hold, whole ms 0..1e13 (0: none)  [3..] expiry index entries
 --   of this item: "<item>.<first>-<last>" (a purchase batch, at most 256) or "<item>.<seq>";
 --   1..1000 orders in all
 -- Reply: {examined, expired, units_returned, expired order id...}
@@ -21,8 +21,8 @@ if not item_id or item_id == '' then
   return redis.error_reply('ERR expire: missing item id')
 end
 local hold = tonumber(ARGV[2])
-if not hold or hold < 0 or hold ~= math.floor(hold) then
-  return redis.error_reply('ERR expire: hold must be a whole number of ms >= 0')
+if not hold or hold < 0 or hold > 1e13 or hold ~= math.floor(hold) then
+  return redis.error_reply('ERR expire: hold must be a whole number of ms, 0..1e13')
 end
 if #ARGV < 3 then
   return redis.error_reply('ERR expire: no entries')

@@ -8,7 +8,7 @@
 --   [9] item payments hash (order id -> "payment id|state|event id|attempt")
 -- ARGV[1] item id  [2] order id  [3] user id (the caller; '' with a payment id)
 --   [4] payment id ('' for the shopper's own pay)  [5] the provider's event id ('' none)
---   [6] processing hold ms ('' or 0: none)  [7] amount paid in cents ('' unchecked)
+--   [6] processing hold, whole ms 0..1e13 ('' or 0: none)  [7] amount paid in cents ('' unchecked)
 --   [8] the provider's PaymentIntent ('' unknown)
 -- Reply: {outcome, packed_order ('' for not_found), the item's paid units after the call}, and
 --   for paid two more: the best-sellers units and their number (best_sellers in release.lua).
@@ -24,8 +24,8 @@ local hold = 0
 if ARGV[6] and ARGV[6] ~= '' then
   hold = tonumber(ARGV[6])
 end
-if not hold or hold < 0 then
-  return redis.error_reply('ERR pay: hold must be a number of ms >= 0')
+if not hold or hold < 0 or hold > 1e13 or hold ~= math.floor(hold) then
+  return redis.error_reply('ERR pay: hold must be a whole number of ms, 0..1e13')
 end
 local pi = ARGV[8] or ''
 if string.find(pi, '|', 1, true) then
@@ -34,8 +34,8 @@ end
 local amount = nil
 if ARGV[7] and ARGV[7] ~= '' then
   amount = tonumber(ARGV[7])
-  if not amount then
-    return redis.error_reply('ERR pay: amount must be a number of cents')
+  if not amount or amount < 0 or amount > 1e15 or amount ~= math.floor(amount) then
+    return redis.error_reply('ERR pay: amount must be a whole number of cents, 0..1e15')
   end
 end
 if not item_id or item_id == '' or not oid or (user == '' and pid == '')

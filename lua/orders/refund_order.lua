@@ -26,7 +26,7 @@ local restock, key, pi = ARGV[6] or '0', ARGV[7] or '', ARGV[8] or ''
 if not item_id or item_id == '' or not oid or string.sub(oid, 1, #item_id + 1) ~= item_id .. '.'
     or string.find(pid .. key .. pi, '|', 1, true)
     or (mode ~= 'request' and mode ~= 'withdraw' and mode ~= 'full' and mode ~= 'partial' and mode ~= 'dispute')
-    or ((mode == 'full' or mode == 'partial') and (not cents or cents < 0 or cents ~= math.floor(cents)))
+    or ((mode == 'full' or mode == 'partial') and (not cents or cents < 0 or cents > 1e15 or cents ~= math.floor(cents)))
     or ((mode == 'request' or mode == 'withdraw') and key == '')
     or (restock ~= '0' and restock ~= '1') then
   return redis.error_reply('ERR refund_order: bad item, order, payment, mode, amount, restock or key')
