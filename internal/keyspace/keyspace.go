@@ -116,7 +116,7 @@ func (k Item) UserOrders() string { return k.base + "uorders" }
 func (k Item) Payments() string { return k.base + "payments" }
 
 // Refunds is the item's hash order id -> "idempotency key|restock" of an admin's refund of
-// the order (lua/refund_order.lua).
+// the order (lua/orders/refund_order.lua).
 func (k Item) Refunds() string { return k.base + "refunds" }
 
 // Expiry, Outbox, Changed and Clock are the item's shard's (see Shard).
