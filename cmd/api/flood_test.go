@@ -20,13 +20,10 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
-// Half-open connections (one header line each) from a few addresses used
-// every descriptor of the api, and /healthz stopped answering. The real api binary runs here
-// under a 512 open-file limit (prlimit) while 1,024 such connections from 16 addresses are
-// held, each redialled as soon as it is closed: the api keeps its connections within its cap
-// (refusing the rest at once, counted), and /healthz, /readyz, /metrics and an admin route keep
-// answering, on the main listener and on FLASHSALE_OPS_ADDR. The latencies of /healthz under
-// the flood are logged (docs/performance.md), not asserted.
+// TestConnectionFloodLeavesHealthz holds 1,024 half-open connections from 16 addresses against
+// the real api binary under a 512 open-file limit, redialling each one closed: the api keeps
+// within its cap (refusing the rest at once, counted), and /healthz, /readyz, /metrics and an
+// admin route answer on both listeners. /healthz latencies are logged, not asserted.
 func TestConnectionFloodLeavesHealthz(t *testing.T) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {

@@ -16,13 +16,10 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestStartFailuresAreOneLine starts the real api and reconciler binaries (go build, child
-// processes) against each dependency they cannot use: Redis down, a malformed Redis address,
-// Redis refusing the password, the embedded Kafka port taken, the HTTP address taken,
-// Postgres down, Postgres refusing the role, the admin address taken. Each must exit
-// non-zero with one line on stderr that names the cause, and never panic. Start timeouts are
-// short where a retry is expected; where none is (a refused login), the timeout is long, so a
-// binary that retried anyway would be killed by the test's deadline and fail it.
+// TestStartFailuresAreOneLine starts the real api and reconciler binaries against each
+// dependency they cannot use: each exits non-zero with one line on stderr naming the cause,
+// never a panic. Where no retry is expected the start timeout is long, so a binary that
+// retried anyway fails on the test's deadline.
 func TestStartFailuresAreOneLine(t *testing.T) {
 	bins := buildBinaries(t)
 	taken := listen(t)        // a port something else holds (a developer's own Kafka, say)

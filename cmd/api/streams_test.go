@@ -18,19 +18,10 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv/procs"
 )
 
-// About 1,000 idle catalogue streams from one host, under a 1,024
-// open-file limit, made the api stop answering (accept4: too many open files), /healthz and
-// purchases included. The real api binary runs here under that limit, and 1,000 streams are
-// opened against it from 32 client addresses.
-//   - hard limit 1,024: the api keeps a reserve of descriptors (an eighth, at least 128), caps
-//     its connections at the 896 left, keeps the last eighth of those for light addresses and
-//     a sixteenth for refusals, and holds 728 streams; the others are answered 503 with
-//     Retry-After, and /healthz and a purchase still answer; a stream whose client closes frees
-//     its place at once.
-//   - soft limit 1,024 under a hard 4,096: the api raises its own limit at start and holds all
-//     1,000.
-//
-// Either way the 33rd stream of one address is 429 with Retry-After.
+// TestStreamsUnderDescriptorLimit opens 1,000 catalogue streams from 32 addresses against the
+// real api binary under a 1,024 open-file limit. Under a hard limit the api keeps descriptors in
+// reserve and answers streams past its cap 503 with Retry-After, while /healthz and a purchase
+// still answer; under a soft one it raises its own limit and holds all 1,000.
 func TestStreamsUnderDescriptorLimit(t *testing.T) {
 	// The test's own side holds a connection per stream too.
 	var lim syscall.Rlimit

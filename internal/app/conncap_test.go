@@ -10,10 +10,9 @@ import (
 )
 
 // The caps, over real TCP from several loopback addresses: an address is refused at its
-// per-client cap; once the total is within its last eighth only addresses holding fewer than
-// 8 get in; at the total nobody does; a trusted proxy counts in the total only; a closed
-// connection gives its place back. Refusals are closed at once (the client reads EOF) and
-// counted.
+// per-client cap; in the total's last eighth only addresses holding fewer than 8 get in; at the
+// total nobody does; a trusted proxy counts in the total only; a closed connection frees its
+// place. Refusals are closed at once (the client reads EOF) and counted.
 func TestCappedListener(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -110,11 +110,9 @@ func TestInFlight(t *testing.T) {
 	}
 }
 
-// TestLinger: a key whose last run was small sends its waiting calls at once; after a hot run
-// (an eighth of a batch or more) fewer than half a batch wait for more, and half a batch sends
-// them; when the linger passes first, the calls go with however many wait. Every call runs once.
-// The runs are held open by the test and the gathering is read from the Batcher's state, so
-// what is asserted is the schedule, not timing.
+// TestLinger: after a small run waiting calls go at once; after a hot run (an eighth of a batch
+// or more) they wait until half a batch waits or the linger passes. Every call runs once. The
+// test holds the runs open and reads the Batcher's state: it asserts the schedule, not timing.
 func TestLinger(t *testing.T) {
 	newBatcher := func(linger time.Duration) (*Batcher[call], chan run) {
 		started := make(chan run)

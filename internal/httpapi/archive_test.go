@@ -8,11 +8,9 @@ import (
 	"time"
 )
 
-// TestArchiveItem is the archive route's contract: 200 with status archived (again: 200),
-// purchases 409 sale_ended, gone from the shoppers' list, ended in GET /api/items/{id},
-// archived in the admin list, PUT, stock and import refused with invalid_state, an open
-// reservation still paid, a waiting-room ticket sold_out; 404, 401 and 403 as for every
-// admin route.
+// TestArchiveItem is the archive route's contract: 200 archived (again 200); then purchases 409
+// sale_ended, gone from the list, ended in GET, archived in the admin list, writes refused
+// invalid_state, an open reservation still paid, a queue ticket sold_out; 404, 401 and 403.
 func TestArchiveItem(t *testing.T) {
 	a := newTestAPI(t, nil)
 	a.item("lamp", 10, 5)

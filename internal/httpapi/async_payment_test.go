@@ -101,11 +101,10 @@ func pollable(tweak func(*config.Config)) func(*config.Config) {
 	}
 }
 
-// TestAsyncPaymentFailure: a bank debit that fails after processing
-// (checkout.session.async_payment_failed) leaves the order reserved with payment_status
-// failed; the attempt is over, so the next checkout opens a new session, which the shopper
-// pays. A payment_intent.processing delivered after the failure (the provider retried it)
-// does not bring processing back: the order is not held, and cancel is not refused.
+// TestAsyncPaymentFailure: a debit failing after processing leaves the order reserved with
+// payment_status failed, and the next checkout opens a new session the shopper pays. A late
+// payment_intent.processing does not bring processing back: the order is not held, and cancel
+// is not refused.
 func TestAsyncPaymentFailure(t *testing.T) {
 	g := newHookGate(t, "payment_intent.processing")
 	a := newGatedPayAPI(t, g, paysim.Config{AsyncDelay: 300 * time.Millisecond, Chaos: paysim.Chaos{Duplicates: 2}}, nil)

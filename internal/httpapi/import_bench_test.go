@@ -17,10 +17,8 @@ func importCSV(n int, stock string) string {
 	return b.String()
 }
 
-// BenchmarkImport: POST /api/admin/items/import of a CSV file of 1,000 and 10,000 rows through
-// the router, into an empty catalogue (every row created) and again over the same items
-// (every row updated), with the catalogue snapshot loaded as in a running api. rows/s is the
-// figure of docs/performance.md.
+// BenchmarkImport: a CSV import of 1,000 and 10,000 rows through the router into an empty
+// catalogue (all created) and again (all updated), the snapshot loaded as in a running api.
 // Run: go test -run='^$' -bench=Import -benchtime=3x ./internal/httpapi/
 func BenchmarkImport(b *testing.B) {
 	for _, n := range []int{1000, 10000} {

@@ -141,11 +141,10 @@ func TestPanicAnswersTheErrorBody(t *testing.T) {
 	}
 }
 
-// TestReadsAreLimitedPerUser: order reads and the
-// waiting-room polls that must reach Redis are limited per user (FLASHSALE_LIMIT_READS, in the
-// api's memory: no Redis call), answered 429 rate_limited with the RateLimit headers and
-// Retry-After past the budget; another user keeps theirs, and a poll answered from memory
-// (with its ticket token) is never limited.
+// TestReadsAreLimitedPerUser: order reads and waiting-room polls that must reach Redis are
+// limited per user in the api's memory (FLASHSALE_LIMIT_READS): 429 rate_limited with the
+// RateLimit headers and Retry-After. Another user keeps their budget, and a poll answered from
+// memory (with its ticket token) is never limited.
 func TestReadsAreLimitedPerUser(t *testing.T) {
 	a := newTestAPI(t, func(c *config.Config) {
 		c.LimitReads = config.Limit{Rate: 1, Period: time.Hour, Burst: 4}
@@ -201,12 +200,9 @@ func TestReadsAreLimitedPerUser(t *testing.T) {
 	}
 }
 
-// Refusals and replays cost Redis (a 429 on cancel ~6 commands, a purchase
-// replay ~11). Counted on a private server (INFO commandstats, a script call counting with the
-// commands it runs): once a shopper is over a limit, her refused requests cost no command
-// (cancel, and a purchase without an Idempotency-Key) or one (a purchase with a new key: the
-// replay look-up), and a replay of a settled key costs one. The answers and their headers are
-// those Redis's own refusal and replay gave.
+// Once a shopper is over a limit her refusals cost Redis no command (cancel, a purchase without
+// a key) or one (a purchase with a new key: the replay look-up), and a settled key's replay one,
+// counted on a private server (INFO commandstats). Answers and headers are Redis's own.
 func TestRefusalsAndReplaysCostNoRedis(t *testing.T) {
 	priv, keys, addr := testenv.PrivateRedis(t)
 	a := newRankedAPI(t, func(c *config.Config) {

@@ -169,11 +169,10 @@ func (a *payAPI) foreignPayment(order, user string, cents int64) *stripe.Checkou
 	return a.session(cs.ID)
 }
 
-// TestForeignPaymentLeftAlone: succeeded payments on the shop's account whose metadata names a
-// real reservation of this shop (same order id, user and amount) but an attempt this
-// deployment never recorded are not the shop's: answered 200 and counted unknown, never paid
-// onto the order nor refunded, whether the order has no checkout yet or one open; the shop's
-// own checkout still pays its order afterwards.
+// TestForeignPaymentLeftAlone: a succeeded payment naming a real reservation of this shop but
+// an attempt this deployment never recorded is not the shop's: answered 200 and counted
+// unknown, never paid onto the order nor refunded, with or without an open checkout; the
+// shop's own checkout still pays the order.
 func TestForeignPaymentLeftAlone(t *testing.T) {
 	a := newPayAPI(t, paysim.Config{Chaos: paysim.Chaos{Duplicates: 2}}, nil)
 	a.item("fp", 10, 5)

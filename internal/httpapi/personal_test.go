@@ -58,9 +58,9 @@ func TestPersonalRepliesNoStore(t *testing.T) {
 	}
 }
 
-// The leaderboard cache is keyed by the query, which anyone chooses: a category the
-// catalogue has never had must not push real boards out (it used to: 1,024 new keys emptied the
-// whole cache). Such a category's board is read through, never cached.
+// The leaderboard cache is keyed by the query, which anyone chooses: a category the catalogue
+// has never had must not push real boards out. Such a category's board is read through, never
+// cached.
 func TestBoardCacheKeepsRealBoards(t *testing.T) {
 	a := &ratingAPI{newRankedAPI(t, func(c *config.Config) { c.LeaderboardSize, c.SnapshotInterval = 10, time.Hour })}
 	a.item("phone1", "Phone One", "phones")

@@ -10,12 +10,9 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// BenchmarkQueuePoll: polls of 20,000 shoppers waiting in a line that barely moves (as in
-// cmd/bench's row: their tokens do not fit the CPU's caches), each with its ticket's token,
-// through the whole router (token check, the answer from memory, the reply),
-// beside a bare Gin hello handler fed the same requests. No poll may reach Redis. CPU and
-// allocations per poll beyond the hello's are the router's share of a poll (net/http's share,
-// the larger part, is not in either: see cmd/bench's poll rows).
+// BenchmarkQueuePoll: polls of 20,000 waiting shoppers (tokens beyond the CPU's caches), each
+// with its ticket's token, through the whole router beside a bare Gin hello fed the same
+// requests; none may reach Redis. CPU and allocations beyond the hello's are the router's share.
 // Run: go test -run='^$' -bench=QueuePoll -benchmem ./internal/httpapi/
 func BenchmarkQueuePoll(b *testing.B) {
 	a := newTestAPI(b, nil)

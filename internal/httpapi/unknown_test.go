@@ -13,12 +13,9 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestUnknownItemsCostNoRedis: purchases and
-// waiting-room joins of made-up ids are answered 404, each id costing Redis one look-up per
-// UnknownFor at most (a short negative cache, counted; measured on a private server: INFO
-// commandstats); yet items created a moment ago by another api, which this api's snapshot has
-// not seen yet, all sell at once (a bounded rate of look-ups answered 120 of ~1,800 such
-// purchases 404 after an import).
+// TestUnknownItemsCostNoRedis: purchases and queue joins of made-up ids are 404, each id costing
+// Redis one look-up per UnknownFor at most (counted on a private server); yet items another api
+// created a moment ago, unseen by this api's snapshot, all sell at once.
 func TestUnknownItemsCostNoRedis(t *testing.T) {
 	priv, keys, addr := testenv.PrivateRedis(t)
 	a := newTestAPI(t, func(c *config.Config) {
@@ -65,7 +62,7 @@ func TestUnknownItemsCostNoRedis(t *testing.T) {
 			t.Fatalf("purchase of made-up-again: %d %s, want 404", r.Status, r.Raw)
 		}
 	}
-	// One look-up per id and UnknownFor, where each request cost 6.5 commands before issue 31.
+	// One look-up per id and UnknownFor.
 	used := testenv.Commands(t, priv) - before - 1 // the INFO that measured
 	windows := 1 + int(time.Since(start)/inventory.UnknownFor)
 	bound := n + 2*windows // an id whose window ends between its purchase and its join costs one more

@@ -63,11 +63,9 @@ func BenchmarkPurchase(b *testing.B) {
 	})
 }
 
-// BenchmarkCallRecord is the cost of exactly-once script calls (lua/lib/once.lua): the same batch
-// of 20 purchases (as the batcher coalesces them under load) sent as the bare purchase script
-// and as the recorded one, in alternating turns so the machine's changing load falls on both.
-// It reports each side's purchases/s and Redis CPU per purchase (INFO cpu, user+sys, on a
-// private server), which that load moves far less than rates, and their ratios.
+// BenchmarkCallRecord is the cost of the exactly-once call record: one batch of 20 purchases
+// sent bare and recorded, in alternating turns so the machine's load falls on both alike. It
+// reports purchases/s and Redis CPU per purchase (INFO cpu, private server) and their ratios.
 // Run: go test -run=^$ -bench=CallRecord -benchtime=20x ./internal/inventory/
 func BenchmarkCallRecord(b *testing.B) {
 	rdb, keys, _ := testenv.PrivateRedis(b) // its own server: nobody else's commands in its CPU
@@ -153,21 +151,8 @@ func redisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 }
 
 // BenchmarkPurchaseScriptParts is where purchase.lua's Redis time goes: the script as the api
-// sends it (batches of 25 of 20,000 shoppers, the purchase limit on, inside the call record),
-// and variants each without one part, in alternating turns on a private server. Each
-// variant's Redis CPU per purchase (INFO cpu) minus the full script's is that part's cost.
-// The variants are the embedded sources with lines taken out or replaced; a line that is no
-// longer there fails the benchmark rather than measuring nothing. Each variant buys its own
-// item with its own shoppers, so no variant's data grows another's structures; a turn gives
-// each shopper half an order of each item, and every 10 turns the item's user orders hash and
-// the shoppers' item indexes go (as the orders hash and the expiry index do each turn), so
-// about one order in five is its shopper's first of the item (a sale of 5 orders per shopper).
-// Knobs: FLASHSALE_BENCH_ALT_LUA (comma-separated lua directories) adds each directory's
-// purchase.lua as a variant named after the directory (same KEYS and ARGV layout, with the
-// directory's libraries), to weigh a candidate against the current script in one run;
-// FLASHSALE_BENCH_BATCH sets the attempts per call (25); FLASHSALE_BENCH_KEEP keeps every
-// structure between turns, so the orders hash and the users' order lists grow as in a long
-// sale. Two batch sizes give the script's cost per call and per attempt apart.
+// sends it beside variants each without one part (and FLASHSALE_BENCH_ALT_LUA's candidates),
+// in turns on a private server; a variant's CPU per purchase minus the full one's is its cost.
 // Run: go test -run=^$ -bench=PurchaseScriptParts -benchtime=20x ./internal/inventory/
 func BenchmarkPurchaseScriptParts(b *testing.B) {
 	rdb, keys, _ := testenv.PrivateRedis(b)
@@ -227,6 +212,8 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 	}
 	const batchesPerTurn, senders = 400, 4
 	const shoppers = 20_000
+	// FLASHSALE_BENCH_BATCH sets the attempts per call: two sizes tell the cost per call from
+	// the cost per attempt.
 	batch := 25
 	if n, err := strconv.Atoi(os.Getenv("FLASHSALE_BENCH_BATCH")); err == nil && n > 0 {
 		batch = n
@@ -270,6 +257,8 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 			wg.Wait()
 			v.cpu += redisCPU(b, rdb) - cpu0
 		}
+		// The orders go each turn and the users' structures every 10, so about one order in five is
+		// its shopper's first of the item; FLASHSALE_BENCH_KEEP keeps them all, as in a long sale.
 		for _, v := range vs {
 			if os.Getenv("FLASHSALE_BENCH_KEEP") != "" {
 				break
@@ -330,13 +319,9 @@ func altLuaDirs() map[string]string {
 	return dirs
 }
 
-// BenchmarkPurchaseMemory is the Redis memory per order of the two things purchase.lua keeps
-// per call besides the orders themselves: the outbox (until the relay publishes it) and the
-// call record once.lua keeps (until a second past the call's deadline). Batches of 25 of
-// 20,000 shoppers with the purchase limit on, as BenchmarkPurchaseScriptParts sends them, each
-// version of the scripts on a private server of its own; MEMORY USAGE of the outbox stream
-// and of every call record, over the orders made. FLASHSALE_BENCH_ALT_LUA adds other
-// versions' scripts (see BenchmarkPurchaseScriptParts), each under its directory's name.
+// BenchmarkPurchaseMemory is the Redis memory per order of what purchase.lua keeps beside the
+// orders: the outbox (until relayed) and the call records (until a second past their deadline),
+// by MEMORY USAGE, batches sent as BenchmarkPurchaseScriptParts sends them.
 // Run: go test -run=^$ -bench=PurchaseMemory -benchtime=1x ./internal/inventory/
 func BenchmarkPurchaseMemory(b *testing.B) {
 	dirs := altLuaDirs()

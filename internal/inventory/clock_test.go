@@ -11,11 +11,9 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestSnapshotSurvivesAClockThatWentBack: a failover may promote a replica that lacks the last
-// changes and whose time is behind the old primary's, so the shard's change clock goes back
-// and the next changes carry clocks below the one the snapshot saw. The first refresh after
-// such a change (made by another api instance) must still show it (the change logs alone:
-// the sweep is held off).
+// TestSnapshotSurvivesAClockThatWentBack: a failover to a replica whose time is behind makes
+// the shard's change clock go back. The first refresh after a change made then (by another
+// api, the sweep held off) must still show it.
 func TestSnapshotSurvivesAClockThatWentBack(t *testing.T) {
 	rdb, keys, _ := testenv.PrivateRedis(t)
 	ctx := context.Background()

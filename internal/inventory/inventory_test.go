@@ -558,11 +558,10 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	}
 }
 
-// TestBatchSeesItsOwnWrites: purchase.lua gathers the writes to the keys a batch shares (orders,
-// allowances, rate-limit state, expiry index) and sends them at the end, so later attempts of
-// one batch must see earlier ones through its tables: an idempotency key replays the order made
-// a moment before, a second attempt of a user meets the rate limit and the per-user limit the
-// first one moved. The limiter's state is one hash per item whose TTL covers every TAT in it.
+// TestBatchSeesItsOwnWrites: purchase.lua sends a batch's shared writes at the end, so later
+// attempts must see earlier ones through its tables: a key replays the order made just before,
+// a user's second attempt meets the rate and per-user limits the first moved. The limiter's
+// state is one hash per item whose TTL covers every TAT in it.
 func TestBatchSeesItsOwnWrites(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	s := inventory.NewStore(rdb, keys, options.Inventory(inventory.Options{}))
@@ -1077,10 +1076,9 @@ func TestPurchaseLimitReadsTextTAT(t *testing.T) {
 }
 
 // TestReplayReturnsTheWholeOrder: a created order travels in the compact reply as its sequence
-// number alone (the api knows the user and quantity, the batch string the price and times),
-// but a replay (the same Idempotency-Key, in a later call) returns the earlier order whole: the
-// order as made, not the retry's quantity. A re-sent call (the same call record) answers the
-// recorded reply and makes nothing.
+// number, but a replay (the same Idempotency-Key, a later call) returns the earlier order whole,
+// not the retry's quantity. A re-sent call (the same call record) answers the recorded reply
+// and makes nothing.
 func TestReplayReturnsTheWholeOrder(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()

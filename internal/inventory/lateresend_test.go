@@ -25,12 +25,10 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestLateResendAppliesOnce: a change re-sent to Redis long after it
-// first ran must not run again. Through a fault proxy (toxiproxy, in-process) the first send of
-// a purchase without a key, of an admin restock (+777) and of a payment reaches Redis and runs,
-// but its reply is dropped; the api re-sends, and every re-send is held in the proxy until the
-// call record of the first run has expired. Released then, a re-send must be refused (its
-// call's deadline has passed), not applied a second time.
+// TestLateResendAppliesOnce: a change re-sent long after it first ran must not run again. A
+// fault proxy drops the replies of a purchase, a restock and a payment that ran, and holds each
+// re-send until the first run's call record has expired: released, it is refused (its deadline
+// has passed), not applied twice.
 func TestLateResendAppliesOnce(t *testing.T) {
 	ctx := context.Background()
 	toxics := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())

@@ -54,14 +54,10 @@ var stockModel = porcupine.Model{
 	Equal: func(a, b any) bool { return a.(int64) == b.(int64) },
 }
 
-// TestStockIsLinearizable races purchases (coalesced into batches), cancels and restocks of
-// one item against the real Redis and checks with porcupine that the history is
-// linearizable: every answer is one a single, atomic stock counter could have given.
-//
-// The purchases carry an Idempotency-Key, so each one asks Redis. Without one, a purchase may
-// be refused from the in-memory sold-out mark (soldout.go), which by design can be up to
-// soldOutTrust old: a false "sold out" for at most a second after stock came back, never an
-// oversell. That short cut is not linearizable and is not meant to be.
+// TestStockIsLinearizable races purchases, cancels and restocks of one item on the real Redis
+// and checks with porcupine that the history is one an atomic stock counter could give. The
+// purchases carry an Idempotency-Key so each asks Redis: the sold-out mark (soldout.go) may say
+// "sold out" up to soldOutTrust after stock came back, not linearizable by design.
 func TestStockIsLinearizable(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()

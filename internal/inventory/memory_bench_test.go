@@ -16,12 +16,9 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// BenchmarkOrderMemory is Redis memory per order: 100,000 purchases of one unit by 20,000
-// shoppers (5 orders each) through inventory.Store (concurrent, so the batcher coalesces them
-// as under load), on a private server with no relay (the outbox keeps every entry). It reports
-// used_memory's growth per order and, per structure, the summed MEMORY USAGE of its keys per
-// order: orders (the orders hash), held, uorders (the user orders hash), uitems (the users'
-// item indexes), expiry, outbox, call (the call records), and the rest.
+// BenchmarkOrderMemory is Redis memory per order: 100,000 concurrent purchases by 20,000
+// shoppers on a private server with no relay, reporting used_memory's growth and each
+// structure's MEMORY USAGE (orders, held, uorders, uitems, expiry, outbox, call, rest) per order.
 // Run: go test -run=^$ -bench=OrderMemory -benchtime=1x ./internal/inventory/
 func BenchmarkOrderMemory(b *testing.B) {
 	const purchases, users, workers = 100_000, 20_000, 64

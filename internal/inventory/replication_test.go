@@ -19,11 +19,9 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// replicated is a private primary with one replica, and a store whose changes one replica must
-// confirm (FLASHSALE_REDIS_ACK_REPLICAS=1).
-// replicated starts a primary with one replica and a store that waits ackTimeout for it. A
-// test that does not need the replica to miss its acknowledgement passes a generous timeout,
-// so a busy machine cannot refuse its set-up.
+// replicated starts a private primary with one replica and a store whose changes the replica
+// must confirm within ackTimeout. A test that does not need a missed acknowledgement passes a
+// generous timeout, so a busy machine cannot refuse its set-up.
 func replicated(t *testing.T, ackTimeout time.Duration) (*testenv.Replicated, redis.UniversalClient, keyspace.Space, *inventory.Store) {
 	t.Helper()
 	r := testenv.ReplicatedRedis(t, 1)
@@ -140,10 +138,9 @@ func TestTooFewReplicasChangesNothing(t *testing.T) {
 }
 
 // BenchmarkPurchaseWithReplica: purchases/s of one hot item on a private primary with one
-// replica, changes acknowledged at once (ack0) or once the replica holds them (ack1: a WAIT
-// pipelined behind each coalesced batch). Run both in one go:
-//
-//	go test -run - -bench PurchaseWithReplica -benchtime 5s ./internal/inventory/
+// replica, acknowledged at once (ack0) or once the replica holds them (ack1: a WAIT pipelined
+// behind each coalesced batch).
+// Run: go test -run - -bench PurchaseWithReplica -benchtime 5s ./internal/inventory/
 func BenchmarkPurchaseWithReplica(b *testing.B) {
 	r := testenv.ReplicatedRedis(b, 1)
 	for _, ack := range []int{0, 1} {

@@ -16,11 +16,9 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestRedisStallChangesOnce: Redis stalls (DEBUG SLEEP 3.5, longer
-// than exactlyonce.AttemptTimeout) while a purchase, a restock and a payment are in flight. The api
-// re-sends each call after its attempt times out; the call record makes the re-sends safe, so
-// each change happens once and each caller gets the real answer: one order (not two, not
-// limit_exceeded), +50 (not +100), paid (not invalid_state).
+// TestRedisStallChangesOnce: Redis stalls (DEBUG SLEEP, longer than the attempt timeout) with a
+// purchase, a restock and a payment in flight. The call record makes the re-sends safe: each
+// change happens once and each caller gets the real answer (one order, +50, paid).
 func TestRedisStallChangesOnce(t *testing.T) {
 	rdb, keys, addr := testenv.PrivateRedis(t, "--enable-debug-command", "yes")
 	ctx := context.Background()

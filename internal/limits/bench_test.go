@@ -14,17 +14,9 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// BenchmarkPurchaseLimit measures, in one run, purchase attempts per second on one hot item:
-//
-//	off       no purchase rate limit (the baseline)
-//	folded    the per-user-per-item GCRA inside purchase.lua (the current design: one round
-//	          trip per batch of attempts, limit and purchase atomic)
-//	separate  Limiter.Allow (its own round trip, per attempt) before a purchase without limit
-//
-// The limits are generous so every attempt is allowed and buys: the figure is the cost of
-// deciding, not the saving from refusing. 32 goroutines buy as 5000 users. The variants take
-// turns in 250ms slices, each iteration one turn of all three, so load from other processes on
-// a shared machine falls on all of them alike; the ratios to "off" are reported too.
+// BenchmarkPurchaseLimit: purchase attempts/s on one hot item with no limit (off), the GCRA
+// folded into purchase.lua (folded), or Limiter.Allow's own round trip first (separate). Limits
+// are generous (it prices deciding, not refusing); 250ms turns share the machine's load alike.
 // Run: go test -run='^$' -bench=PurchaseLimit -benchtime=8x ./internal/limits/
 func BenchmarkPurchaseLimit(b *testing.B) {
 	generous := limits.Policy{Rate: 1_000_000_000, Period: time.Second, Burst: 1_000_000_000}

@@ -111,10 +111,9 @@ func decideTimed(ctx context.Context, rdb redis.UniversalClient, key string, p P
 }
 
 // TestAccuracy drives one key from many goroutines for a few periods: over the span E from the
-// first to the last decision (server time), the allowed count is within 1 of
-// burst + rate*E/period, and never above it. The lower bound needs demand without pauses
-// longer than (burst-1) emission intervals (GCRA does not bank unused time beyond the burst),
-// so every case keeps that slack at 50ms or more; the largest pause is logged.
+// first to the last decision, the allowed count is within 1 of burst + rate*E/period, never
+// above. The lower bound needs no pause longer than (burst-1) emission intervals (GCRA banks no
+// time beyond the burst), so each case keeps 50ms of slack; the largest pause is logged.
 func TestAccuracy(t *testing.T) {
 	cases := []struct {
 		rate, burst int
@@ -459,11 +458,9 @@ func TestTATsAndWholeMilliseconds(t *testing.T) {
 	}
 }
 
-// A refusal costs no Redis: once the limiter has refused a subject, its requests until the
-// retry time are refused from memory with the same figures (Limit, a Retry-After counting
-// down, Reset), with no command on the server (a private one: INFO commandstats); after the
-// retry time the next request asks Redis again and passes. Other subjects are not affected,
-// and a policy reload forgets the refusals.
+// A refusal costs no Redis: until its retry time a refused subject is refused from memory with
+// the same figures and no command on the (private) server; after it Redis is asked again. Other
+// subjects are not affected, and a policy reload forgets the refusals.
 func TestRefusalsCostNoRedis(t *testing.T) {
 	rdb, keys, _ := testenv.PrivateRedis(t)
 	ctx := context.Background()

@@ -15,19 +15,10 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// BenchmarkExpireBacklog drains a backlog of due reservations (100k unless
-// FLASHSALE_EXPIRE_N says otherwise) on a private redis-server, one expire call after another
-// as the expirer does, and reports:
-//   - orders/s: reservations expired per second of draining;
-//   - max_script_ms, p99_script_ms, p50_script_ms: the longest expire script and percentiles,
-//     as Redis timed them (SLOWLOG with threshold 0);
-//   - max_call_ms: the longest call as the client saw it (round trip included);
-//   - max_ping_ms and idle_max_ping_ms: the worst PING latency another client saw during the
-//     drain and, as the baseline, on the same idle server just before it.
-//
-// batch=1 is the baseline of an expirer that takes one reservation per call.
-//
-//	go test -run '^$' -bench ExpireBacklog -benchtime 1x ./internal/orders/
+// BenchmarkExpireBacklog drains a backlog of due reservations (FLASHSALE_EXPIRE_N, 100k) on a
+// private server as the expirer does (batch=1: one per call), reporting orders/s, the script's
+// max/p99/p50 (SLOWLOG), the longest call, and the worst PING beside the idle baseline.
+// Run: go test -run '^$' -bench ExpireBacklog -benchtime 1x ./internal/orders/
 func BenchmarkExpireBacklog(b *testing.B) {
 	n := 100_000
 	if v, err := strconv.Atoi(os.Getenv("FLASHSALE_EXPIRE_N")); err == nil && v > 0 {

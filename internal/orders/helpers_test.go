@@ -217,14 +217,10 @@ func (e *env) ledger(item string) ledger {
 	return l
 }
 
-// check asserts every invariant of an item's orders and counters and returns the ledger:
-// stock_left + reserved + paid == stock_total; reserved and paid are the sums over orders in
-// those states; each user's allowance (held) is their reserved + paid units and paidby their
-// paid units (no zero or negative entries); the expiry index names every reserved order exactly
-// once, a settled order only in a purchase batch's entry (its own entry goes when it settles),
-// and no order that does not exist; each order is in exactly its user's order list; each order
-// has its order.reserved event and, once settled, exactly one terminal event naming its final
-// state.
+// check asserts an item's invariants and returns its ledger: stock_left + reserved + paid ==
+// stock_total; counters and allowances are sums over the orders; the expiry index names each
+// reserved order once (a settled one only in a batch's entry); each order is in its user's list
+// once and has its order.reserved and, once settled, one terminal event.
 func (e *env) check(item string) ledger {
 	e.t.Helper()
 	l := e.ledger(item)

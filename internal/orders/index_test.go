@@ -17,11 +17,9 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestIndexMatchesOrdersUnderChurn: while shoppers buy, pay, cancel, let reservations expire
-// and read their orders all at once, every list a shopper reads holds only their own orders,
-// each once; afterwards each user's order index names exactly the items the user has orders
-// of, and so does the index rebuilt from the outbox events alone (the relay's way, for an api
-// that died before its own index write), and every list holds exactly the user's orders.
+// TestIndexMatchesOrdersUnderChurn: while shoppers buy, pay, cancel, expire and read at once,
+// every list holds only the reader's orders, each once; afterwards each user's index, and the
+// one rebuilt from outbox events alone (the relay's way), names exactly the user's items.
 func TestIndexMatchesOrdersUnderChurn(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	churn(t, newEnvOn(t, rdb, keys, time.Hour), 8, 80)

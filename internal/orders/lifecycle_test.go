@@ -297,11 +297,10 @@ func must(t testing.TB) func(orders.Order, error) {
 	}
 }
 
-// TestNothingWrittenWhileItemIsRestored: between restore_begin (the item hash deleted) and
-// restore_finish (written back with figures from the record), orders and expiry entries exist
-// without the item hash. Pay, cancel and the expirer must not write then: HINCRBY would create
-// a partial item hash (purchases would see stock_left), and restore_finish would then overwrite
-// reserved/paid with figures that still count those orders as reserved.
+// TestNothingWrittenWhileItemIsRestored: between restore_begin and restore_finish orders exist
+// without their item hash. Pay, cancel and the expirer must not write then: HINCRBY would make a
+// partial item hash, and restore_finish would overwrite it with figures that still count those
+// orders as reserved.
 func TestNothingWrittenWhileItemIsRestored(t *testing.T) {
 	e := newEnv(t, time.Hour)
 	ctx := context.Background()

@@ -20,11 +20,9 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// TestMyOrdersCost: "my orders" costs at most 2 round trips and 2 + 2 x orders commands
-// whatever the catalogue; with the ETag it knows, 1 command; a shopper's new order is listed
-// at once and moves the ETag, and so does a status change the relay applies; an item the
-// index names without an order of the shopper (a refused attempt's blind write) is skipped
-// and leaves the index (the background removal is not the list's own cost). On one node.
+// TestMyOrdersCost: "my orders" costs at most 2 round trips and 2 + 2 x orders commands, 1 with
+// a known ETag; a new order or a relayed status change moves the ETag; an item the index names
+// without an order of the shopper is skipped and leaves the index. On one node.
 func TestMyOrdersCost(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	myOrdersCost(t, rdb, keys)

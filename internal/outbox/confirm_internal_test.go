@@ -19,12 +19,10 @@ type discard struct{}
 
 func (discard) WriteMessages(context.Context, ...kafka.Message) error { return nil }
 
-// TestReadConfirmsOnlyWhatTheReplicasHold: with a replica required, the relay's read while
-// entries keep coming is confirmed by the WAIT pipelined behind it only when the replica holds
-// what it read. Entries written while the replica is stalled come back unconfirmed, and
-// publish then asks the replicas itself and refuses them; a blocking read's entries are never
-// taken as confirmed (a WAIT behind a blocking read does not count what it delivered on Redis
-// 7.0).
+// TestReadConfirmsOnlyWhatTheReplicasHold: with a replica required, a read is confirmed by the
+// WAIT behind it only when the replica holds what it read. Entries written while it stalls come
+// back unconfirmed and publish refuses them after asking the replicas; a blocking read's entries
+// never count as confirmed (on Redis 7.0 such a WAIT does not cover what the read delivered).
 func TestReadConfirmsOnlyWhatTheReplicasHold(t *testing.T) {
 	r := testenv.ReplicatedRedis(t, 1)
 	ctx := context.Background()

@@ -554,10 +554,9 @@ func (p *holdingPublisher) holding() int {
 }
 
 // TestStalledRelayHoldsOnlyItsOwnEntries: one relay's Kafka write hangs on the oldest entries
-// while another relay publishes everything after them. The streams must then hold only the
-// entries no relay has acknowledged (the stalled relay's), so Redis memory and the measured
-// backlog follow what is unpublished, and the outbox bound does not refuse purchases for
-// entries Kafka already has. Released, the stalled relay publishes its entries once.
+// while another publishes the rest. The streams must hold only unacknowledged entries, so
+// memory, backlog and the outbox bound follow what is unpublished; released, the stalled relay
+// publishes its entries once.
 func TestStalledRelayHoldsOnlyItsOwnEntries(t *testing.T) {
 	e := newEnv(t, "a", "b", "c")
 	e.sell(30, 4)
@@ -714,12 +713,10 @@ func TestAbortCutsAHangingPublish(t *testing.T) {
 	e.checkTopic(true, true)
 }
 
-// TestBatchEntryRepublishedWithStableIDs: one purchase.lua call of five attempts writes one
-// outbox entry; the relay publishes it as five order.reserved events, one per order and each
-// complete (order, user, quantity, price, at, expires_at), keyed by the item. A relay that
-// crashes between Kafka's acknowledgement and its own re-publishes, through the relay that
-// claims the entry, the same five events with the same event ids: the consumer's
-// de-duplication on event_id absorbs them.
+// TestBatchEntryRepublishedWithStableIDs: one purchase.lua call of five attempts is one outbox
+// entry, published as five complete order.reserved events keyed by the item. A relay that
+// crashes between Kafka's ack and its own is followed by one that re-publishes the same five
+// event ids, which the consumer's de-duplication absorbs.
 func TestBatchEntryRepublishedWithStableIDs(t *testing.T) {
 	e := newEnv(t, "a")
 	ctx := context.Background()

@@ -160,11 +160,10 @@ func isCode(err error, status int) bool {
 	return errors.As(err, &se) && se.HTTPStatusCode == status
 }
 
-// TestCheckoutSessionAsyncFailure: pm_card_async_fail completes the session unpaid
-// (processing), then its debit fails: the PaymentIntent needs a payment method again, the
-// session stays complete and unpaid, and Stripe's events for a failed delayed debit come
-// (charge.failed, payment_intent.payment_failed, checkout.session.async_payment_failed); the
-// session cannot be paid again. The method is not offered on the hosted page.
+// TestCheckoutSessionAsyncFailure: pm_card_async_fail completes the session unpaid, then its
+// debit fails: the PaymentIntent needs a method again, the session stays complete, unpaid and
+// unpayable, and Stripe's events for a failed delayed debit come. The method is not offered on
+// the hosted page.
 func TestCheckoutSessionAsyncFailure(t *testing.T) {
 	rc := newReceiver(t, "whsec_sessions", 0)
 	sim := start(t, paysim.Config{WebhookURL: rc.url(), WebhookSecrets: []string{"whsec_sessions"}, AsyncDelay: 300 * time.Millisecond})

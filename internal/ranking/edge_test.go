@@ -213,8 +213,8 @@ func TestScriptsRefuseMalformedArguments(t *testing.T) {
 }
 
 // A re-rating of an item whose stats hash is gone (deleted by hand: the script writes it with
-// every rating) is refused before anything is written. It used to write the stars and the sum,
-// then fail on the missing count, with no rating.set entry for the stars it had written.
+// every rating) is refused before anything is written, so no stars or sum are written without
+// their rating.set entry.
 func TestRateWithoutStatsWritesNothing(t *testing.T) {
 	e := newEnv(t, defaults)
 	e.buyer("it", "alice", 1)

@@ -12,13 +12,10 @@ import (
 	"github.com/flashsale/flashsale/internal/reconcile"
 )
 
-// What a failover to a primary that lost writes leaves behind, when its order numbers went on
-// from where its copy ended (as they did before order numbers came in blocks per history), is
-// reported by kind: an order the record holds that the primary of record lacks, an id under
-// which Redis and the record hold two different orders, and an event the record parked because
-// its id already named another order. None of it is repaired, each says why, and the run
-// leaves drift (`reconciler batch` exits 3). The lost and reused orders are made by hand on
-// the item's keys; the conflict goes through the relay and the consumer.
+// What a failover to a primary that lost writes leaves, when order numbers go on from its copy,
+// is reported by kind: an order the record holds that Redis lacks, an id naming two different
+// orders, an event parked because its id named another order. Nothing is repaired, each says
+// why, batch exits 3. The orders are made by hand; the conflict goes through the relay.
 func TestBatchReportsFailoverDriftByKind(t *testing.T) {
 	e := newEnv(t)
 	e.item("A", 100, 10)

@@ -243,12 +243,10 @@ func (m *moneyEnv) refunds(pi string) int {
 	return len(list.Data)
 }
 
-// TestMoneyReconciliationOfCheckouts: payments made as the shop makes them, Checkout Sessions
-// whose PaymentIntents carry the attempt, are the shop's only when the record holds their
-// attempt for the order they name. The record keys them by session (the PaymentIntent often
-// unrecorded): the listing's PaymentIntent is matched to its row by the attempt. Another
-// deployment's payments on the same account (same order ids, its own attempts) and the
-// shop's sales without an attempt are never reported, and --repair never refunds them.
+// TestMoneyReconciliationOfCheckouts: a Checkout Session's payment is the shop's only when the
+// record holds its attempt for the order it names (the PaymentIntent, often unrecorded, is
+// matched to its row by the attempt). Another deployment's payments on the account and sales
+// without an attempt are never reported, and --repair never refunds them.
 func TestMoneyReconciliationOfCheckouts(t *testing.T) {
 	m := newMoneyEnv(t, 0)
 	// Paid by its session; the record has the session, not its PaymentIntent: no drift.

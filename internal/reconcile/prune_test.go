@@ -104,11 +104,9 @@ func (e *env) itemCounts(item string) map[string]string {
 	return out
 }
 
-// Final orders the record holds for longer than the retention leave Redis (record, user index,
-// payment); open ones, recent final ones, ones the record does not hold (or holds in another
-// state) stay; the item's figures and the users' allowances do not move; a batch afterwards is
-// clean and counts the pruned orders; the pass is recorded in Postgres and a second pass finds
-// nothing to do.
+// Final orders held by the record longer than the retention leave Redis (record, user index,
+// payment); open, recent or unrecorded ones stay, item figures and allowances do not move, a
+// later batch is clean and counts them, and the pass is recorded; a second finds nothing.
 func TestPruneFinalOrders(t *testing.T) {
 	e := newEnv(t)
 	e.item("A", 100, 5)

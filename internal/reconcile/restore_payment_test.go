@@ -119,11 +119,9 @@ func TestPaymentAfterRestorePaysOrder(t *testing.T) {
 	}
 }
 
-// TestRestoreBringsPaymentsBack: Redis loses its data after shoppers paid (one charge then
-// disputed, one refunded by an admin) and one opened a checkout without paying yet; `restore
-// --all` brings every order's payment back from the record (payment_id the session,
-// payment_status as it was), and the open attempt is still this shop's: paying it on the page
-// opened before the loss pays its order, found by its session and its attempt, with no refund.
+// TestRestoreBringsPaymentsBack: Redis loses its data after shoppers paid (one charge disputed,
+// one refunded) and one opened a checkout; restore --all brings every payment back from the
+// record, and the open checkout is still the shop's: paying it pays its order, with no refund.
 func TestRestoreBringsPaymentsBack(t *testing.T) {
 	p := newPayEnv(t)
 	e := p.env
@@ -258,11 +256,10 @@ func openAttempt(t *testing.T, p *payEnv, sessionID string) string {
 	return att
 }
 
-// TestRestoreBestSellersLeaveRefunds: alice's 2 units are refunded without restock (they stay
-// sold, so paid counts them, but a refunded buyer is no buyer), bob's 1 with restock, carol's
-// 1 stays paid: best sellers shows 1. Redis loses its data and `restore --all` runs: the item's
-// refunded_kept comes back from the record (2) and best sellers is set to paid - refunded_kept
-// exactly (restore used to put paid, 3, there), and a payment after the restore counts on top.
+// TestRestoreBestSellersLeaveRefunds: alice's 2 units are refunded without restock (still sold,
+// but no buyer), bob's 1 with restock, carol's 1 stays paid: best sellers shows 1. After a loss,
+// restore --all brings refunded_kept back (2) and sets best sellers to paid - refunded_kept;
+// a later payment counts on top.
 func TestRestoreBestSellersLeaveRefunds(t *testing.T) {
 	p := newPayEnv(t)
 	e := p.env

@@ -83,12 +83,10 @@ func (e *env) ratingsAre(rank *ranking.Store, item string, want map[string]int) 
 	}
 }
 
-// TestRestoreKeepsLiveRating: the item is on sale again while restore replays its recorded
-// ratings, so a buyer can rate it in between. Bob re-rates 5 after alice's recorded rating was
-// replayed and before his own recorded 2 is: the replay used to set his 2 again over the 5 he
-// was answered with (his rating, the item's mean and its board score all wrong), and emitted a
-// rating.set of 2 newer than his 5, so the record ended with 2 too. A replay only fills in
-// ratings Redis lacks, and emits nothing (the record already holds them).
+// TestRestoreKeepsLiveRating: the item is on sale while restore replays its recorded ratings.
+// Bob re-rates 5 after alice's rating was replayed and before his recorded 2 is: a replay only
+// fills in ratings Redis lacks (else his 5, the mean and the board would go back to 2), and
+// emits nothing, since the record already holds them.
 func TestRestoreKeepsLiveRating(t *testing.T) {
 	e, rank := ratedEnv(t)
 	var live ranking.Rating
@@ -118,9 +116,8 @@ func TestRestoreKeepsLiveRating(t *testing.T) {
 }
 
 // TestRestoreReplaysRatingsBesideLiveOne: carol rates the item once it is on sale again, before
-// the replay begins. Restore used to skip the whole replay when the item had any rating in
-// Redis, so alice's and bob's recorded ratings were lost for good (Redis is the live state; the
-// next restore skips them too). Every missing rating is replayed beside the live one.
+// the replay begins. Every missing rating is still replayed beside the live one: skipping an
+// item with any rating would lose the others for good (every later restore skips them too).
 func TestRestoreReplaysRatingsBesideLiveOne(t *testing.T) {
 	e, rank := ratedEnv(t)
 	var liveErr error

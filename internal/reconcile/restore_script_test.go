@@ -11,10 +11,9 @@ import (
 )
 
 // TestRestoreScriptsRefuseBadNumbers: restore_begin and restore_put refuse what tonumber reads
-// but a fence or a restored figure cannot be ('inf', fractions, zero units, numbers past 2^53,
-// forms other than plain digits) and write nothing. A fence of inf or 1e300 would have cleared
-// the item and then refused every later restorer; a held of '1e3' would have been stored as
-// such, and every later cancel or expiry of the user's orders would fail half-way (HINCRBY).
+// but a fence or a figure cannot be ('inf', fractions, zero units, past 2^53, non-digits) and
+// write nothing: a fence of inf would lock out every later restorer, and a held of '1e3' would
+// make later cancels and expiries fail half-way (HINCRBY).
 func TestRestoreScriptsRefuseBadNumbers(t *testing.T) {
 	rdb, keys := testenv.Redis(t)
 	ctx := context.Background()

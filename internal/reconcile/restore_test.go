@@ -90,11 +90,10 @@ func (e *env) sameState(item string, before, after state) {
 	}
 }
 
-// Sell (orders in every status), reconcile, lose Redis entirely (FLUSHDB), restore --all from
-// Postgres, keep selling: the first restore after the loss runs (its fencing number passes the
-// runs before), the rebuilt state equals what was lost (item figures, orders with their own
-// expiry, allowances, paid units, expiry and user indexes, boards), the sale continues with
-// fresh order ids to exactly the stock, never beyond, and batch then finds no drift.
+// Sell, reconcile, lose Redis (FLUSHDB), restore --all from Postgres, keep selling: the restore
+// runs (its fence passes the runs before), rebuilds what was lost (items, orders with their
+// expiry, allowances, indexes, boards), and the sale goes on with fresh order ids to exactly
+// the stock; batch then finds no drift.
 func TestRestoreAfterFlush(t *testing.T) {
 	rdb, keys, _ := testenv.PrivateRedis(t)
 	e := newEnvOn(t, rdb, keys)
@@ -351,12 +350,10 @@ func TestRestoreRefusesLiveItem(t *testing.T) {
 	e.sameState("A", before, e.dump("A", []string{"alice", "bob"}))
 }
 
-// TestRestoreRefusesItemSoldAfterItsCheck: a purchase lands between
-// restore's idle check and its first write (the settle wait and the Postgres reads lie
-// between). Before restore_begin.lua re-checked the item, the restore deleted that order from
-// Redis while its event still reached Postgres, and its units sold again (6 of 4). Now the
-// restore refuses the item and writes nothing: the live order survives, Redis and the record
-// agree, and once the item is quiet the restore goes through.
+// TestRestoreRefusesItemSoldAfterItsCheck: a purchase lands between restore's idle check and
+// its first write. The restore must refuse the item and write nothing, or it would delete a
+// live order whose event still reaches Postgres, and sell its units again; once the item is
+// quiet the restore goes through.
 func TestRestoreRefusesItemSoldAfterItsCheck(t *testing.T) {
 	e := newEnv(t)
 	e.item("A", 4, 4)
@@ -571,13 +568,10 @@ func TestRestoredPastReservationExpiresOnce(t *testing.T) {
 	}
 }
 
-// TestRestoreKeepsItemCreatedDuringIt: between restore_begin.lua (the item hash deleted) and
-// restore_finish.lua, an admin upsert of the item (a catalogue sync, an import) used to take the
-// missing hash for a new item and create it at seq 0: it sold at once, and its order ids
-// (A.1...) were the restored orders' ids, so restore_put.lua wrote the record's order over the
-// live one and restore_finish.lua wrote counters that did not count it. A live order must
-// survive a restore: the upsert is refused while the item is being rebuilt (nothing changed),
-// and the restore rebuilds exactly what was there.
+// TestRestoreKeepsItemCreatedDuringIt: an admin upsert between restore_begin.lua (the item hash
+// deleted) and restore_finish.lua would create the item anew at seq 0, its order ids colliding
+// with the restored ones. It is refused while the item is rebuilt, so a live order survives and
+// the restore rebuilds exactly what was there.
 func TestRestoreKeepsItemCreatedDuringIt(t *testing.T) {
 	e := newEnv(t)
 	e.item("A", 4, 4)

@@ -97,10 +97,9 @@ func copyRows(b *testing.B, conn *pgx.Conn, round, n int) time.Duration {
 }
 
 // BenchmarkPipeline measures events/s from the Redis outboxes through the relay, the kfake
-// broker (TCP) and the consumer into Postgres, beside a raw CopyFrom of the same rows, in
-// interleaved rounds; then the delay from a purchase to its row in Postgres under load.
-//
-//	go test -run '^$' -bench Pipeline -benchtime 1x ./internal/record/
+// broker (TCP) and the consumer into Postgres, beside a raw CopyFrom, in interleaved rounds;
+// then the delay from a purchase to its Postgres row under load.
+// Run: go test -run '^$' -bench Pipeline -benchtime 1x ./internal/record/
 func BenchmarkPipeline(b *testing.B) {
 	n := benchEvents()
 	const rounds = 3

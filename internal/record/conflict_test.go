@@ -10,11 +10,10 @@ import (
 	"github.com/flashsale/flashsale/internal/record"
 )
 
-// TestApplyParksAReusedOrderID: after a Redis failover that lost an order, the promoted
-// primary may make another order under the same id. The record never merges the two: every
-// event of an order id that already names an order with other content (another shopper, or
-// the same one at another creation time) is parked in dead_letters as a conflict, in both
-// write paths and within one batch, and the stored order is left as it was.
+// TestApplyParksAReusedOrderID: a promoted primary that lost an order may reuse its id. The
+// record never merges the two: an event whose order id names an order with other content is
+// parked in dead_letters as a conflict (both write paths, within one batch too), and the
+// stored order is left as it was.
 func TestApplyParksAReusedOrderID(t *testing.T) {
 	db := openDB(t)
 	w := record.NewWriter(db)

@@ -374,10 +374,9 @@ func TestPipelineKafkaOutage(t *testing.T) {
 }
 
 // TestPipelineCrashes: the relay dies between Kafka's ack and its Redis ack, the consumer
-// dies between its transaction and its offset commit; their successors re-publish and
-// re-consume, and the record absorbs every duplicate. Both crash at their first batch after
-// the sale is half done (an event, not a count of batches: a loaded machine makes fewer,
-// bigger batches, and a crash at "the 5th" might never come).
+// between its transaction and its offset commit; successors re-publish and re-consume, and the
+// record absorbs every duplicate. Both crash once the sale is half done: an event, not a batch
+// count, which a loaded machine making fewer, bigger batches might never reach.
 func TestPipelineCrashes(t *testing.T) {
 	p := newPipeline(t, 700*time.Millisecond, "a", "b", "c")
 	crash := errors.New("simulated crash")

@@ -34,11 +34,9 @@ func reservations(t testing.TB, first, n int) []kafka.Message {
 }
 
 // TestApplyPipelinedExactlyOnce: the one-round-trip write path under what the consumer meets:
-// duplicates inside a batch, batches re-delivered whole and overlapping (the fast path fails
-// on a unique violation and the merge path takes the batch), poison in the middle, and two
-// writers applying overlapping batches at the same time (a consumer-group rebalance). Each
-// event is applied exactly once over all writers, and the record holds each order and
-// movement once.
+// duplicates in a batch, batches re-delivered whole or overlapping (the fast path fails on a
+// unique violation, the merge path takes over), poison mid-batch, two writers at once (a
+// rebalance). Each event applies once over all writers; each order and movement is held once.
 func TestApplyPipelinedExactlyOnce(t *testing.T) {
 	db := openDB(t)
 	ctx := context.Background()

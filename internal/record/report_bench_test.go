@@ -23,11 +23,10 @@ func reportBenchOrders() int {
 	return 1_000_000
 }
 
-// loadSale fills a throw-away record by COPY with a finished sale of n orders over 20 items
-// (one an hour): each item sells out within its hour, 85% of orders paid (1 in 50 of them
-// refunded), 10% expired, 5% cancelled, with their stock movements and payments; five items
-// have a waiting room joined by 1.2 shoppers per order; every item has two api instances'
-// sale.tally rows for each second it sold.
+// loadSale fills a throw-away record by COPY with a finished sale of n orders over 20 items, one
+// an hour, each sold out: 85% paid (1 in 50 refunded), 10% expired, 5% cancelled, with movements
+// and payments; five items have a waiting room (1.2 joins per order); each item has two apis'
+// sale.tally rows per second sold.
 func loadSale(tb testing.TB, dsn string, n int) {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)

@@ -16,11 +16,9 @@ import (
 )
 
 // BenchmarkWriter measures the Writer alone (no Kafka) on new order.reserved events in batches
-// of 1000, as cmd/bench's reconciler row does, beside pgx CopyFrom of the same rows in the same
-// run: the orders rows alone into a copy of orders (cmd/bench's baseline), and every row the
-// Writer writes (processed_events, orders, stock_movements) in one transaction per batch.
-//
-//	FLASHSALE_BENCH_EVENTS=50000 go test -run '^$' -bench Writer -benchtime 1x ./internal/record/
+// of 1000, beside pgx CopyFrom of the same rows in the same run: the orders rows alone
+// (cmd/bench's baseline) and all the Writer's rows in one transaction per batch.
+// Run: FLASHSALE_BENCH_EVENTS=50000 go test -run '^$' -bench Writer -benchtime 1x ./internal/record/
 func BenchmarkWriter(b *testing.B) {
 	n := benchEvents() * 10
 	const batch = 1000

@@ -15,13 +15,10 @@ import (
 	"github.com/flashsale/flashsale/internal/testing/testenv"
 )
 
-// Behind Sentinels with the default acknowledgement (auto), a change waits for every replica
-// that could be promoted: a stalled replica makes changes fail (never acknowledged) and then be
-// refused up front, until every Sentinel lists it down; it is waited for again once it is
-// back. The primary is the one a majority of the Sentinels names: with two of three Sentinels
-// stalled, changes are refused once the lease ran out (one refusal period, counted), and
-// accepted again once they answer. A lease not shorter than the Sentinels' down-after time is
-// an invalid setting.
+// Behind Sentinels with acknowledgement auto, a change waits for every promotable replica: a
+// stalled one makes changes fail, then be refused up front until the Sentinels list it down,
+// and is waited for again once back. With two of three Sentinels stalled, changes are refused
+// once the lease runs out; a lease not shorter than down-after is an invalid setting.
 func TestAcknowledgedByEveryPromotableReplica(t *testing.T) {
 	r := testenv.ReplicatedRedis(t, 2, "--repl-timeout", "2", "--repl-ping-replica-period", "1")
 	sentinels := r.WithSentinels(t, 3)

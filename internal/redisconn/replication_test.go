@@ -88,12 +88,10 @@ func TestFollowsASentinelFailover(t *testing.T) {
 	}
 }
 
-// On a Redis Cluster whose masters each have a replica, every change is confirmed by the
-// replica of its own slot's master (WAIT reaches that master's connection, not a random
-// node). A master killed (-9) is replaced by its replica: the change is counted once, the
-// slots of the promoted master refuse changes with nothing changed while it has no replica,
-// the other slots sell on, and once the old master is back (as the new one's replica) the
-// refused item sells again; stock matches the orders made.
+// On a Redis Cluster with a replica per master, each change is confirmed by its own slot's
+// replica. A master killed (-9) is replaced by its replica: the change counts once, its slots
+// refuse changes (changing nothing) while it has no replica, the others sell on, and once the
+// old master is back as a replica the item sells again; stock matches the orders.
 func TestClusterConfirmsAndFollowsAFailover(t *testing.T) {
 	c := testenv.ClusterWithReplicas(t)
 	ctx := context.Background()

@@ -91,8 +91,8 @@ func TestPutAgainKeepsOneWay(t *testing.T) {
 	}
 }
 
-// The waiting line: 20,000 shoppers' tokens (random signatures) all stay cached. With
-// four ways about 130 sets overflowed and their shoppers, polling in turn, evicted one another.
+// A waiting line of 20,000 shoppers' tokens (random signatures) all stay cached, so shoppers
+// polling in turn do not evict one another into the full check.
 func TestHoldsTwentyThousandShoppers(t *testing.T) {
 	var c Cache[string]
 	const n = 20000

@@ -44,12 +44,10 @@ func runbookSection(t *testing.T, title string) string {
 	return m[1]
 }
 
-// TestRedisLostItsDataRunbook loses Redis's data mid-sale (FLUSHALL on the sale's private
-// server while shoppers buy, with orders paid and checkouts open), checks that it is noticed
-// (/readyz, 503 "restore needed", the metric), then runs the runbook section "Redis lost its
-// data" as pasted, with the binaries on PATH, and ends with the section's `reconciler batch`
-// clean; afterwards the paid orders are paid, an open checkout's order pays through a new
-// checkout, and the sale goes on.
+// TestRedisLostItsDataRunbook loses Redis's data mid-sale (FLUSHALL on the private server),
+// checks it is noticed (/readyz, 503 "restore needed", the metric), and runs the runbook's
+// "Redis lost its data" as pasted, ending with a clean `reconciler batch`; then paid orders are
+// paid, an open checkout's order pays through a new one, and the sale goes on.
 func TestRedisLostItsDataRunbook(t *testing.T) {
 	simAddr := "127.0.0.1:" + strconv.Itoa(procs.FreePort(t))
 	const simKey = "sk_test_datalost_0123456789"

@@ -20,11 +20,10 @@ const ackEnv = "FLASHSALE_REDIS_ACK_REPLICAS=1"
 // longer than any failover of the rows.
 const patience = 45 * time.Second
 
-// The replica falls behind (DEBUG SLEEP: it stops reading, and the primary drops it after its
-// 2 s repl-timeout, so what the primary writes from then on is on the primary alone), the
-// primary is killed (kill -9) while the replica sleeps, the Sentinels promote the lagging
-// replica once it answers again, and the old primary comes back from its AOF and is made its
-// replica, dropping what only it had. 2,000 shoppers with Idempotency-Keys.
+// The replica falls behind (DEBUG SLEEP; the primary drops it after its 2 s repl-timeout), the
+// primary is killed (-9) meanwhile, the Sentinels promote the lagging replica, and the old
+// primary comes back from its AOF as its replica, dropping what only it had. 2,000 shoppers
+// with Idempotency-Keys.
 func TestSentinelLaggingReplicaPromoted(t *testing.T) {
 	t.Parallel() // servers of its own; mostly waiting on failover timers (partitionRow)
 	s := newSale(t, saleOptions{topology: sentinel, extraEnv: []string{ackEnv}})
@@ -175,11 +174,9 @@ func (s *sale) purchases(since time.Time) int {
 	return n
 }
 
-// checkFailoverRow checks a failover row beyond the matrix's invariants (verify: every
-// acknowledged order is in Redis, stock adds up, Postgres equals Redis, batch is clean): every
-// acknowledged payment and cancellation held, no order id was answered for two orders, the
-// record parked no conflict, the sale sold again after the fault, and (Sentinel) the apis
-// counted the switch. It prints the row.
+// checkFailoverRow checks a failover row beyond the matrix's invariants: acknowledged payments
+// and cancellations held, no order id answered twice, no conflict parked, the sale sold again
+// after the fault, and (Sentinel) the apis counted the switch. It prints the row.
 func (s *sale) checkFailoverRow(name string, items map[string]int, fault time.Time, sentinels bool) {
 	s.t.Helper()
 	t := s.t

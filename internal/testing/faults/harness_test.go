@@ -1,11 +1,9 @@
 //go:build faults
 
-// Package faults is the fault matrix: whole apps as real processes (the api and
-// reconciler binaries, built with -race), a private redis-server with AOF, the shared
-// PostgreSQL (a throw-away database), a Kafka-protocol broker held by the test, and Shopify's
-// toxiproxy (in-process) between the processes and Redis and Postgres. Each scenario injects
-// its fault for real (DEBUG SLEEP, connection resets, latency, kill -9, server restarts),
-// records every client call, and checks the sale's invariants at the end.
+// Package faults is the fault matrix: the api and reconciler binaries (built with -race), a
+// private redis-server with AOF, a throw-away Postgres database, a Kafka-protocol broker and
+// toxiproxy between them. Each scenario injects its fault for real (DEBUG SLEEP, resets,
+// latency, kill -9, restarts), records every client call and checks the sale's invariants.
 package faults
 
 import (

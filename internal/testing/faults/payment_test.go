@@ -28,14 +28,10 @@ const stormSecret = "whsec_faults-storm-0123456789abcdef0123456789"
 
 const stormKey = "sk_test_faults-storm-0123456789"
 
-// TestWebhookStorm is the payment row: 1,300 shoppers each buy a unit and pay through the
-// payment simulator, two apis behind it, while the simulator delivers every event 1-5 times,
-// reordered within 300 ms, spread over both apis. 85% pay with pm_card_visa (some after a
-// declined card first), 15% with pm_card_async, which succeeds only after the reservation has
-// expired. Afterwards every succeeded payment is exactly one paid order or exactly one refund
-// at the provider (one payment.refunded), no order is paid twice, no paid order's payment is
-// refunded, and Postgres agrees (orders, payments, and a clean batch reconciliation, which
-// checks payments against orders).
+// TestWebhookStorm is the payment row: 1,300 shoppers buy and pay through the simulator and two
+// apis, which get every event 1-5 times, reordered; 15% pay with pm_card_async, which succeeds
+// after the reservation expired. Each succeeded payment is then one paid order or one refund,
+// none twice, and Postgres agrees (with a clean batch reconciliation).
 func TestWebhookStorm(t *testing.T) {
 	const (
 		shoppers = 1300

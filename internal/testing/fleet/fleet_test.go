@@ -87,12 +87,10 @@ func newFleet(t *testing.T) *fleet {
 	return f
 }
 
-// The fleet sells: 2,000 shoppers buy across 100 of 2,000 items through two apis (half the
-// requests each), pay, cancel and buy again, try to exceed their limit, and leave reservations
-// to expire, while an admin restocks; one of the two reconcilers is killed (kill -9) mid-sale.
-// At the end: no oversell, nobody over a limit, Postgres holds every order of Redis exactly once
-// and batch reconciliation agrees, each reconciler had partitions and wrote events, and the
-// survivor took every partition and finished the topic.
+// The fleet sells: 2,000 shoppers buy, pay, cancel and let reservations expire across 100 items
+// through two apis while an admin restocks, and one reconciler is killed (-9) mid-sale. Then: no
+// oversell, nobody over a limit, Postgres holds Redis's orders once, batch agrees, and the
+// surviving reconciler took every partition and finished the topic.
 func TestFleetSale(t *testing.T) {
 	began := time.Now()
 	f := newFleet(t)

@@ -1,11 +1,9 @@
 //go:build fleet
 
-// Package fleet is the fleet stage of make test: flashsale as it runs in production,
-// several of each process. A local 3-master Redis Cluster, a Kafka-protocol broker with a
-// 4-partition topic, two api processes and two reconciler processes (the real binaries, built
-// with -race), a throw-away PostgreSQL database. The test talks to them only as clients and
-// operators do: HTTP, the reconciler's CLI, Postgres, Kafka's group protocol, and reads of the
-// Redis state through internal/keyspace, so it holds whatever the key layout inside becomes.
+// Package fleet is the fleet stage of make test: flashsale as in production, several of each
+// process (a 3-master Redis Cluster, a 4-partition topic, two apis and two reconcilers built
+// with -race, a throw-away Postgres database), driven as clients and operators do (Redis read
+// through internal/keyspace), so it holds whatever the key layout inside becomes.
 package fleet
 
 import (
