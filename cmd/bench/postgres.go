@@ -188,38 +188,15 @@ func (b *bench) latency(ctx context.Context) error {
 		return err
 	}
 
-	var (
-		mu      sync.Mutex
-		sent    = map[string]time.Time{}
-		arrived = map[string]time.Time{}
-	)
+	c := &commits{sent: map[string]time.Time{}, arrived: map[string]time.Time{}}
 	lctx, stopListen := context.WithCancel(ctx)
 	listened := make(chan struct{})
 	go func() {
 		defer close(listened)
-		for {
-			nf, err := conn.WaitForNotification(lctx)
-			if err != nil {
-				return
-			}
-			now := time.Now()
-			mu.Lock()
-			arrived[nf.Payload] = now
-			mu.Unlock()
-		}
+		c.listen(lctx, conn)
 	}()
-	shoppers := b.purchaseReqs(b.api.addr, benchItem, "v", b.opt.users)
-	probes := b.purchaseReqs(b.api.addr, benchItem, "lat", max(1, b.opt.users/10))
-	reqs := make([][]byte, 0, len(shoppers)+len(probes))
-	isProbe := map[int]bool{}
-	for i := range shoppers {
-		if i%10 == 9 && len(probes) > 0 {
-			isProbe[len(reqs)] = true
-			reqs = append(reqs, probes[0])
-			probes = probes[1:]
-		}
-		reqs = append(reqs, shoppers[i])
-	}
+	reqs, isProbe := withProbes(b.purchaseReqs(b.api.addr, benchItem, "v", b.opt.users),
+		b.purchaseReqs(b.api.addr, benchItem, "lat", max(1, b.opt.users/10)))
 	l := b.load(b.api.addr, reqs)
 	// At 75% of the purchase row's peak (when it ran): the goal is the latency of a busy sale,
 	// not of a saturated api.
@@ -230,9 +207,7 @@ func (b *bench) latency(ctx context.Context) error {
 			return
 		}
 		if id := orderID(body); id != "" {
-			mu.Lock()
-			sent[id] = at
-			mu.Unlock()
+			c.send(id, at)
 		}
 	}
 	res, err := l.run(ctx)
@@ -240,27 +215,81 @@ func (b *bench) latency(ctx context.Context) error {
 		stopListen()
 		return err
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	c.await(60 * time.Second)
+	stopListen()
+	<-listened
+	b.rows = append(b.rows, latencyRow(ctx, conn, name, res, peak, c))
+	return nil
+}
+
+// withProbes puts a probe request after every ninth shopper's, while probes last; isProbe
+// says which of the result are probes.
+func withProbes(shoppers, probes [][]byte) (reqs [][]byte, isProbe map[int]bool) {
+	reqs = make([][]byte, 0, len(shoppers)+len(probes))
+	isProbe = map[int]bool{}
+	for i := range shoppers {
+		if i%10 == 9 && len(probes) > 0 {
+			isProbe[len(reqs)] = true
+			reqs = append(reqs, probes[0])
+			probes = probes[1:]
+		}
+		reqs = append(reqs, shoppers[i])
+	}
+	return reqs, isProbe
+}
+
+// commits pairs the probe orders' send times with the times Postgres notified their rows.
+type commits struct {
+	mu      sync.Mutex
+	sent    map[string]time.Time
+	arrived map[string]time.Time
+}
+
+func (c *commits) send(id string, at time.Time) {
+	c.mu.Lock()
+	c.sent[id] = at
+	c.mu.Unlock()
+}
+
+// listen records each notification's arrival until ctx ends.
+func (c *commits) listen(ctx context.Context, conn *pgx.Conn) {
+	for {
+		nf, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		c.mu.Lock()
+		c.arrived[nf.Payload] = now
+		c.mu.Unlock()
+	}
+}
+
+// await waits up to d for every sent probe's row.
+func (c *commits) await(d time.Duration) {
+	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		mu.Lock()
+		c.mu.Lock()
 		missing := 0
-		for id := range sent {
-			if _, ok := arrived[id]; !ok {
+		for id := range c.sent {
+			if _, ok := c.arrived[id]; !ok {
 				missing++
 			}
 		}
-		mu.Unlock()
+		c.mu.Unlock()
 		if missing == 0 {
-			break
+			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	stopListen()
-	<-listened
+}
+
+// latencyRow is the latency row from the probes' commits, res being the paced load's result.
+func latencyRow(ctx context.Context, conn *pgx.Conn, name string, res result, peak float64, c *commits) row {
 	var lat []time.Duration
 	missing := 0
-	for id, t := range sent {
-		if a, ok := arrived[id]; ok {
+	for id, t := range c.sent {
+		if a, ok := c.arrived[id]; ok {
 			lat = append(lat, a.Sub(t))
 		} else {
 			missing++
@@ -269,28 +298,27 @@ func (b *bench) latency(ctx context.Context) error {
 	r := row{name: name, noRate: true, wantP99: 250 * time.Millisecond}
 	if len(lat) == 0 {
 		r.note = "no probe order reached Postgres within 60 s"
-	} else {
-		slices.Sort(lat)
-		r.res = &result{n: int64(len(lat)), p50: lat[len(lat)/2], p99: lat[min(len(lat)-1, len(lat)*99/100)]}
-		r.note = fmt.Sprintf("%d probe orders at %s purchases/s with the reconciler running", len(lat), thousands(res.rate()))
-		if peak > 0 {
-			// Paced at 75% of the purchase row's rate; the reconciler and Postgres share the
-			// machine meanwhile, so on a busy one the api may not reach it.
-			r.note += fmt.Sprintf(" (paced at 75%%, reached %.0f%% of the purchase row's %s/s)", 100*res.rate()/peak, thousands(peak))
-		} else {
-			r.note += " (closed loop: the purchase row did not run)"
-		}
-		if missing > 0 {
-			r.note += fmt.Sprintf("; %d did not arrive within 60 s", missing)
-		}
-		if legs, err := latencyLegs(ctx, conn, sent, arrived); err == nil {
-			r.note += "; " + legs
-		} else {
-			r.note += fmt.Sprintf("; legs not measured: %v", err)
-		}
+		return r
 	}
-	b.rows = append(b.rows, r)
-	return nil
+	slices.Sort(lat)
+	r.res = &result{n: int64(len(lat)), p50: lat[len(lat)/2], p99: lat[min(len(lat)-1, len(lat)*99/100)]}
+	r.note = fmt.Sprintf("%d probe orders at %s purchases/s with the reconciler running", len(lat), thousands(res.rate()))
+	if peak > 0 {
+		// Paced at 75% of the purchase row's rate; the reconciler and Postgres share the
+		// machine meanwhile, so on a busy one the api may not reach it.
+		r.note += fmt.Sprintf(" (paced at 75%%, reached %.0f%% of the purchase row's %s/s)", 100*res.rate()/peak, thousands(peak))
+	} else {
+		r.note += " (closed loop: the purchase row did not run)"
+	}
+	if missing > 0 {
+		r.note += fmt.Sprintf("; %d did not arrive within 60 s", missing)
+	}
+	if legs, err := latencyLegs(ctx, conn, c.sent, c.arrived); err == nil {
+		r.note += "; " + legs
+	} else {
+		r.note += fmt.Sprintf("; legs not measured: %v", err)
+	}
+	return r
 }
 
 // latencyLegs splits the probes' latency at the times Postgres keeps: the order's created_at

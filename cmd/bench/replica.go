@@ -170,6 +170,13 @@ func (b *bench) replicas(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	b.replicaRows(turns, sides)
+	return nil
+}
+
+// replicaRows adds the replicas rows from the turns of the sides, in replicas' order: auto,
+// none, ACK_REPLICAS=0, then the base api's when it ran.
+func (b *bench) replicaRows(turns [][]result, sides []replicaSide) {
 	res, base, ack0 := merge(turns[0]), merge(turns[1]), merge(turns[2])
 	rateTurns, cpuTurns := turnRatios(turns[0], turns[1]), cpuRatios(turns[0], turns[1])
 	progress(b.out, "replicas: rate two replicas (auto) over none, turn by turn: %s; Redis CPU per purchase: %s", rateTurns, cpuTurns)
@@ -210,7 +217,6 @@ func (b *bench) replicas(ctx context.Context) error {
 				" (" + fmt.Sprintf("%.2f×", float64(res.redisPerOp()+res.replicaPerOp())/float64(max(base.redisPerOp(), 1))) +
 				"); commands per purchase on the primary with two replicas: " + res.redis.perOp(res.n, 10) + "; with none: " + base.redis.perOp(base.n, 10)})
 	}
-	return nil
 }
 
 // startSentinels starts three Sentinels (quorum 2) watching primary as mymaster, and waits
