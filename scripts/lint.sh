@@ -9,4 +9,6 @@ if ! [ -x "$bin" ] || ! "$bin" version 2>/dev/null | grep -q "version ${version#
   echo "lint: installing golangci-lint $version (once, about two minutes)" >&2
   go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$version"
 fi
-exec "$bin" run ./...
+# Another run on this machine (another checkout, an editor) holds golangci-lint's lock: wait
+# for it rather than fail.
+exec "$bin" run --allow-serial-runners ./...
