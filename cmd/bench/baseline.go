@@ -103,7 +103,7 @@ func evalshaHandler() (gin.HandlerFunc, error) {
 	return func(c *gin.Context) {
 		u := c.Param("user")
 		res, err := baselinePurchase.Run(c.Request.Context(), rdb,
-			[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(), k.UserItems(u), k.Idempotency(u, "")},
+			[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(), k.Idempotency(u, "")},
 			600000, 86400000, lim.Rate, lim.Period.Milliseconds(), lim.Burst, benchItem, u, 1, "", "").Slice()
 		if err != nil || len(res) != 5 { // the attempt's four values, then the batch's string (purchase.lua)
 			c.JSON(http.StatusServiceUnavailable, gin.H{"error": fmt.Sprint(err)})

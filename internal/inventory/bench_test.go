@@ -40,7 +40,7 @@ func BenchmarkPurchase(b *testing.B) {
 			for pb.Next() {
 				u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
 				err := inventory.PurchaseScript.Run(ctx, rdb,
-					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(), k.UserItems(u), k.Idempotency(u, "")},
+					[]string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders(), k.Idempotency(u, "")},
 					600000, 86400000, 0, 0, 0, "bench", u, 1, "", "").Err()
 				if err != nil {
 					b.Error(err)
@@ -84,7 +84,7 @@ func BenchmarkCallRecord(b *testing.B) {
 		args := []any{600000, 86400000, 0, 0, 0, "rec"}
 		for range batch {
 			u := "u" + strconv.FormatInt(n.Add(1)%5000, 10)
-			keys = append(keys, k.UserItems(u), k.Idempotency(u, ""))
+			keys = append(keys, k.Idempotency(u, ""))
 			args = append(args, u, 1, "", "")
 		}
 		return keys, args
@@ -185,7 +185,6 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		{name: "no-limit", src: cur.purchase, rate: 0},
 		{name: "no-user-index", src: without(cur.purchase,
 			"redis.call('HMGET', KEYS[10], unpack(users, 1, nu))", "{}",
-			"redis.call('ZADD', KEYS[9 + 2 * i], now_s, item_id)", "",
 			"redis.call('HSET', KEYS[10], unpack(user_seqs, 1, na))", ""), rate: 5},
 		{name: "no-expiry-index", src: without(cur.purchase, "redis.call('ZADD', KEYS[4], expires_s, member)", ""), rate: 5},
 		{name: "no-outbox", src: without(cur.purchase, outbox, ""), rate: 5},
@@ -225,7 +224,7 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 		args := []any{600000, 86400000, v.rate, 1000, 10, k.ID}
 		for range batch {
 			u := "u" + strconv.FormatInt(v.n.Add(1)%shoppers, 10)
-			keys = append(keys, k.UserItems(u), k.Hash())
+			keys = append(keys, k.Hash())
 			args = append(args, u, 1, "", "")
 		}
 		if !v.bare {
@@ -267,13 +266,6 @@ func BenchmarkPurchaseScriptParts(b *testing.B) {
 			rdb.Del(ctx, k.Outbox(), k.Orders(), k.Expiry(), k.Held(), k.PurchaseLimits())
 			if turn%10 == 9 {
 				rdb.Del(ctx, k.UserOrders())
-				pipe := rdb.Pipeline()
-				for u := range shoppers {
-					pipe.Unlink(ctx, k.UserItems("u"+strconv.Itoa(u)))
-				}
-				if _, err := pipe.Exec(ctx); err != nil {
-					b.Fatal(err)
-				}
 			}
 		}
 	}
@@ -340,7 +332,7 @@ func BenchmarkPurchaseMemory(b *testing.B) {
 				args := []any{600000, 86400000, 5, 1000, 10, "mem"}
 				for j := range batch {
 					u := "u" + strconv.Itoa((i*batch+j)%20000)
-					ks = append(ks, k.UserItems(u), k.Hash())
+					ks = append(ks, k.Hash())
 					args = append(args, u, 1, "", "")
 				}
 				ks = append(ks, k.Hash()+":call:"+strconv.Itoa(i))

@@ -165,6 +165,10 @@ func TestNoOversell(t *testing.T) {
 			if len(listed) != len(ids) {
 				t.Fatalf("user index lists %d orders, want %d", len(listed), len(ids))
 			}
+			// The shard-wide user item zsets are gone from the layout: nothing writes one.
+			if left := testenv.Matching(t, rdb, keys.Prefix+"*uitems:*"); len(left) > 0 {
+				t.Fatalf("purchases wrote user item zsets: %v", left)
+			}
 			// One order.reserved event per order (batches share an entry), each with its own
 			// event id, plus item.upserted.
 			evs := testenv.StreamEvents(t, rdb, k.Outbox())
@@ -507,8 +511,8 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 	k := keys.Item("m")
 	base := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 	// Each attempt's keys (purchase.lua).
-	per := []string{k.UserItems("u"), k.Idempotency("u", "")}
-	idem := []string{k.UserItems("u"), k.Idempotency("u", "k1")}
+	per := []string{k.Idempotency("u", "")}
+	idem := []string{k.Idempotency("u", "k1")}
 	cases := []struct {
 		name string
 		keys []string
@@ -519,6 +523,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 		{"negative ttl", append(base, per...), []any{-5, 1000, 0, 0, 0, "m", "u", 1, "", ""}},
 		{"rate without period", append(base, per...), []any{600000, 1000, 5, 0, 1, "m", "u", 1, "", ""}},
 		{"args short", append(base, per...), []any{600000, 1000, 0, 0, 0, "m", "u", 1}},
+		{"two keys per attempt", append(base, k.Hash(), k.Idempotency("u", "")), []any{600000, 1000, 0, 0, 0, "m", "u", 1, "", ""}},
 		// tonumber reads 'inf', 'nan' and fractions: a bad ttl fails a write half-way through an
 		// attempt (SET PX 1.5, ZADD nan) or packs an order that never reads back (expires 1.5);
 		// a non-finite rate or burst silently switches the limiter off.
@@ -551,7 +556,7 @@ func TestScriptRejectsMalformedBatch(t *testing.T) {
 		t.Fatalf("malformed calls changed state: %+v", it)
 	}
 	// Nor did they leave half an attempt behind (an order without its stock taken).
-	for _, key := range []string{k.Orders(), k.Held(), k.Expiry(), k.UserOrders(), k.UserItems("u"), k.Idempotency("u", "k1"), k.PurchaseLimits()} {
+	for _, key := range []string{k.Orders(), k.Held(), k.Expiry(), k.UserOrders(), k.Idempotency("u", "k1"), k.PurchaseLimits()} {
 		if n := rdb.Exists(ctx, key).Val(); n != 0 {
 			t.Errorf("malformed calls wrote %s", key)
 		}
@@ -573,7 +578,7 @@ func TestBatchSeesItsOwnWrites(t *testing.T) {
 		ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 		args := []any{600000, 86400000, rate, period, burst, "b"}
 		for _, a := range attempts { // user, idempotency key
-			ks = append(ks, k.UserItems(a[0]), k.Idempotency(a[0], a[1]))
+			ks = append(ks, k.Idempotency(a[0], a[1]))
 			args = append(args, a[0], 1, a[1], "")
 		}
 		res, err := inventory.PurchaseScript.Run(ctx, rdb, ks, args...).Slice()
@@ -1104,7 +1109,7 @@ func TestReplayReturnsTheWholeOrder(t *testing.T) {
 	// The same call sent twice: the second send answers the recorded reply.
 	k := keys.Item("r")
 	ks := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(),
-		k.UserOrders(), k.UserItems("bob"), k.Hash(), k.UserItems("alice"), k.Idempotency("alice", "k1"), k.Hash() + ":call:resend"}
+		k.UserOrders(), k.Hash(), k.Idempotency("alice", "k1"), k.Hash() + ":call:resend"}
 	args := []any{600000, 86400000, 5, 1000, 5, "r", "bob", 1, "", "", "alice", 1, "k1", "", time.Now().Add(time.Minute).UnixMilli()}
 	first, err := rdb.EvalSha(ctx, inventory.PurchaseScript.Hash(), ks, args...).Slice()
 	if err != nil {
@@ -1144,16 +1149,11 @@ func expiryOrders(t *testing.T, rdb redis.UniversalClient, k keyspace.Item) map[
 	return out
 }
 
-// userIndexOrders reads the item's user orders hash (order id -> user), checking that each of
-// its users has the item in their item index.
+// userIndexOrders reads the item's user orders hash: order id -> user.
 func userIndexOrders(t *testing.T, rdb redis.UniversalClient, k keyspace.Item) map[string]string {
 	t.Helper()
-	ctx := context.Background()
 	out := map[string]string{}
-	for user, list := range rdb.HGetAll(ctx, k.UserOrders()).Val() {
-		if _, err := rdb.ZScore(ctx, k.UserItems(user), k.ID).Result(); err != nil {
-			t.Fatalf("user %s has orders of %s but not the item in the item index: %v", user, k.ID, err)
-		}
+	for user, list := range rdb.HGetAll(context.Background(), k.UserOrders()).Val() {
 		for _, seq := range strings.Split(list, ",") {
 			out[keyspace.OrderID(k.ID, seq)] = user
 		}

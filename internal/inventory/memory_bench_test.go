@@ -18,7 +18,7 @@ import (
 
 // BenchmarkOrderMemory is Redis memory per order: 100,000 concurrent purchases by 20,000
 // shoppers on a private server with no relay, reporting used_memory's growth and each
-// structure's MEMORY USAGE (orders, held, uorders, uitems, expiry, outbox, call, rest) per order.
+// structure's MEMORY USAGE (orders, held, uorders, expiry, outbox, call, rest) per order.
 // Run: go test -run=^$ -bench=OrderMemory -benchtime=1x ./internal/inventory/
 func BenchmarkOrderMemory(b *testing.B) {
 	const purchases, users, workers = 100_000, 20_000, 64
@@ -79,7 +79,7 @@ func usedMemory(b *testing.B, rdb redis.UniversalClient) int64 {
 
 // structureMemory sums MEMORY USAGE (every element sampled) of every key under prefix by
 // structure: the key's name with the prefix, the shard tag and the item part taken off, up to
-// its next ':' ("orders", "uitems", "call", ...).
+// its next ':' ("orders", "uorders", "call", ...).
 func structureMemory(b *testing.B, rdb redis.UniversalClient, prefix string) map[string]int64 {
 	ctx := context.Background()
 	out := map[string]int64{}

@@ -163,7 +163,7 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		return
 	}
 	k := s.keys.Item(item)
-	keys := make([]string, 0, 10+2*len(calls))
+	keys := make([]string, 0, 10+len(calls))
 	hash := k.Hash()
 	keys = append(keys, hash, k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(),
 		k.PurchaseLimits(), k.QueueTickets(), k.UserOrders())
@@ -176,7 +176,7 @@ func (s *Store) runBatch(item string, calls []*purchaseCall) {
 		if c.req.IdempotencyKey != "" {
 			idem = k.Idempotency(c.req.UserID, c.req.IdempotencyKey)
 		}
-		keys = append(keys, k.UserItems(c.req.UserID), idem)
+		keys = append(keys, idem)
 		args = append(args, c.req.UserID, c.req.Quantity, c.req.IdempotencyKey, c.req.QueuePass)
 	}
 	users := make([]string, len(calls))

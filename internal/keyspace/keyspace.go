@@ -65,10 +65,6 @@ func (s Shard) Outbox() string { return s.base + "outbox" }
 // or per order ("<item>.<seq>") -> expires ms (see ExpiryEntry).
 func (s Shard) Expiry() string { return s.base + "expiry" }
 
-// UserItems is the user's item index over the shard's items: item id -> created ms of the
-// user's first order of it. The user's orders of one item are in that item's UserOrders.
-func (s Shard) UserItems(user string) string { return s.base + "uitems:" + user }
-
 // Changed is the shard's change log: item id -> the shard clock at its latest change, so a
 // reader that remembers the highest clock it saw asks for exactly the items changed since.
 func (s Shard) Changed() string { return s.base + "changed" }
@@ -124,9 +120,6 @@ func (k Item) Expiry() string  { return k.Shard.Expiry() }
 func (k Item) Outbox() string  { return k.Shard.Outbox() }
 func (k Item) Changed() string { return k.Shard.Changed() }
 func (k Item) Clock() string   { return k.Shard.Clock() }
-
-// UserItems is the user's item index of the item's shard (shared with the shard's other items).
-func (k Item) UserItems(user string) string { return k.Shard.UserItems(user) }
 
 // Idempotency is where an idempotency key's order id is kept.
 func (k Item) Idempotency(user, key string) string { return k.base + "idem:" + user + ":" + key }

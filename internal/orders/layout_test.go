@@ -31,7 +31,7 @@ func (e *env) buyBatch(item string, ttl time.Duration, users ...string) []string
 	keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 	args := []any{ttl.Milliseconds(), 86400000, 0, 0, 0, item}
 	for _, u := range users {
-		keys = append(keys, k.UserItems(u), k.Hash())
+		keys = append(keys, k.Hash())
 		args = append(args, u, 1, "", "")
 	}
 	res, err := purchaseBatch.Run(context.Background(), e.rdb, keys, args...).Slice()

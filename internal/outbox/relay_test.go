@@ -725,7 +725,7 @@ func TestBatchEntryRepublishedWithStableIDs(t *testing.T) {
 	args := []any{600000, 86400000, 0, 0, 0, "a"}
 	for i := 1; i <= 5; i++ {
 		u := fmt.Sprint("u", i)
-		keys = append(keys, k.UserItems(u), k.Hash())
+		keys = append(keys, k.Hash())
 		args = append(args, u, i, "", "")
 	}
 	bare := exactlyonce.Bare("lib/gcra.lua", "lib/changed.lua", "inventory/purchase.lua")

@@ -24,7 +24,7 @@ func TestRestoreReplacesBatchEntries(t *testing.T) {
 	keys := []string{k.Hash(), k.Orders(), k.Held(), k.Expiry(), k.Outbox(), k.Changed(), k.Clock(), k.PurchaseLimits(), k.QueueTickets(), k.UserOrders()}
 	args := []any{time.Hour.Milliseconds(), 86400000, 0, 0, 0, "A"}
 	for _, u := range users {
-		keys = append(keys, k.UserItems(u), k.Hash())
+		keys = append(keys, k.Hash())
 		args = append(args, u, 1, "", "")
 	}
 	res, err := batch.Run(e.ctx, e.rdb, keys, args...).Slice()

@@ -210,12 +210,10 @@ func (r *Reconciler) pruneItem(ctx context.Context, n int64, item string, orders
 // order, or nil when the item is being restored. A newer restore of the item: ErrFenced.
 func (r *Reconciler) pruneChunk(ctx context.Context, n int64, item string, chunk []record.PrunableOrder) ([]string, error) {
 	k := r.keys.Item(item)
-	keys := make([]string, 0, 5+len(chunk))
-	keys = append(keys, k.Orders(), k.Payments(), k.RestoreFence(), k.Restoring(), k.UserOrders())
+	keys := []string{k.Orders(), k.Payments(), k.RestoreFence(), k.Restoring(), k.UserOrders()}
 	args := make([]any, 0, 3+2*len(chunk))
 	args = append(args, item, n, r.opt.IdempotencyTTL.Milliseconds())
 	for _, o := range chunk {
-		keys = append(keys, userIndexKey(k, o.User))
 		args = append(args, o.ID, o.User+"|"+strconv.FormatInt(o.Qty, 10)+"|"+strconv.FormatInt(o.Price, 10)+"|"+o.Status)
 	}
 	reply, err := pruneScript.Run(ctx, r.rdb, keys, args...).StringSlice()
@@ -243,8 +241,3 @@ func (r *Reconciler) pruneChunk(ctx context.Context, n int64, item string, chunk
 	}
 	return reply[1:], nil
 }
-
-// USER INDEX: the key of the user's item index, which names item k while the item's user
-// orders hash lists some order of the user (keyspace.Item.UserItems); prune.lua's USER INDEX
-// section takes the order out of both. The one place pruning names the key.
-func userIndexKey(k keyspace.Item, user string) string { return k.UserItems(user) }

@@ -146,10 +146,7 @@ func (r *Reconciler) restoreItem(ctx context.Context, id string, n int64, force 
 	if !found {
 		return out, refuse("%w", ErrNotInRecord)
 	}
-	st, err := r.restoreState(ctx, id, it, &out)
-	if err != nil {
-		return out, err
-	}
+	st := r.restoreState(it, &out)
 	if err := r.restoreWrite(ctx, id, n, it, expected, pos, &st, &out); err != nil {
 		return out, err
 	}
@@ -193,30 +190,13 @@ type itemState struct {
 	soldSeq       int64
 }
 
-// restoreState derives item id's Redis state from its record it, counting the units into out.
-// The item leaves the live users' item indexes (shared with the shard's other items) before the
-// record's users go in, so no stale entry survives; its expiry entries go the same way
-// (restoreWrite), its user orders hash with its other hashes (restore_begin.lua).
-func (r *Reconciler) restoreState(ctx context.Context, id string, it record.ItemRecord, out *RestoredItem) (itemState, error) {
-	k := r.keys.Item(id)
+// restoreState derives an item's Redis state from its record it, counting the units into out.
+// Its live expiry entries (shared with the shard's other items) leave before the record's go
+// in (restoreWrite); its user orders hash goes with its other hashes (restore_begin.lua).
+func (r *Reconciler) restoreState(it record.ItemRecord, out *RestoredItem) itemState {
 	orders := it.Orders
-	stale, err := r.scanOrders(ctx, id)
-	if err != nil {
-		return itemState{}, err
-	}
 	var puts []entry
-	staleUsers := map[string]bool{}
-	for _, o := range stale {
-		if o.user != "" && !staleUsers[o.user] {
-			staleUsers[o.user] = true
-			puts = append(puts, entry{kind: "drop", a: id, key: k.UserItems(o.user)})
-		}
-	}
-	type userOrders struct {
-		first int64   // created ms of the user's first order
-		seqs  []int64 // sequence numbers of the user's orders
-	}
-	byUser := map[string]*userOrders{}
+	byUser := map[string][]int64{} // user -> sequence numbers of the user's orders
 	held := map[string]int64{}
 	paidBy := map[string]int64{}
 	var maxSeq, maxMs int64 = 0, max(it.AttrMs, it.StMs)
@@ -239,14 +219,8 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 		// An order the pruning pass removed stays out of Redis, its user's order list included
 		// (only its units count, below): the record alone keeps it.
 		if !o.Pruned {
-			u := byUser[o.User]
-			if u == nil {
-				u = &userOrders{first: created}
-				byUser[o.User] = u
-			}
-			u.first = min(u.first, created)
 			if hasSeq {
-				u.seqs = append(u.seqs, seq)
+				byUser[o.User] = append(byUser[o.User], seq)
 			}
 			packed := fmt.Sprintf("%s|%d|%d|%s|%d|%d", o.User, o.Qty, o.Price, o.Status, created, expires)
 			puts = append(puts, entry{kind: "order", a: o.ID, b: packed})
@@ -272,17 +246,13 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 			refundedKept += o.SoldUnits()
 		}
 	}
-	for user, u := range byUser {
-		if len(u.seqs) == 0 {
-			continue
-		}
-		slices.Sort(u.seqs)
-		list := make([]string, len(u.seqs))
-		for i, s := range u.seqs {
+	for user, seqs := range byUser {
+		slices.Sort(seqs)
+		list := make([]string, len(seqs))
+		for i, s := range seqs {
 			list[i] = strconv.FormatInt(s, 10)
 		}
-		puts = append(puts, entry{kind: "useqs", a: user, b: strings.Join(list, ",")},
-			entry{kind: "uitem", a: id, b: strconv.FormatInt(u.first, 10), key: k.UserItems(user)})
+		puts = append(puts, entry{kind: "useqs", a: user, b: strings.Join(list, ",")})
 	}
 	for u, q := range held {
 		if q <= 0 {
@@ -300,7 +270,7 @@ func (r *Reconciler) restoreState(ctx context.Context, id string, it record.Item
 		out.Note = fmt.Sprintf("record holds %d units more than stock_total; stock_left set to 0", -out.StockLeft)
 		out.StockLeft = 0
 	}
-	return itemState{puts: puts, maxSeq: maxSeq, maxMs: maxMs, refundedKept: refundedKept}, nil
+	return itemState{puts: puts, maxSeq: maxSeq, maxMs: maxMs, refundedKept: refundedKept}
 }
 
 // paymentRecord is the payments-hash record ("payment id|state|event id|attempt", as the
@@ -425,8 +395,8 @@ func (r *Reconciler) restoreWrite(ctx context.Context, id string, n int64, it re
 	return nil
 }
 
-// entry is one write of restore_put; key is the user's item index for uitem and drop.
-type entry struct{ kind, a, b, key string }
+// entry is one write of restore_put.
+type entry struct{ kind, a, b string }
 
 // expiryEntries returns an "unexp" entry for each of the item's members of its shard's expiry
 // index ("<item>.<seq>" and "<item>.<first>-<last>"; item ids hold no glob character).
@@ -453,9 +423,6 @@ func (r *Reconciler) put(ctx context.Context, k keyspace.Item, n int64, entries 
 	args = append(args, n)
 	for _, e := range entries {
 		args = append(args, e.kind, e.a, e.b)
-		if e.key != "" {
-			keys = append(keys, e.key)
-		}
 	}
 	reply, err := restorePut.Run(ctx, r.rdb, keys, args...).Slice()
 	if err != nil {

@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -25,12 +24,12 @@ import (
 
 // state is everything of one item that restore rebuilds. The expiry index is compared by the
 // reserved orders it names (restore writes one entry per order where purchases wrote one per
-// batch), the user index by each user's item entry and order list.
+// batch), the user index by each user's order list.
 type state struct {
 	hash                 map[string]string
 	orders, held, paidBy map[string]string
 	expiry               map[string]float64 // reserved order id -> due ms of the entry naming it
-	users                map[string]string  // user -> "<item index score>|<order list>"
+	users                map[string]string  // user -> order list
 }
 
 func (e *env) dump(item string, users []string) state {
@@ -61,9 +60,8 @@ func (e *env) dump(item string, users []string) state {
 	}
 	lists := e.rdb.HGetAll(e.ctx, k.UserOrders()).Val()
 	for _, u := range users {
-		score, err := e.rdb.ZScore(e.ctx, k.UserItems(u), item).Result()
-		if err == nil || lists[u] != "" {
-			s.users[u] = fmt.Sprintf("%v|%s", score, lists[u])
+		if lists[u] != "" {
+			s.users[u] = lists[u]
 		}
 	}
 	return s

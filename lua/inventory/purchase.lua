@@ -5,8 +5,7 @@
 -- KEYS[1] item hash  [2] orders hash  [3] held hash  [4] shard expiry zset  [5] shard outbox
 --   stream  [6] shard change log  [7] shard clock  [8] purchase rate-limit hash (user -> TAT)
 --   [9] queue tickets hash (the waiting room)  [10] user orders hash (user -> seqs "3,17,42");
---   then per attempt i (1-based): [9+2i] the shard's user item index zset (item -> created ms
---   of the user's first order of it)  [10+2i] idempotency key (none: any item key, untouched)
+--   then per attempt i (1-based): [10+i] idempotency key (none: any item key, untouched)
 -- ARGV[1] reservation ttl ms  [2] idempotency ttl ms (both integers 1..1e13)  [3] rate per
 --   period (0 = no limit)  [4] period ms  [5] burst  [6] item id; then per attempt i:
 --   [3+4i] user id  [4+4i] quantity  [5+4i] idempotency key ('' none)  [6+4i] the waiting-room
@@ -29,7 +28,7 @@ local rate = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
 local item_id = ARGV[6]
-local n = (#KEYS - 10) / 2
+local n = #KEYS - 10
 -- At most 256 attempts, so every gathered write stays within unpack's limits.
 if n < 1 or n > 256 or n ~= math.floor(n) or #ARGV ~= 6 + 4 * n then
   return redis.error_reply('ERR purchase: KEYS/ARGV do not describe a batch')
@@ -162,7 +161,7 @@ for i = 1, n do
   local letter, value, rl1, rl2 = 'C', 0, -1, -1
   local prev = false
   if idem ~= '' then
-    prev = redis.call('GET', KEYS[10 + 2 * i])
+    prev = redis.call('GET', KEYS[10 + i])
   end
   if prev then
     letter, value = 'R', prev
@@ -206,13 +205,12 @@ for i = 1, n do
       s_held[k], s_ordered[k] = s_held[k] + qty, true
       if s_seqs[k] then
         s_seqs[k] = s_seqs[k] .. ',' .. seq_s
-      else -- the user's first order of the item: the shard's index learns the item
+      else
         s_seqs[k] = seq_s
-        redis.call('ZADD', KEYS[9 + 2 * i], now_s, item_id)
       end
       if idem ~= '' then
         new_orders[oid] = packed
-        redis.call('SET', KEYS[10 + 2 * i], oid, 'PX', idem_ttl)
+        redis.call('SET', KEYS[10 + i], oid, 'PX', idem_ttl)
       end
       -- The batch's outbox entry (written once, below) lists it: user|quantity.
       batch_list[nb + 1], batch_list[nb + 2] = user, qty_s

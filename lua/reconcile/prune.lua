@@ -1,12 +1,11 @@
 -- prune.lua: let final orders of ONE item leave Redis once Postgres keeps them (docs/design.md,
 -- "Order retention"). One script re-checks each order against the record and Redis TIME and
--- removes its orders field, payments field and user-index entry together, so no reader sees an
--- order without its index entry or the reverse. The held and paidby hashes, stock figures, seq
+-- removes its orders field, payments field and user orders entry together, so no reader sees
+-- an order without its index entry or the reverse. The held and paidby hashes, stock figures, seq
 -- and version stay (its units were settled when it became final); no event (Postgres has it).
 -- Go caller: reconcile.Reconciler.pruneChunk (internal/reconcile/prune.go).
 -- KEYS[1] orders hash  [2] payments hash  [3] the item's restore fence
 --   [4] the item's restoring mark  [5] the item's user orders hash (user -> "3,17,42")
--- then for order i (1-based): KEYS[5+i] the user's item index (the shard's zset; USER INDEX)
 -- ARGV[1] item id  [2] fencing number of the pruning job (integer 1..2^53 - 1)
 --   [3] idempotency window ms (integer 1..1e13)
 -- then for order i (1..500): ARGV[2+2i] order id, ARGV[3+2i] the order as the record holds it,
@@ -22,9 +21,9 @@
 local item_id = ARGV[1]
 local fence = tonumber(ARGV[2])
 local window = tonumber(ARGV[3])
-local n = #KEYS - 5
+local n = (#ARGV - 3) / 2
 -- Bounded: the script blocks Redis while it runs.
-if not item_id or item_id == '' or n < 1 or n > 500 or #ARGV ~= 3 + 2 * n then
+if not item_id or item_id == '' or #KEYS ~= 5 or n < 1 or n > 500 or n ~= math.floor(n) then
   return redis.error_reply('ERR prune: KEYS/ARGV do not describe 1..500 orders of an item')
 end
 if not fence or not (fence >= 1 and fence <= 9007199254740991) or fence ~= math.floor(fence) then
@@ -55,10 +54,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- USER INDEX ------------------------------------------------------------------------------
--- The item's user orders hash lists the user's seqs ("3,17,42"); the user's item index names
--- the item while that list has any (docs/design.md, "Per-batch index entries"). Removing an
--- order takes its seq out; the last one takes the field and the item's entry too.
-local function drop_from_user_index(key, oid, user)
+-- The item's user orders hash lists the user's seqs ("3,17,42") (docs/design.md, "Per-batch
+-- index entries"). Removing an order takes its seq out; the last one takes the field.
+local function drop_from_user_index(oid, user)
   local seq = string.sub(oid, #prefix + 1)
   local list = redis.call('HGET', KEYS[5], user)
   local kept, found = {}, false
@@ -75,11 +73,8 @@ local function drop_from_user_index(key, oid, user)
     if found then
       redis.call('HSET', KEYS[5], user, table.concat(kept, ','))
     end
-  else
-    if list then
-      redis.call('HDEL', KEYS[5], user)
-    end
-    redis.call('ZREM', key, item_id)
+  elseif list then
+    redis.call('HDEL', KEYS[5], user)
   end
 end
 -- -----------------------------------------------------------------------------------------
@@ -92,7 +87,7 @@ for i = 1, n do
   local outcome
   if not packed then
     -- Pruned before (its index entry went with it) or lost: an index entry left names nothing.
-    drop_from_user_index(KEYS[5 + i], oid, rec_user)
+    drop_from_user_index(oid, rec_user)
     outcome = 'gone'
   else
     local user, qty, price, status, created =
@@ -120,7 +115,7 @@ for i = 1, n do
         if pay then
           redis.call('HDEL', KEYS[2], oid)
         end
-        drop_from_user_index(KEYS[5 + i], oid, user)
+        drop_from_user_index(oid, user)
         outcome = 'pruned|' .. pid
       end
     end

@@ -50,8 +50,8 @@ redis.call('SET', KEYS[1], n)
 redis.call('SET', KEYS[9], n)
 local f = redis.call('HMGET', KEYS[2], 'version', 'seq')
 -- UNLINK: gone at once for every later command, but a large item is freed in the background.
--- The shard-wide keys (expiry index, users' item indexes, outbox) stay: restore_put.lua takes
--- this item's entries out one by one.
+-- The shard-wide keys (expiry index, outbox) stay: restore_put.lua takes this item's expiry
+-- entries out one by one.
 redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[10])
 mark_changed(KEYS[7], KEYS[8], item_id)
 return {'ok', tonumber(f[1]) or 0, tonumber(f[2]) or 0}

@@ -4,13 +4,10 @@
 -- Go caller: reconcile.Reconciler.put (internal/reconcile/restore.go).
 -- KEYS[1] the item's restore fence  [2] orders hash  [3] held hash  [4] paidby hash
 --   [5] shard expiry zset  [6] the item's user orders hash  [7] the item's payments hash
--- then one user item-index zset (the shard's) per 'uitem' or 'drop' entry, in entry order
 -- ARGV[1] fencing number, then entries of three: kind, a, b
 --   order: a = order id, b = packed order       held: a = user, b = units (integer >= 1)
 --   paid:  a = user, b = units (integer >= 1)   exp:  a = order id, b = expires ms
 --   useqs: a = user, b = the user's order sequence numbers of the item, "3,17,42"
---   uitem: a = item id, b = created ms of the user's first order of it (the user's index)
---   drop:  a = item id, b ignored: removed from the user's item index (a live-state user's)
 --   unexp: a = an expiry index member of the live state, b ignored: removed
 --   pay:   a = order id, b = its payment record "payment id|state||attempt", written only
 --          where the order has none
@@ -23,13 +20,12 @@ local entries = (#ARGV - 1) / 3
 if not n or entries ~= math.floor(entries) then
   return redis.error_reply('ERR restore_put: bad arguments')
 end
-local users = 0
+if #KEYS ~= 7 then
+  return redis.error_reply('ERR restore_put: 7 keys are needed')
+end
 for i = 0, entries - 1 do
   local kind, a, b = ARGV[2 + 3 * i], ARGV[3 + 3 * i], ARGV[4 + 3 * i]
-  if kind == 'uitem' or kind == 'drop' then
-    users = users + 1
-  end
-  if kind == 'held' or kind == 'paid' or kind == 'exp' or kind == 'uitem' then
+  if kind == 'held' or kind == 'paid' or kind == 'exp' then
     -- Plain decimal digits, exactly representable: tonumber also reads 'inf' (held inf would
     -- bar the user for good, exp inf never expires), '1e3', '0x10' and ' 5', which HSET would
     -- store as such (HINCRBY, and so every later cancel or expiry of the user's orders, then
@@ -53,7 +49,7 @@ for i = 0, entries - 1 do
     if a == '' or not string.match(b, '^[%w_]+|%a+||[%w_]*$') then
       return redis.error_reply('ERR restore_put: bad payment record in entry ' .. (i + 1))
     end
-  elseif kind == 'drop' or kind == 'unexp' then
+  elseif kind == 'unexp' then
     if a == '' then
       return redis.error_reply('ERR restore_put: bad id in entry ' .. (i + 1))
     end
@@ -61,14 +57,10 @@ for i = 0, entries - 1 do
     return redis.error_reply('ERR restore_put: unknown kind in entry ' .. (i + 1))
   end
 end
-if #KEYS ~= 7 + users then
-  return redis.error_reply('ERR restore_put: one key per user entry is needed')
-end
 local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
 if stored ~= n then
   return {'fenced', stored}
 end
-local u = 7
 for i = 0, entries - 1 do
   local kind, a, b = ARGV[2 + 3 * i], ARGV[3 + 3 * i], ARGV[4 + 3 * i]
   if kind == 'order' then
@@ -81,12 +73,6 @@ for i = 0, entries - 1 do
     redis.call('ZADD', KEYS[5], b, a)
   elseif kind == 'useqs' then
     redis.call('HSET', KEYS[6], a, b)
-  elseif kind == 'uitem' then
-    u = u + 1
-    redis.call('ZADD', KEYS[u], b, a)
-  elseif kind == 'drop' then
-    u = u + 1
-    redis.call('ZREM', KEYS[u], a)
   elseif kind == 'pay' then
     redis.call('HSETNX', KEYS[7], a, b) -- a record Redis kept is as new as Postgres's or newer
   else

@@ -91,6 +91,37 @@ func DeletePrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
 	}
 }
 
+// Matching returns the keys matching pattern (SCAN, on every master of a cluster). The pattern
+// should start with the test's prefix: the server is shared.
+func Matching(t testing.TB, rdb redis.UniversalClient, pattern string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var out []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			out = append(out, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		t.Fatalf("testenv: cannot scan a %T", rdb)
+	}
+	if err != nil {
+		t.Fatalf("testenv: scan %s: %v", pattern, err)
+	}
+	return out
+}
+
 // OutboxEvents counts the events of one type (e.g. "item.upserted") in every shard's outbox
 // stream, by item: a purchase batch's entry counts one event per order.
 func OutboxEvents(t testing.TB, rdb redis.UniversalClient, keys keyspace.Space, typ string) map[string]int {
