@@ -482,7 +482,13 @@ func TestLostLinkOldSessionRefunded(t *testing.T) {
 // deployment's, or the shop's other sales', may), for cents; it returns the session.
 func (a *payAPI) foreignPayment(order, user string, cents int64) *stripe.CheckoutSession {
 	a.t.Helper()
-	md := map[string]string{"order_id": order, "user_id": user, "flashsale_attempt": "fsa_" + rand.Text()}
+	return a.paidElsewhere(map[string]string{"order_id": order, "user_id": user, "flashsale_attempt": "fsa_" + rand.Text()}, cents)
+}
+
+// paidElsewhere pays, on the shop's own account, a Checkout Session the shop never made, with
+// md as its and its PaymentIntent's metadata (nil: none), for cents; it returns the session.
+func (a *payAPI) paidElsewhere(md map[string]string, cents int64) *stripe.CheckoutSession {
+	a.t.Helper()
 	p := &stripe.CheckoutSessionCreateParams{
 		Mode: stripe.String(string(stripe.CheckoutSessionModePayment)),
 		LineItems: []*stripe.CheckoutSessionCreateLineItemParams{{
@@ -554,5 +560,43 @@ func TestForeignPaymentLeftAlone(t *testing.T) {
 		if n := a.refundsOf(cs.PaymentIntent.ID, 1999); n != 0 {
 			t.Fatalf("%d refunds of another deployment's payment %s", n, cs.PaymentIntent.ID)
 		}
+	}
+}
+
+// TestOtherSalesOnTheAccount: the account's sales that are not flashsale's (no flashsale
+// metadata) are answered 200 and counted foreign, not unknown, so they raise no alert; a
+// payment carrying flashsale's metadata that this deployment never recorded is still unknown.
+func TestOtherSalesOnTheAccount(t *testing.T) {
+	a := newPayAPI(t, paysim.Config{}, nil)
+	a.item("os", 10, 5)
+	bare := a.reserve("os", "alice")
+	count := func(result string) float64 {
+		return testutil.ToFloat64(metrics.PaymentWebhooks.WithLabelValues(result))
+	}
+	foreign, unknown := count(payment.WebhookForeign), count(payment.WebhookUnknown)
+
+	other := a.paidElsewhere(nil, 2500)
+	a.delivered()
+	// The session's success and its PaymentIntent's, at least.
+	if got := count(payment.WebhookForeign) - foreign; got < 2 {
+		t.Errorf("%v deliveries of another sale counted foreign, want at least 2", got)
+	}
+	if got := count(payment.WebhookUnknown) - unknown; got != 0 {
+		t.Errorf("%v deliveries of another sale counted unknown, want 0", got)
+	}
+	if n := a.refundsOf(other.PaymentIntent.ID, 2500); n != 0 {
+		t.Errorf("%d refunds of another sale's payment", n)
+	}
+
+	a.foreignPayment(bare, "alice", 1999)
+	a.delivered()
+	if got := count(payment.WebhookUnknown) - unknown; got < 2 {
+		t.Errorf("%v deliveries of an unrecorded flashsale attempt counted unknown, want at least 2", got)
+	}
+	if st := a.status("alice", bare); st != "reserved" {
+		t.Errorf("order %s after payments made elsewhere, want reserved", st)
+	}
+	if n, _ := a.outboxTypes("os"); n["order.paid"] != 0 || n["payment.refunded"] != 0 {
+		t.Fatalf("events %v after payments made elsewhere", n)
 	}
 }

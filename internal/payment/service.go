@@ -27,8 +27,9 @@ type Service struct {
 
 	// Observe, when set, is told the result of every webhook delivery: applied (a verified
 	// event applied or deliberately ignored), unknown (a payment this api has no record of),
-	// refused (no valid signature: 400) or retry (not applied yet: 503). The api counts them
-	// in flashsale_payment_webhooks_total.
+	// foreign (the same, carrying no flashsale metadata: the account's other sales), refused
+	// (no valid signature: 400) or retry (not applied yet: 503). The api counts them in
+	// flashsale_payment_webhooks_total.
 	Observe func(result string)
 
 	cancels chan release
@@ -39,6 +40,7 @@ type Service struct {
 const (
 	WebhookApplied = "applied"
 	WebhookUnknown = "unknown"
+	WebhookForeign = "foreign"
 	WebhookRefused = "refused"
 	WebhookRetry   = "retry"
 	// WebhookMismatch: a succeeded payment whose amount or currency is not its order's (refunded);
@@ -52,6 +54,10 @@ const (
 // errUnknownWebhook: a verified event about a payment this api has no record of (answered
 // 200, warned about and counted).
 var errUnknownWebhook = errors.New("payment webhook: unknown payment")
+
+// errForeignWebhook: a verified event about a payment this api has no record of and that
+// carries no flashsale metadata: the account's other sales (answered 200 and counted).
+var errForeignWebhook = errors.New("payment webhook: not a flashsale payment")
 
 // errSettledElsewhere: a PaymentIntent's success whose payment its session's event settled.
 var errSettledElsewhere = errors.New("payment webhook: settled by the session's event")
@@ -275,6 +281,8 @@ func (s *Service) HandleWebhook(ctx context.Context, raw []byte, header string) 
 	switch {
 	case errors.Is(err, errUnknownWebhook):
 		result, err = WebhookUnknown, nil
+	case errors.Is(err, errForeignWebhook):
+		result, err = WebhookForeign, nil
 	case errors.Is(err, ErrBadSignature):
 		result = WebhookRefused
 		webhookWarn.Warn("payment webhook refused: no valid signature", "err", err)
@@ -332,8 +340,7 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 		}
 	}
 	if errors.Is(err, orders.ErrUnknownPayment) {
-		webhookWarn.Warn("payment webhook: unknown payment, ignored", "event", ev.ID, "type", ev.Type, "session", ev.SessionID, "payment_intent", ev.PaymentIntent)
-		return errUnknownWebhook
+		return unknownPayment(ev)
 	}
 	if err != nil {
 		return err
@@ -367,8 +374,7 @@ func (s *Service) handleWebhook(ctx context.Context, raw []byte, header string) 
 		}
 	}
 	if errors.Is(err, orders.ErrUnknownPayment) {
-		webhookWarn.Warn("payment webhook: unknown payment, ignored", "event", ev.ID, "session", sid)
-		return errUnknownWebhook
+		return unknownPayment(ev)
 	}
 	if err != nil || st != orders.SettledRefund {
 		return err
@@ -441,6 +447,18 @@ func (s *Service) intentStatus(ctx context.Context, paymentIntent string) (strin
 		return "", nil
 	}
 	return st, err
+}
+
+// unknownPayment answers a session's or PaymentIntent's event about a payment this api has no
+// record of: foreign when it carries none of the metadata every flashsale checkout sets on
+// both (the account's other sales: no alert), else unknown (warned about and alerted on).
+func unknownPayment(ev Event) error {
+	if ev.Metadata[MetaOrder] == "" && ev.Metadata[MetaUser] == "" && ev.Metadata[MetaAttempt] == "" {
+		slog.Debug("payment webhook: not a flashsale payment, ignored", "event", ev.ID, "type", ev.Type)
+		return errForeignWebhook
+	}
+	webhookWarn.Warn("payment webhook: unknown payment, ignored", "event", ev.ID, "type", ev.Type, "session", ev.SessionID, "payment_intent", ev.PaymentIntent)
+	return errUnknownWebhook
 }
 
 // adopt attaches a succeeded payment this api lost the link to (docs/payments.md, "A success
